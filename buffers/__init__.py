@@ -1,0 +1,107 @@
+"""In-memory JAX replay buffers: pure functions over pytree states.
+
+The API follows the reference (Flashbax): code written for it runs by changing the import
+(``import buffers as fbx``). Every state also carries a never-wrapping ``write_counter``, and
+sampling a state that is not ready is an error (eagerly) or a false ``valid`` mask (in ``jit``),
+never silent zeros.
+"""
+
+from buffers import (
+    flat_buffer,
+    item_buffer,
+    mixer,
+    n_step_buffer,
+    prioritised_flat_buffer,
+    prioritised_item_buffer,
+    prioritised_trajectory_buffer,
+    trajectory_buffer,
+    trajectory_queue,
+)
+from buffers._counter import from_int as write_counter_from_int
+from buffers._counter import timesteps_added
+from buffers._errors import (
+    BatchStructureError,
+    BufferConfigError,
+    BufferError,
+    LeafMismatch,
+    NotReadyError,
+    QueueFullError,
+)
+from buffers.flat_buffer import ExperiencePair, TransitionSample, make_flat_buffer
+from buffers.item_buffer import make_item_buffer
+from buffers.mixer import Mixer, make_mixer
+from buffers.n_step_buffer import (
+    make_n_step_buffer,
+    n_step_discounts,
+    n_step_returns,
+)
+from buffers.prioritised_flat_buffer import (
+    PrioritisedTransitionSample,
+    make_prioritised_flat_buffer,
+)
+from buffers.prioritised_item_buffer import make_prioritised_item_buffer
+from buffers.prioritised_trajectory_buffer import (
+    PrioritisedTrajectoryBuffer,
+    PrioritisedTrajectoryBufferSample,
+    PrioritisedTrajectoryBufferState,
+    make_prioritised_trajectory_buffer,
+)
+from buffers.replay_buffer import ReplayBuffer, ReplayBufferState
+from buffers.trajectory_buffer import (
+    TrajectoryBuffer,
+    TrajectoryBufferSample,
+    TrajectoryBufferState,
+    make_trajectory_buffer,
+)
+from buffers.trajectory_queue import (
+    TrajectoryQueue,
+    TrajectoryQueueSample,
+    TrajectoryQueueState,
+    make_trajectory_queue,
+)
+
+__all__ = [
+    "BatchStructureError",
+    "BufferConfigError",
+    "BufferError",
+    "ExperiencePair",
+    "LeafMismatch",
+    "Mixer",
+    "NotReadyError",
+    "PrioritisedTrajectoryBuffer",
+    "PrioritisedTrajectoryBufferSample",
+    "PrioritisedTrajectoryBufferState",
+    "PrioritisedTransitionSample",
+    "QueueFullError",
+    "ReplayBuffer",
+    "ReplayBufferState",
+    "TrajectoryBuffer",
+    "TrajectoryBufferSample",
+    "TrajectoryBufferState",
+    "TrajectoryQueue",
+    "TrajectoryQueueSample",
+    "TrajectoryQueueState",
+    "TransitionSample",
+    "flat_buffer",
+    "item_buffer",
+    "make_flat_buffer",
+    "make_item_buffer",
+    "make_mixer",
+    "make_n_step_buffer",
+    "make_prioritised_flat_buffer",
+    "make_prioritised_item_buffer",
+    "make_prioritised_trajectory_buffer",
+    "make_trajectory_buffer",
+    "make_trajectory_queue",
+    "mixer",
+    "n_step_buffer",
+    "n_step_discounts",
+    "n_step_returns",
+    "prioritised_flat_buffer",
+    "prioritised_item_buffer",
+    "prioritised_trajectory_buffer",
+    "timesteps_added",
+    "trajectory_buffer",
+    "trajectory_queue",
+    "write_counter_from_int",
+]

@@ -1,0 +1,51 @@
+"""Batch layouts: how the flat, item and n-step buffers map what users add onto ``[B, L, ...]``.
+
+One wrapper serves them all: it validates the batch against the layout the user declared
+(``add_batches`` / ``add_sequences``), so errors speak of the shapes the user passes, then adds
+the missing axes (and, for item buffers, folds batch and time into one row) before calling the
+core ``add``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from buffers._validation import validate_batch
+from buffers.trajectory_buffer import tree_shape_prefix
+
+
+def layout_prefix(add_batches: bool, add_sequences: bool, batch_size: int | None) -> list[Any]:
+    prefix: list[Any] = []
+    if add_batches:
+        prefix.append("B" if batch_size is None else batch_size)
+    if add_sequences:
+        prefix.append("L")
+    return prefix
+
+
+def layout_add(
+    state: Any,
+    batch: Any,
+    *,
+    core_add: Callable[[Any, Any], Any],
+    add_batches: bool,
+    add_sequences: bool,
+    batch_size: int | None,
+    fold_items: bool = False,
+) -> Any:
+    """Validate ``batch`` in the user's layout, reshape it to ``[B, L, ...]`` and add it."""
+    _, t_len = tree_shape_prefix(state.experience, 2)
+    prefix = layout_prefix(add_batches, add_sequences, batch_size)
+    batch = validate_batch(
+        state.experience, batch, 2, prefix, max_time=None if fold_items else t_len
+    )
+    if not add_batches:
+        batch = jax.tree.map(lambda x: x[None], batch)
+    if not add_sequences:
+        batch = jax.tree.map(lambda x: x[:, None], batch)
+    if fold_items:
+        batch = jax.tree.map(lambda x: x.reshape((1, x.shape[0] * x.shape[1], *x.shape[2:])), batch)
+    return core_add(state, batch)

@@ -1,0 +1,156 @@
+"""Argument and tree validation for every buffer kind, in one place.
+
+Everything here runs in Python at trace time (shapes and dtypes are static), so it costs
+nothing inside a compiled step and reports every bad leaf, not only the first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from buffers._errors import BatchStructureError, BufferConfigError, LeafMismatch
+
+
+def key_to_str(key: Any) -> str:
+    """One path element as text: dict key, field name or sequence index."""
+    for attr in ("key", "name", "idx"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def path_to_str(path: Sequence[Any], prefix: str = "") -> str:
+    parts = [key_to_str(k) for k in path]
+    if prefix:
+        parts.insert(0, prefix)
+    return "/".join(parts) if parts else "<root>"
+
+
+def leaves_with_paths(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return [(path_to_str(p, prefix), leaf) for p, leaf in flat]
+
+
+def _fmt_shape(dims: Sequence[Any]) -> str:
+    return "[" + ", ".join(str(d) for d in dims) + "]"
+
+
+def _is_python_scalar(x: Any) -> bool:
+    return isinstance(x, (bool, int, float, complex)) and not isinstance(x, np.generic)
+
+
+def positive_int(name: str, value: Any, *, allow_zero: bool = False) -> int:
+    ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+    if not ok or value < (0 if allow_zero else 1):
+        bound = ">= 0" if allow_zero else ">= 1"
+        raise BufferConfigError(f"`{name}` must be an integer {bound}, got {value!r}")
+    return int(value)
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise BufferConfigError(message)
+
+
+def check_priority_exponent(priority_exponent: float) -> None:
+    check(
+        0.0 <= float(priority_exponent) <= 1.0,
+        f"`priority_exponent` must be in [0, 1], got {priority_exponent!r}",
+    )
+
+
+def validate_batch(
+    experience: Any,
+    batch: Any,
+    state_prefix_axes: int,
+    batch_prefix: Sequence[int | str],
+    *,
+    max_time: int | None = None,
+    what: str = "add",
+) -> Any:
+    """Check ``batch`` against a state's ``experience`` and return it with scalars converted.
+
+    ``experience`` leaves have ``state_prefix_axes`` leading axes (``[B, T]`` -> 2) followed by
+    the per-timestep shape. ``batch`` leaves must have ``batch_prefix`` leading axes, each an
+    exact size or a label (``"L"``, ``"B"``) for a free size that every leaf must share
+    (``"L"``, the time axis, is also bounded by ``max_time``), then the same per-timestep shape and dtype. Raises :class:`BatchStructureError` that
+    names every bad leaf.
+    """
+    exp_paths = leaves_with_paths(experience, "experience")
+    exp_def = jax.tree_util.tree_structure(experience)
+    try:
+        batch_leaves = exp_def.flatten_up_to(batch)
+    except (ValueError, TypeError):
+        got_paths = leaves_with_paths(batch, "experience")
+        want = {p for p, _ in exp_paths}
+        have = {p for p, _ in got_paths}
+        mismatches = [LeafMismatch(p, "a leaf here", "nothing") for p in sorted(want - have)]
+        mismatches += [LeafMismatch(p, "no leaf here", "a leaf") for p in sorted(have - want)]
+        if not mismatches:
+            got_def = jax.tree_util.tree_structure(batch)
+            mismatches = [LeafMismatch("experience", f"structure {exp_def}", f"{got_def}")]
+        raise BatchStructureError(
+            f"{what}: batch structure differs from the buffer's",
+            mismatches,
+            "Add batches with exactly the structure of the timestep given to `init`.",
+        ) from None
+
+    mismatches: list[LeafMismatch] = []
+    converted: list[Any] = []
+    free_sizes: dict[str, tuple[int, str]] = {}
+    n_prefix = len(batch_prefix)
+    want_dims = [
+        d if not isinstance(d, str) else (f"1..{max_time}" if d == "L" and max_time else d)
+        for d in batch_prefix
+    ]
+    for (path, exp_leaf), leaf in zip(exp_paths, batch_leaves, strict=True):
+        item_shape = tuple(exp_leaf.shape[state_prefix_axes:])
+        dtype = np.dtype(exp_leaf.dtype)
+        if _is_python_scalar(leaf) and n_prefix == 0 and item_shape == ():
+            converted.append(jnp.asarray(leaf, dtype=dtype))
+            continue
+        shape = tuple(np.shape(leaf))
+        got_dtype = np.dtype(leaf.dtype) if hasattr(leaf, "dtype") else np.asarray(leaf).dtype
+        want = f"{_fmt_shape([*want_dims, *item_shape])} {dtype.name}"
+        got = f"{_fmt_shape(shape)} {got_dtype.name}"
+        bad = len(shape) != n_prefix + len(item_shape) or shape[n_prefix:] != item_shape
+        if not bad:
+            for want_d, got_d in zip(batch_prefix, shape[:n_prefix], strict=True):
+                if not isinstance(want_d, str):
+                    bad = bad or got_d != want_d
+                elif got_d < 1 or (want_d == "L" and max_time is not None and got_d > max_time):
+                    bad = True
+                elif want_d not in free_sizes:
+                    free_sizes[want_d] = (got_d, path)
+                elif free_sizes[want_d][0] != got_d:
+                    size, owner = free_sizes[want_d]
+                    mismatches.append(
+                        LeafMismatch(path, f"axis {want_d} of size {size} (as {owner})", f"{got_d}")
+                    )
+        if bad or got_dtype != dtype:
+            mismatches.append(LeafMismatch(path, want, got))
+        converted.append(leaf)
+    if mismatches:
+        raise BatchStructureError(
+            f"{what}: batch does not match the buffer",
+            mismatches,
+            "Check the batch layout this buffer expects (batch and time axes first) and cast "
+            "leaves to the dtypes of the timestep given to `init`.",
+        )
+    return exp_def.unflatten(converted)
+
+
+def check_timestep(experience: Any) -> Any:
+    """Validate and convert the example timestep given to ``init``."""
+    paths = leaves_with_paths(experience, "experience")
+    if not paths:
+        raise BufferConfigError("`init` needs a timestep with at least one array leaf, got none")
+    bad = [p for p, leaf in paths if not hasattr(leaf, "shape") and not _is_python_scalar(leaf)]
+    if bad:
+        raise BufferConfigError(f"`init` timestep leaves must be arrays or numbers; bad: {bad}")
+    return jax.tree.map(jnp.asarray, experience)

@@ -1,0 +1,147 @@
+"""Flat buffer: transitions ``(s_t, s_{t+1})`` drawn from a trajectory buffer of length 2."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any, Generic, NamedTuple
+
+import chex
+
+from buffers._layout import layout_add
+from buffers._pytree import pytree_dataclass
+from buffers._validation import check, positive_int
+from buffers.trajectory_buffer import (
+    Experience,
+    TrajectoryBuffer,
+    make_trajectory_buffer,
+)
+
+
+class ExperiencePair(NamedTuple, Generic[Experience]):
+    """``first``: the timestep at t; ``second``: the timestep at t + 1 (t + n for n-step)."""
+
+    first: Experience
+    second: Experience
+
+
+@pytree_dataclass
+class TransitionSample(Generic[Experience]):
+    """``experience``: an :class:`ExperiencePair` of ``[sample_batch_size, ...]`` leaves.
+
+    ``valid`` is false for items sampled from a state that was not ready.
+    """
+
+    experience: ExperiencePair[Experience]
+    valid: Any = None
+
+
+def pair_from_sequences(sequences: Any) -> ExperiencePair:
+    """First and last timestep of every sampled sequence ``[batch, L, ...]``."""
+    import jax
+
+    return ExperiencePair(
+        first=jax.tree.map(lambda x: x[:, 0], sequences),
+        second=jax.tree.map(lambda x: x[:, -1], sequences),
+    )
+
+
+def transition_sample(
+    state: Any,
+    rng_key: chex.PRNGKey,
+    *,
+    core_sample: Callable[[Any, Any], Any],
+    transform: Callable[[Any], Any] | None = None,
+) -> TransitionSample:
+    """Sample sequences with ``core_sample`` and return their first/last timesteps."""
+    seq = core_sample(state, rng_key)
+    experience = seq.experience if transform is None else transform(seq.experience)
+    return TransitionSample(experience=pair_from_sequences(experience), valid=seq.valid)
+
+
+def flat_layout_args(
+    max_length: int, min_length: int, sample_batch_size: int, add_batch_size: int | None
+) -> tuple[int, bool, int, int]:
+    """Validate flat-buffer sizes; return ``(rows, add_batches, time_axis, min_time)``."""
+    max_length = positive_int("max_length", max_length)
+    positive_int("min_length", min_length, allow_zero=True)
+    sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
+    add_batches = add_batch_size is not None
+    rows = 1 if add_batch_size is None else positive_int("add_batch_size", add_batch_size)
+    check(
+        sample_batch_size <= max_length,
+        f"`sample_batch_size` ({sample_batch_size}) must be <= `max_length` ({max_length})",
+    )
+    t_len = max_length // rows
+    check(
+        t_len >= 2,
+        f"`max_length // add_batch_size` must be >= 2, got {max_length}//{rows} = {t_len}",
+    )
+    min_time = min_length // rows + 1
+    check(
+        min_time <= t_len,
+        f"`min_length` ({min_length}) is too large: it needs {min_time} timesteps per row but "
+        f"rows hold {t_len}",
+    )
+    return rows, add_batches, t_len, min_time
+
+
+def make_sequence_view(
+    max_length: int,
+    min_length: int,
+    sample_batch_size: int,
+    add_sequences: bool,
+    add_batch_size: int | None,
+    sequence_length: int,
+    make: Callable[..., Any] = make_trajectory_buffer,
+    **make_kwargs: Any,
+) -> tuple[Any, Callable[..., Any]]:
+    """A core buffer for windows of ``sequence_length`` plus an ``add`` in the user's layout."""
+    rows, add_batches, t_len, min_time = flat_layout_args(
+        max_length, min_length, sample_batch_size, add_batch_size
+    )
+    check(
+        sequence_length <= t_len,
+        f"sequences of {sequence_length} timesteps need rows of at least that length, got "
+        f"max_length // add_batch_size = {t_len}",
+    )
+    core = make(
+        rows,
+        sample_batch_size,
+        sequence_length,
+        1,
+        min_time,
+        max_length_time_axis=t_len,
+        **make_kwargs,
+    )
+    add = functools.partial(
+        layout_add,
+        core_add=core.add,
+        add_batches=add_batches,
+        add_sequences=add_sequences,
+        batch_size=rows,
+    )
+    return core, add
+
+
+def make_flat_buffer(
+    max_length: int,
+    min_length: int,
+    sample_batch_size: int,
+    add_sequences: bool = False,
+    add_batch_size: int | None = None,
+) -> TrajectoryBuffer:
+    """A flat transition buffer (same signature and semantics as the reference's).
+
+    ``add`` takes one timestep (default), ``[add_batch_size, ...]`` when ``add_batch_size`` is
+    given, with a time axis after it when ``add_sequences``. ``sample`` returns
+    ``TransitionSample(experience=ExperiencePair(first, second))``. The state keeps
+    ``add_batch_size`` rows of ``max_length // add_batch_size`` timesteps.
+    """
+    core, add = make_sequence_view(
+        max_length, min_length, sample_batch_size, add_sequences, add_batch_size, 2
+    )
+    return dataclasses.replace(
+        core, add=add, sample=functools.partial(transition_sample, core_sample=core.sample)
+    )

@@ -1,0 +1,77 @@
+"""Item buffer: independent items in one row, sampled uniformly one at a time."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import chex
+import jax
+
+from buffers._layout import layout_add
+from buffers._validation import check, positive_int
+from buffers.trajectory_buffer import (
+    TrajectoryBuffer,
+    TrajectoryBufferSample,
+    make_trajectory_buffer,
+)
+
+
+def item_layout_args(max_length: int, min_length: int, sample_batch_size: int) -> None:
+    max_length = positive_int("max_length", max_length)
+    min_length = positive_int("min_length", min_length, allow_zero=True)
+    sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
+    check(
+        sample_batch_size <= max_length,
+        f"`sample_batch_size` ({sample_batch_size}) must be <= `max_length` ({max_length})",
+    )
+    check(
+        min_length <= max_length,
+        f"`min_length` ({min_length}) must be <= `max_length` ({max_length})",
+    )
+
+
+def squeeze_time(sample: Any) -> Any:
+    """Drop the length-1 time axis of every sampled sequence."""
+    return sample.replace(experience=jax.tree.map(lambda x: x[:, 0], sample.experience))
+
+
+def item_sample(
+    state: Any, rng_key: chex.PRNGKey, *, core_sample: Callable[[Any, Any], Any]
+) -> TrajectoryBufferSample:
+    return squeeze_time(core_sample(state, rng_key))
+
+
+def item_add(add_sequences: bool, add_batches: bool, core_add: Any) -> Any:
+    return functools.partial(
+        layout_add,
+        core_add=core_add,
+        add_batches=add_batches,
+        add_sequences=add_sequences,
+        batch_size=None,
+        fold_items=True,
+    )
+
+
+def make_item_buffer(
+    max_length: int,
+    min_length: int,
+    sample_batch_size: int,
+    add_sequences: bool = False,
+    add_batches: bool = False,
+) -> TrajectoryBuffer:
+    """An item buffer (same signature and semantics as the reference's).
+
+    ``add`` takes one item, or ``[n, ...]`` with ``add_batches`` / ``add_sequences``, or
+    ``[b, l, ...]`` with both (folded into ``b * l`` items). ``sample`` returns
+    ``TrajectoryBufferSample(experience)`` with ``[sample_batch_size, ...]`` leaves.
+    """
+    item_layout_args(max_length, min_length, sample_batch_size)
+    core = make_trajectory_buffer(1, sample_batch_size, 1, 1, min_length, None, max_length)
+    return dataclasses.replace(
+        core,
+        add=item_add(add_sequences, add_batches, core.add),
+        sample=functools.partial(item_sample, core_sample=core.sample),
+    )

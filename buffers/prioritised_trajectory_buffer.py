@@ -1,0 +1,341 @@
+"""Prioritised trajectory buffer: the core ring buffer plus a sum tree over sequence starts.
+
+An *item* is a sequence start at a multiple of ``period`` on the physical time axis of one row
+(``max_length_time_axis`` is rounded down to a multiple of ``period``, and the effective
+capacity is reported). Item ``row * (T // period) + slot`` has a positive priority exactly when
+its window of ``sample_sequence_length`` timesteps holds written data and does not straddle the
+write position; ``add`` keeps that true in ``O(L/period + n/period)`` tree updates per row, and
+``set_priorities`` ignores items that are not valid, so a stale index can never resurrect an
+overwritten window. Sampled ``probabilities`` are the true normalised probabilities
+(``p_i^alpha / sum_j p_j^alpha``), 0 (never NaN) for an empty buffer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import warnings
+from collections.abc import Callable
+from typing import Any, Generic
+
+import chex
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from buffers import _counter, _sum_tree
+from buffers._pytree import frozen_container, pytree_dataclass
+from buffers._sum_tree import SumTreeState
+from buffers._validation import check, check_priority_exponent, positive_int, validate_batch
+from buffers.trajectory_buffer import (
+    Experience,
+    TrajectoryBuffer,
+    TrajectoryBufferSample,
+    TrajectoryBufferState,
+    advance_indices,
+    can_sample,
+    check_sequence_args,
+    gather,
+    init,
+    ready_mask,
+    resolve_time_axis,
+    tree_shape_prefix,
+    write_experience,
+)
+
+Priorities = Array
+Probabilities = Array
+Indices = Array
+
+_DEVICES = ("cpu", "gpu", "tpu")
+
+
+@pytree_dataclass
+class PrioritisedTrajectoryBufferState(TrajectoryBufferState, Generic[Experience]):
+    """A trajectory buffer state plus ``sum_tree_state`` (priorities of every item)."""
+
+    sum_tree_state: SumTreeState = dataclasses.field(kw_only=True)
+
+    @property
+    def running_index(self) -> Array:
+        """Timesteps ever added per row (the reference's field), modulo 2**32 as uint32."""
+        return self.write_counter[..., 1]
+
+
+@pytree_dataclass
+class PrioritisedTrajectoryBufferSample(TrajectoryBufferSample, Generic[Experience]):
+    """Sampled sequences with their item ``indices`` and normalised ``probabilities``."""
+
+    indices: Indices = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
+    probabilities: Probabilities = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
+
+
+def prioritised_init(
+    experience: Experience, add_batch_size: int, max_length_time_axis: int, period: int
+) -> PrioritisedTrajectoryBufferState[Experience]:
+    base = init(experience, add_batch_size, max_length_time_axis)
+    capacity = add_batch_size * (max_length_time_axis // period)
+    return PrioritisedTrajectoryBufferState(
+        experience=base.experience,
+        current_index=base.current_index,
+        is_full=base.is_full,
+        write_counter=base.write_counter,
+        sum_tree_state=_sum_tree.init(capacity),
+    )
+
+
+def _filled(is_full: Array, current_index: Array, t_len: int) -> Array:
+    return jnp.where(is_full, t_len, current_index)
+
+
+def item_is_valid(
+    state: Any, item_indices: Array, sequence_length: int, period: int
+) -> Array:
+    """Whether each item's window holds written data and does not straddle the write position."""
+    _, t_len = tree_shape_prefix(state.experience, 2)
+    slot = (item_indices % (t_len // period)) * period
+    dist = (state.current_index - slot) % t_len  # distance from the write position back to slot
+    dist = jnp.where((dist == 0) & state.is_full, t_len, dist)
+    return (dist >= sequence_length) & (dist <= _filled(state.is_full, state.current_index, t_len))
+
+
+def _changed_items(
+    state: Any, seq_len: int, sequence_length: int, period: int, t_len: int, b_size: int
+) -> tuple[Array, Array, Array, Array]:
+    """Items that stop and start being valid when ``seq_len`` timesteps are appended.
+
+    With ``d`` the distance from the (new) end of data back to an item's start, an item is
+    valid iff ``L <= d <= filled``. After appending ``n``: items with ``d_old > T - n`` lose their
+    first timestep (invalid), items with ``L <= d_new < L + n`` gain their last one (valid).
+    """
+    items_per_row = t_len // period
+    n_max = min(seq_len // period + 1, items_per_row)
+    k = jnp.arange(n_max, dtype=jnp.int32)
+    cur = state.current_index
+    filled_old = _filled(state.is_full, cur, t_len)
+    new_unwrapped = cur + seq_len
+    cur_new = new_unwrapped % t_len
+    filled_new = jnp.where(state.is_full | (new_unwrapped >= t_len), t_len, new_unwrapped)
+
+    d_top = filled_old - ((filled_old - cur) % period)
+    d_old = d_top - k * period
+    lost = (d_old > t_len - seq_len) & (d_old >= sequence_length)
+    lost_slot = (cur - d_old) % t_len
+
+    d_first = sequence_length + ((cur_new - sequence_length) % period)
+    d_new = d_first + k * period
+    gained = (d_new < sequence_length + seq_len) & (d_new <= filled_new)
+    gained_slot = (cur_new - d_new) % t_len
+
+    offsets = jnp.arange(b_size, dtype=jnp.int32)[:, None] * items_per_row
+
+    def flat(slot: Array, mask: Array) -> tuple[Array, Array]:
+        idx = offsets + (slot // period)[None, :]
+        return idx.reshape(-1), jnp.broadcast_to(mask[None, :], idx.shape).reshape(-1)
+
+    lost_idx, lost_mask = flat(lost_slot, lost)
+    gained_idx, gained_mask = flat(gained_slot, gained)
+    return lost_idx, lost_mask, gained_idx, gained_mask
+
+
+def prioritised_add(
+    state: PrioritisedTrajectoryBufferState[Experience],
+    batch: Experience,
+    sample_sequence_length: int,
+    period: int,
+    device: str = "cpu",
+) -> PrioritisedTrajectoryBufferState[Experience]:
+    """Append ``batch`` ``[B, L, ...]``; new items get the maximum priority recorded so far."""
+    del device  # one algorithm serves every backend (see _sum_tree)
+    b_size, t_len = tree_shape_prefix(state.experience, 2)
+    batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
+    seq_len = tree_shape_prefix(batch, 2)[1]
+    lost_idx, lost_mask, gained_idx, gained_mask = _changed_items(
+        state, seq_len, sample_sequence_length, period, t_len, b_size
+    )
+    tree = state.sum_tree_state
+    tree = _sum_tree.set_batch(tree, lost_idx, jnp.zeros(lost_idx.shape), lost_mask)
+    new_priority = jnp.broadcast_to(tree.max_recorded_priority, gained_idx.shape)
+    tree = _sum_tree.set_batch(tree, gained_idx, new_priority, gained_mask)
+    experience = write_experience(state.experience, batch, state.current_index, t_len)
+    return state.replace(  # type: ignore[attr-defined]
+        experience=experience, sum_tree_state=tree, **advance_indices(state, seq_len, t_len)
+    )
+
+
+def sample_items(
+    state: Any, rng_key: chex.PRNGKey, batch_size: int, sequence_length: int, period: int
+) -> tuple[Array, Array, Array]:
+    """``(item_indices, rows, time_indices[batch, L])`` drawn in proportion to priority."""
+    b_size, t_len = tree_shape_prefix(state.experience, 2)
+    items_per_row = t_len // period
+    indices = _sum_tree.sample(state.sum_tree_state, rng_key, batch_size, b_size * items_per_row)
+    rows = indices // items_per_row
+    starts = (indices % items_per_row) * period
+    times = (starts[:, None] + jnp.arange(sequence_length)) % t_len
+    return indices, rows, times
+
+
+def prioritised_sample(
+    state: PrioritisedTrajectoryBufferState[Experience],
+    rng_key: chex.PRNGKey,
+    batch_size: int,
+    sequence_length: int,
+    period: int,
+    min_length_time_axis: int = 1,
+) -> PrioritisedTrajectoryBufferSample[Experience]:
+    """Sample sequences with probability ``p_i^alpha / sum_j p_j^alpha`` (stratified)."""
+    ready = can_sample(state, min_length_time_axis)
+    valid = ready_mask(ready, batch_size, "sample")
+    indices, rows, times = sample_items(state, rng_key, batch_size, sequence_length, period)
+    probs = _sum_tree.probabilities(state.sum_tree_state, indices)
+    return PrioritisedTrajectoryBufferSample(
+        experience=gather(state.experience, rows, times),
+        valid=valid & (probs > 0),
+        indices=indices,
+        probabilities=probs,
+    )
+
+
+def set_priorities(
+    state: PrioritisedTrajectoryBufferState[Experience],
+    indices: Indices,
+    priorities: Priorities,
+    priority_exponent: float,
+    device: str = "cpu",
+    sample_sequence_length: int = 1,
+    period: int = 1,
+) -> PrioritisedTrajectoryBufferState[Experience]:
+    """Set ``priorities`` (``p``, e.g. ``|td| + eps``) of sampled ``indices``.
+
+    Stored values are ``p ** priority_exponent`` (0 stays 0). Indices whose window is no
+    longer valid (overwritten since it was sampled) are ignored.
+    """
+    del device
+    indices = jnp.asarray(indices, jnp.int32)
+    priorities = jnp.asarray(priorities, jnp.float32)
+    values = jnp.where(priorities == 0, 0.0, priorities**priority_exponent)
+    mask = item_is_valid(state, indices, sample_sequence_length, period)
+    tree = _sum_tree.set_batch(state.sum_tree_state, indices, values, mask)
+    return state.replace(sum_tree_state=tree)  # type: ignore[attr-defined]
+
+
+@frozen_container
+class PrioritisedTrajectoryBuffer(TrajectoryBuffer, Generic[Experience]):
+    """A trajectory buffer with ``set_priorities(state, indices, priorities)``."""
+
+    set_priorities: Callable[..., Any] = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
+
+
+def check_device(device: str) -> str:
+    if device not in _DEVICES:
+        warnings.warn(
+            f"device must be one of {_DEVICES}, got {device!r}; using 'cpu'", stacklevel=3
+        )
+        return "cpu"
+    return device
+
+
+def divisible_time_axis(t_len: int, period: int, add_batch_size: int, stacklevel: int) -> int:
+    """Round ``t_len`` down to a multiple of ``period``, warning with the effective capacity."""
+    rounded = t_len - t_len % period
+    check(rounded >= 1, f"`period` ({period}) must be <= max_length_time_axis ({t_len})")
+    if rounded != t_len:
+        warnings.warn(
+            f"max_length_time_axis={t_len} is not a multiple of period={period}: using "
+            f"{rounded}, so the buffer holds {rounded * add_batch_size} timesteps "
+            f"({(t_len - rounded) * add_batch_size} fewer). See `buffer.capacity`.",
+            stacklevel=stacklevel + 1,
+        )
+    return rounded
+
+
+def build_prioritised(
+    add_batch_size: int,
+    sample_batch_size: int,
+    sample_sequence_length: int,
+    period: int,
+    min_length_time_axis: int,
+    t_len: int,
+    priority_exponent: float,
+    device: str,
+) -> PrioritisedTrajectoryBuffer:
+    """Bind a prioritised buffer from already validated, resolved arguments."""
+    min_len = check_sequence_args(sample_sequence_length, period, min_length_time_axis, t_len)
+    seq = {"sample_sequence_length": sample_sequence_length, "period": period}
+    return PrioritisedTrajectoryBuffer(
+        init=functools.partial(
+            prioritised_init,
+            add_batch_size=add_batch_size,
+            max_length_time_axis=t_len,
+            period=period,
+        ),
+        add=functools.partial(prioritised_add, device=device, **seq),
+        sample=functools.partial(
+            prioritised_sample,
+            batch_size=sample_batch_size,
+            sequence_length=sample_sequence_length,
+            period=period,
+            min_length_time_axis=min_len,
+        ),
+        can_sample=functools.partial(can_sample, min_length_time_axis=min_len),
+        set_priorities=functools.partial(
+            set_priorities, priority_exponent=priority_exponent, device=device, **seq
+        ),
+        add_batch_size=add_batch_size,
+        sample_batch_size=sample_batch_size,
+        max_length_time_axis=t_len,
+        min_length_time_axis=min_len,
+        sample_sequence_length=sample_sequence_length,
+        period=period,
+    )
+
+
+def make_prioritised_trajectory_buffer(
+    add_batch_size: int,
+    sample_batch_size: int,
+    sample_sequence_length: int,
+    period: int,
+    min_length_time_axis: int,
+    max_size: int | None = None,
+    max_length_time_axis: int | None = None,
+    priority_exponent: float = 0.6,
+    device: str = "cpu",
+) -> PrioritisedTrajectoryBuffer:
+    """A prioritised trajectory buffer (same signature and semantics as the reference's).
+
+    Arguments as :func:`buffers.make_trajectory_buffer`, plus ``priority_exponent`` (alpha in
+    the PER paper, in [0, 1]) and ``device`` (accepted for compatibility; one algorithm
+    serves every backend). ``max_length_time_axis`` is rounded down to a multiple of ``period``
+    with a warning that names the effective capacity.
+    """
+    add_batch_size = positive_int("add_batch_size", add_batch_size)
+    positive_int("sample_batch_size", sample_batch_size)
+    positive_int("period", period)
+    check_priority_exponent(priority_exponent)
+    device = check_device(device)
+    t_len = resolve_time_axis(add_batch_size, max_size, max_length_time_axis, stacklevel=2)
+    t_len = divisible_time_axis(t_len, period, add_batch_size, stacklevel=2)
+    return build_prioritised(
+        add_batch_size,
+        sample_batch_size,
+        sample_sequence_length,
+        period,
+        min_length_time_axis,
+        t_len,
+        priority_exponent,
+        device,
+    )
+
+
+__all__ = [
+    "PrioritisedTrajectoryBuffer",
+    "PrioritisedTrajectoryBufferSample",
+    "PrioritisedTrajectoryBufferState",
+    "make_prioritised_trajectory_buffer",
+    "prioritised_add",
+    "prioritised_init",
+    "prioritised_sample",
+    "set_priorities",
+]
+_ = _counter

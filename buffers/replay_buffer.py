@@ -1,0 +1,104 @@
+"""A minimal functional replay buffer: one flat ring of independent transitions.
+
+For users who want only that: no rows, no sequences. ``add`` takes ``[k, ...]`` transitions
+(``k <= buffer_size``); ``sample`` draws ``batch_size`` of the stored ones uniformly with
+replacement. Sampling an empty buffer raises :class:`~buffers.NotReadyError` eagerly; inside
+``jit`` use ``sample_masked`` (which also returns the ``valid`` mask) or run under ``checkify``;
+plain ``sample`` fills floating leaves with NaN in that case so the mistake cannot pass as data.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+import chex
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from buffers import _counter
+from buffers._pytree import frozen_container, pytree_dataclass
+from buffers._validation import check_timestep, positive_int, validate_batch
+from buffers.trajectory_buffer import ready_mask
+
+Transition = TypeVar("Transition", bound=chex.ArrayTree)
+
+
+@pytree_dataclass
+class ReplayBufferState(Generic[Transition]):
+    """``data`` leaves ``[buffer_size, ...]``; ``position``: next slot; ``size``: stored count;
+    ``write_counter``: transitions ever added (never wraps)."""
+
+    data: Transition
+    position: Array
+    size: Array
+    write_counter: Array = None  # type: ignore[assignment]
+
+
+@frozen_container
+class ReplayBuffer:
+    """``ReplayBuffer(buffer_size)``: ``init``, ``add``, ``sample``, ``sample_masked``,
+    ``add_and_sample``; all pure and jittable (``batch_size`` is static)."""
+
+    buffer_size: int
+
+    def __post_init__(self) -> None:
+        positive_int("buffer_size", self.buffer_size)
+
+    def init(self, sample_transition: Transition) -> ReplayBufferState[Transition]:
+        example = check_timestep(sample_transition)
+        data = jax.tree.map(lambda x: jnp.zeros((self.buffer_size, *x.shape), x.dtype), example)
+        zero = jnp.array(0, jnp.int32)
+        return ReplayBufferState(data, zero, zero, _counter.zero())
+
+    def add(
+        self, state: ReplayBufferState[Transition], transitions: Transition
+    ) -> ReplayBufferState[Transition]:
+        # The stored data has one leading axis; validate with a dummy time axis folded away.
+        expanded = jax.tree.map(lambda x: x[None], state.data)
+        transitions = validate_batch(
+            expanded, transitions, 2, ("k",), max_time=None, what="ReplayBuffer.add"
+        )
+        k = jax.tree_util.tree_leaves(transitions)[0].shape[0]
+        if k > self.buffer_size:
+            raise ValueError(f"ReplayBuffer.add: {k} transitions exceed buffer_size {self.buffer_size}")
+        idx = (state.position + jnp.arange(k)) % self.buffer_size
+        data = jax.tree.map(
+            lambda buf, new: buf.at[idx].set(new, unique_indices=True), state.data, transitions
+        )
+        return ReplayBufferState(
+            data,
+            ((state.position + k) % self.buffer_size).astype(jnp.int32),
+            jnp.minimum(state.size + k, self.buffer_size).astype(jnp.int32),
+            _counter.advance(state.write_counter, k),
+        )
+
+    def sample_masked(
+        self, state: ReplayBufferState[Transition], batch_size: int, key: chex.PRNGKey
+    ) -> tuple[ReplayBufferState[Transition], Transition, Array]:
+        """``(state, batch, valid)``; ``valid`` is false for every item of an empty buffer."""
+        valid = ready_mask(state.size > 0, batch_size, "ReplayBuffer.sample")
+        idx = jax.random.randint(key, (batch_size,), 0, jnp.maximum(state.size, 1))
+        return state, jax.tree.map(lambda x: x[idx], state.data), valid
+
+    def sample(
+        self, state: ReplayBufferState[Transition], batch_size: int, key: chex.PRNGKey
+    ) -> tuple[ReplayBufferState[Transition], Transition]:
+        state, batch, valid = self.sample_masked(state, batch_size, key)
+
+        def poison(x: Array) -> Array:
+            if not jnp.issubdtype(x.dtype, jnp.inexact):
+                return x
+            mask = valid.reshape((-1,) + (1,) * (x.ndim - 1))
+            return jnp.where(mask, x, jnp.nan)
+
+        return state, jax.tree.map(poison, batch)
+
+    def add_and_sample(
+        self,
+        state: ReplayBufferState[Transition],
+        transitions: Transition,
+        batch_size: int,
+        key: chex.PRNGKey,
+    ) -> tuple[ReplayBufferState[Transition], Transition]:
+        return self.sample(self.add(state, transitions), batch_size, key)

@@ -1,0 +1,186 @@
+"""Trajectory queue: FIFO over ``[B, T, ...]``; every ``sample`` consumes what it returns.
+
+Unlike the reference, the queue never overwrites unread data and never hands out stale data:
+
+* ``add`` when ``can_add`` is false raises :class:`~buffers.QueueFullError` eagerly; inside
+  ``jit`` the add is refused (the state is returned unchanged, ``write_counter`` does not move)
+  and ``checkify`` reports it.
+* ``sample`` when ``can_sample`` is false raises :class:`~buffers.NotReadyError` eagerly;
+  inside ``jit`` the read position does not move and the sample's ``valid`` mask is false.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any, Generic
+
+import jax
+import jax.numpy as jnp
+from jax import Array
+from jax.experimental import checkify
+
+from buffers import _counter
+from buffers._errors import QueueFullError
+from buffers._pytree import frozen_container, pytree_dataclass
+from buffers._validation import check, positive_int, validate_batch
+from buffers.trajectory_buffer import (
+    Experience,
+    init,
+    is_tracing,
+    ready_mask,
+    resolve_time_axis,
+    tree_shape_prefix,
+)
+
+
+@pytree_dataclass
+class TrajectoryQueueState(Generic[Experience]):
+    """``experience [B, T, ...]``, ``write_index``, ``read_index``, ``is_full`` (as the reference)
+    and ``write_counter`` (timesteps ever added, see :func:`buffers.timesteps_added`)."""
+
+    experience: Experience
+    write_index: Array
+    read_index: Array
+    is_full: Array
+    write_counter: Array = None  # type: ignore[assignment]
+
+
+@pytree_dataclass
+class TrajectoryQueueSample(Generic[Experience]):
+    """``experience`` leaves ``[B, sample_sequence_length, ...]``; ``valid``: ``bool[B]``."""
+
+    experience: Experience
+    valid: Any = None
+
+
+def queue_init(
+    experience: Experience, add_batch_size: int, max_length_time_axis: int
+) -> TrajectoryQueueState[Experience]:
+    base = init(experience, add_batch_size, max_length_time_axis)
+    zero = jnp.array(0, jnp.int32)
+    return TrajectoryQueueState(
+        experience=base.experience,
+        write_index=zero,
+        read_index=zero,
+        is_full=jnp.array(False),
+        write_counter=_counter.zero(),
+    )
+
+
+def occupancy(state: TrajectoryQueueState[Experience]) -> Array:
+    """Unread timesteps per row."""
+    _, t_len = tree_shape_prefix(state.experience, 2)
+    return jnp.where(state.is_full, t_len, (state.write_index - state.read_index) % t_len)
+
+
+def can_add(state: TrajectoryQueueState[Experience], add_sequence_length: int) -> Array:
+    _, t_len = tree_shape_prefix(state.experience, 2)
+    return occupancy(state) + add_sequence_length <= t_len
+
+
+def can_sample(state: TrajectoryQueueState[Experience], sample_sequence_length: int) -> Array:
+    return occupancy(state) >= sample_sequence_length
+
+
+def queue_add(
+    state: TrajectoryQueueState[Experience], batch: Experience
+) -> TrajectoryQueueState[Experience]:
+    """Append ``batch`` ``[B, L, ...]`` if it fits; refused (state unchanged) if it does not."""
+    b_size, t_len = tree_shape_prefix(state.experience, 2)
+    batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
+    seq_len = tree_shape_prefix(batch, 2)[1]
+    ok = can_add(state, seq_len)
+    if not is_tracing(ok) and not bool(ok):
+        raise QueueFullError(
+            f"add: {seq_len} timesteps do not fit: the queue holds {int(occupancy(state))} "
+            f"unread of {t_len}. Sample (consume) first, or check `can_add`."
+        )
+    checkify.debug_check(ok, "add: the trajectory queue is full (add refused)")
+    indices = (state.write_index + jnp.arange(seq_len)) % t_len
+    experience = jax.tree.map(
+        lambda buf, new: buf.at[:, indices].set(
+            jnp.where(ok, new, buf[:, indices]), unique_indices=True
+        ),
+        state.experience,
+        batch,
+    )
+    new_write = (state.write_index + seq_len) % t_len
+    return state.replace(  # type: ignore[attr-defined]
+        experience=experience,
+        write_index=jnp.where(ok, new_write, state.write_index).astype(jnp.int32),
+        is_full=jnp.where(ok, new_write == state.read_index, state.is_full),
+        write_counter=_counter.advance(state.write_counter, jnp.where(ok, seq_len, 0)),
+    )
+
+
+def queue_sample(
+    state: TrajectoryQueueState[Experience], sequence_length: int
+) -> tuple[TrajectoryQueueState[Experience], TrajectoryQueueSample[Experience]]:
+    """The oldest ``sequence_length`` unread timesteps of every row, and the advanced state."""
+    b_size, t_len = tree_shape_prefix(state.experience, 2)
+    ready = can_sample(state, sequence_length)
+    valid = ready_mask(ready, b_size, "sample")
+    times = (state.read_index + jnp.arange(sequence_length)) % t_len
+    experience = jax.tree.map(lambda x: x[:, times], state.experience)
+    new_read = (state.read_index + sequence_length) % t_len
+    new_state = state.replace(  # type: ignore[attr-defined]
+        read_index=jnp.where(ready, new_read, state.read_index).astype(jnp.int32),
+        is_full=state.is_full & ~ready,
+    )
+    return new_state, TrajectoryQueueSample(experience=experience, valid=valid)
+
+
+@frozen_container
+class TrajectoryQueue(Generic[Experience]):
+    """``init``, ``add``, ``sample`` (returns ``(state, sample)``), ``can_sample``, ``can_add``."""
+
+    init: Callable[..., Any]
+    add: Callable[..., Any]
+    sample: Callable[..., Any]
+    can_sample: Callable[..., Array]
+    can_add: Callable[..., Array]
+    add_batch_size: int = dataclasses.field(default=0, kw_only=True)
+    max_length_time_axis: int = dataclasses.field(default=0, kw_only=True)
+
+
+def make_trajectory_queue(
+    max_length_time_axis: int,
+    add_batch_size: int,
+    add_sequence_length: int,
+    sample_sequence_length: int,
+    max_size: int | None = None,
+) -> TrajectoryQueue:
+    """A FIFO trajectory queue (same signature as the reference's).
+
+    ``max_size`` (total timesteps) overrides ``max_length_time_axis`` when given, as in the
+    reference; a warning names the effective capacity when it does not divide evenly.
+    """
+    add_batch_size = positive_int("add_batch_size", add_batch_size)
+    add_sequence_length = positive_int("add_sequence_length", add_sequence_length)
+    sample_sequence_length = positive_int("sample_sequence_length", sample_sequence_length)
+    t_len = resolve_time_axis(
+        add_batch_size,
+        max_size,
+        None if max_size is not None else max_length_time_axis,
+        stacklevel=2,
+    )
+    check(
+        sample_sequence_length <= t_len and add_sequence_length <= t_len,
+        f"`sample_sequence_length` ({sample_sequence_length}) and `add_sequence_length` "
+        f"({add_sequence_length}) must be <= the time axis ({t_len})",
+    )
+    return TrajectoryQueue(
+        init=functools.partial(
+            queue_init, add_batch_size=add_batch_size, max_length_time_axis=t_len
+        ),
+        add=queue_add,
+        sample=functools.partial(queue_sample, sequence_length=sample_sequence_length),
+        can_sample=functools.partial(can_sample, sample_sequence_length=sample_sequence_length),
+        can_add=functools.partial(can_add, add_sequence_length=add_sequence_length),
+        add_batch_size=add_batch_size,
+        max_length_time_axis=t_len,
+    )
+
+
