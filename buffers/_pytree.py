@@ -8,7 +8,7 @@ name leaves as ``experience/obs``. Unflattening bypasses ``__init__`` so that tr
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, TypeVar
+from typing import Any, TypeVar, dataclass_transform
 
 import jax
 
@@ -19,6 +19,7 @@ def _replace(self: T, **changes: Any) -> T:
     return dataclasses.replace(self, **changes)  # type: ignore[type-var]
 
 
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
 def pytree_dataclass(cls: type[T]) -> type[T]:
     """Make ``cls`` a frozen dataclass, a pytree (with key paths) and give it ``.replace``."""
     dc = dataclasses.dataclass(frozen=True)(cls)
@@ -43,6 +44,7 @@ def pytree_dataclass(cls: type[T]) -> type[T]:
     return dc
 
 
+@dataclass_transform(frozen_default=True, field_specifiers=(dataclasses.field,))
 def frozen_container(cls: type[T]) -> type[T]:
     """A frozen dataclass of functions (a buffer), with ``.replace`` like the reference's."""
     dc = dataclasses.dataclass(frozen=True)(cls)

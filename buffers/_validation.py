@@ -78,25 +78,27 @@ def validate_batch(
     ``experience`` leaves have ``state_prefix_axes`` leading axes (``[B, T]`` -> 2) followed by
     the per-timestep shape. ``batch`` leaves must have ``batch_prefix`` leading axes, each an
     exact size or a label (``"L"``, ``"B"``) for a free size that every leaf must share
-    (``"L"``, the time axis, is also bounded by ``max_time``), then the same per-timestep shape and dtype. Raises :class:`BatchStructureError` that
-    names every bad leaf.
+    (``"L"``, the time axis, is also bounded by ``max_time``), then the same per-timestep
+    shape and dtype. Raises :class:`BatchStructureError` that names every bad leaf.
     """
     exp_paths = leaves_with_paths(experience, "experience")
-    exp_def = jax.tree_util.tree_structure(experience)
+    exp_def: Any = jax.tree_util.tree_structure(experience)
     try:
         batch_leaves = exp_def.flatten_up_to(batch)
     except (ValueError, TypeError):
         got_paths = leaves_with_paths(batch, "experience")
-        want = {p for p, _ in exp_paths}
-        have = {p for p, _ in got_paths}
-        mismatches = [LeafMismatch(p, "a leaf here", "nothing") for p in sorted(want - have)]
-        mismatches += [LeafMismatch(p, "no leaf here", "a leaf") for p in sorted(have - want)]
-        if not mismatches:
+        want_paths = {p for p, _ in exp_paths}
+        have_paths = {p for p, _ in got_paths}
+        missing = sorted(want_paths - have_paths)
+        extra = sorted(have_paths - want_paths)
+        found = [LeafMismatch(p, "a leaf here", "nothing") for p in missing]
+        found += [LeafMismatch(p, "no leaf here", "a leaf") for p in extra]
+        if not found:
             got_def = jax.tree_util.tree_structure(batch)
-            mismatches = [LeafMismatch("experience", f"structure {exp_def}", f"{got_def}")]
+            found = [LeafMismatch("experience", f"structure {exp_def}", f"{got_def}")]
         raise BatchStructureError(
             f"{what}: batch structure differs from the buffer's",
-            mismatches,
+            found,
             "Add batches with exactly the structure of the timestep given to `init`.",
         ) from None
 

@@ -19,11 +19,10 @@ from collections.abc import Callable
 from typing import Any, Generic
 
 import chex
-import jax
 import jax.numpy as jnp
 from jax import Array
 
-from buffers import _counter, _sum_tree
+from buffers import _sum_tree
 from buffers._pytree import frozen_container, pytree_dataclass
 from buffers._sum_tree import SumTreeState
 from buffers._validation import check, check_priority_exponent, positive_int, validate_batch
@@ -88,9 +87,7 @@ def _filled(is_full: Array, current_index: Array, t_len: int) -> Array:
     return jnp.where(is_full, t_len, current_index)
 
 
-def item_is_valid(
-    state: Any, item_indices: Array, sequence_length: int, period: int
-) -> Array:
+def item_is_valid(state: Any, item_indices: Array, sequence_length: int, period: int) -> Array:
     """Whether each item's window holds written data and does not straddle the write position."""
     _, t_len = tree_shape_prefix(state.experience, 2)
     slot = (item_indices % (t_len // period)) * period
@@ -262,7 +259,7 @@ def build_prioritised(
 ) -> PrioritisedTrajectoryBuffer:
     """Bind a prioritised buffer from already validated, resolved arguments."""
     min_len = check_sequence_args(sample_sequence_length, period, min_length_time_axis, t_len)
-    seq = {"sample_sequence_length": sample_sequence_length, "period": period}
+    seq: dict[str, Any] = {"sample_sequence_length": sample_sequence_length, "period": period}
     return PrioritisedTrajectoryBuffer(
         init=functools.partial(
             prioritised_init,
@@ -338,4 +335,3 @@ __all__ = [
     "prioritised_sample",
     "set_priorities",
 ]
-_ = _counter

@@ -9,7 +9,7 @@ plain ``sample`` fills floating leaves with NaN in that case so the mistake cann
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import chex
 import jax
@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jax import Array
 
 from buffers import _counter
+from buffers._errors import BufferConfigError
 from buffers._pytree import frozen_container, pytree_dataclass
 from buffers._validation import check_timestep, positive_int, validate_batch
 from buffers.trajectory_buffer import ready_mask
@@ -61,7 +62,9 @@ class ReplayBuffer:
         )
         k = jax.tree_util.tree_leaves(transitions)[0].shape[0]
         if k > self.buffer_size:
-            raise ValueError(f"ReplayBuffer.add: {k} transitions exceed buffer_size {self.buffer_size}")
+            raise BufferConfigError(
+                f"ReplayBuffer.add: {k} transitions exceed buffer_size {self.buffer_size}"
+            )
         idx = (state.position + jnp.arange(k)) % self.buffer_size
         data = jax.tree.map(
             lambda buf, new: buf.at[idx].set(new, unique_indices=True), state.data, transitions

@@ -182,5 +182,3 @@ def make_trajectory_queue(
         add_batch_size=add_batch_size,
         max_length_time_axis=t_len,
     )
-
-
