@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any, Generic, NamedTuple
 
@@ -78,6 +79,13 @@ def flat_layout_args(
         t_len >= 2,
         f"`max_length // add_batch_size` must be >= 2, got {max_length}//{rows} = {t_len}",
     )
+    if t_len * rows != max_length:
+        warnings.warn(
+            f"max_length={max_length} is not a multiple of add_batch_size={rows}: the buffer "
+            f"holds {t_len * rows} timesteps ({rows} rows x {t_len}), "
+            f"{max_length - t_len * rows} fewer than asked. See `buffer.capacity`.",
+            stacklevel=4,
+        )
     min_time = min_length // rows + 1
     check(
         min_time <= t_len,
