@@ -1,1 +1,27 @@
-"""The Vault (persistence)."""
+"""The Vault: a persistent, append-only store of buffer states in Zarr v3 via TensorStore."""
+
+from vault._errors import (
+    UnsavedDataLostError,
+    VaultCorruptError,
+    VaultError,
+    VaultExistsError,
+    VaultMetadataError,
+    VaultModeError,
+    VaultNotFoundError,
+    VaultReadError,
+    VaultStructureError,
+)
+from vault._vault import Vault
+
+__all__ = [
+    "UnsavedDataLostError",
+    "Vault",
+    "VaultCorruptError",
+    "VaultError",
+    "VaultExistsError",
+    "VaultMetadataError",
+    "VaultModeError",
+    "VaultNotFoundError",
+    "VaultReadError",
+    "VaultStructureError",
+]

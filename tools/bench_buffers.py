@@ -1,0 +1,742 @@
+"""Benchmark rlvault's ``buffers`` against Flashbax (when importable) on the same workload.
+
+Workload (the reference's benchmark configuration): a buffer of 500_000 timesteps, each a dict
+of a float32 ``(32, 32, 3)`` observation plus small scalar fields (reward float32, done bool,
+action int32). For the flat, item, trajectory and prioritised trajectory buffers it times:
+
+* ``add_1``: add one timestep per call (flat ``add_batch_size=None``, item
+  ``add_batches=False``, trajectory buffers ``add_batch_size=1`` with a length-1 sequence);
+* ``add_128``: add a batch of 128 timesteps per call (flat ``add_batch_size=128``, item
+  ``add_batches=True``, trajectory buffers ``add_batch_size=128`` with a length-1 sequence);
+* ``sample_256``: sample a batch of 256 from a full buffer in the ``add_128`` layout.
+
+Each row is timed two ways: ``loop`` (a Python loop calling the jitted function N times,
+``block_until_ready`` at the end) and ``scan`` (N iterations inside one jitted
+``jax.lax.scan``). ``add`` is jitted with ``donate_argnums=0`` for both libraries. Each repeat
+builds a fresh state (only one buffer state is alive at a time), warms up (compiles) and then
+times; rows report the median over repeats. Libraries are interleaved (rlvault then Flashbax
+for every repeat of every case) so machine noise affects both alike.
+
+Peak memory is measured in one fresh subprocess per (library, buffer kind): everything is
+compiled first (ahead of time, from abstract shapes), then the peak resident set size
+(``VmHWM``) is read before ``init``, after ``init``, after filling the buffer with a Python loop
+of donated adds, after a donated ``scan`` of adds and after sampling; the growth over the
+baseline is compared with the size of the state's arrays.
+
+Usage::
+
+    python tools/bench_buffers.py --quick            # smoke test, well under a minute
+    python tools/bench_buffers.py --out results.json # full configuration
+    python tools/bench_buffers.py --json             # JSON on stdout, table on stderr
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import importlib
+import importlib.metadata
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any, TextIO
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+KINDS = ("flat", "item", "trajectory", "prioritised_trajectory")
+LAYOUTS = ("single", "batch")
+LOOPS = ("loop", "scan")
+PROBE_MARK = "BENCH_PROBE_JSON "
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Sizes and iteration counts of one benchmark run."""
+
+    capacity: int
+    repeats: int
+    n_add1_loop: int
+    n_add1_scan: int
+    n_addb_loop: int
+    n_addb_scan: int
+    n_sample_loop: int
+    n_sample_scan: int
+    add_batch_size: int = 128
+    sample_batch_size: int = 256
+    sample_sequence_length: int = 2
+    period: int = 1
+    obs_shape: tuple[int, ...] = (32, 32, 3)
+
+
+FULL = Config(
+    capacity=500_000,
+    repeats=5,
+    n_add1_loop=2000,
+    n_add1_scan=5000,
+    n_addb_loop=200,
+    n_addb_scan=200,
+    n_sample_loop=100,
+    n_sample_scan=100,
+)
+QUICK = Config(
+    capacity=20_000,
+    repeats=2,
+    n_add1_loop=200,
+    n_add1_scan=500,
+    n_addb_loop=20,
+    n_addb_scan=20,
+    n_sample_loop=20,
+    n_sample_scan=20,
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Libraries, buffers, data
+# --------------------------------------------------------------------------------------------
+
+
+def load_libraries() -> dict[str, ModuleType]:
+    """``{"rlvault": buffers, "flashbax": flashbax}``; Flashbax only when importable."""
+    import buffers
+
+    libs: dict[str, ModuleType] = {"rlvault": buffers}
+    with contextlib.suppress(ImportError):
+        libs["flashbax"] = importlib.import_module("flashbax")
+    return libs
+
+
+def timestep(cfg: Config) -> dict[str, jax.Array]:
+    """One timestep (no batch or time axis)."""
+    return {
+        "obs": jnp.zeros(cfg.obs_shape, jnp.float32),
+        "reward": jnp.zeros((), jnp.float32),
+        "done": jnp.zeros((), jnp.bool_),
+        "action": jnp.zeros((), jnp.int32),
+    }
+
+
+def layout_capacity(cfg: Config, layout: str) -> int:
+    """Timesteps held: the batch layout rounds down to a multiple of ``add_batch_size``."""
+    if layout == "single":
+        return cfg.capacity
+    return (cfg.capacity // cfg.add_batch_size) * cfg.add_batch_size
+
+
+def make_buffer(lib: ModuleType, kind: str, layout: str, cfg: Config) -> Any:
+    """The buffer of ``kind`` whose ``add`` takes one timestep (single) or 128 (batch)."""
+    cap = layout_capacity(cfg, layout)
+    single = layout == "single"
+    rows = 1 if single else cfg.add_batch_size
+    seq, period = cfg.sample_sequence_length, cfg.period
+    if kind == "flat":
+        return lib.make_flat_buffer(
+            cap,
+            cfg.sample_batch_size,
+            cfg.sample_batch_size,
+            add_batch_size=None if single else rows,
+        )
+    if kind == "item":
+        return lib.make_item_buffer(
+            cap, cfg.sample_batch_size, cfg.sample_batch_size, add_batches=not single
+        )
+    if kind == "trajectory":
+        return lib.make_trajectory_buffer(
+            rows, cfg.sample_batch_size, seq, period, seq, max_length_time_axis=cap // rows
+        )
+    if kind == "prioritised_trajectory":
+        return lib.make_prioritised_trajectory_buffer(
+            rows,
+            cfg.sample_batch_size,
+            seq,
+            period,
+            seq,
+            max_length_time_axis=cap // rows,
+            priority_exponent=0.6,
+            device="cpu",
+        )
+    raise ValueError(f"unknown buffer kind {kind!r}")
+
+
+def describe_layout(kind: str, layout: str, cfg: Config) -> str:
+    cap = layout_capacity(cfg, layout)
+    b = cfg.add_batch_size
+    seq = f"sample_sequence_length={cfg.sample_sequence_length}, period={cfg.period}"
+    if kind == "flat":
+        return f"max_length={cap}, add_batch_size={None if layout == 'single' else b}"
+    if kind == "item":
+        return f"max_length={cap}, add_batches={layout == 'batch'}"
+    rows = 1 if layout == "single" else b
+    return f"add_batch_size={rows}, max_length_time_axis={cap // rows}, {seq}"
+
+
+def make_batch(kind: str, layout: str, cfg: Config) -> dict[str, jax.Array]:
+    """What one ``add`` call takes for this kind and layout (non-zero data)."""
+    if layout == "single":
+        prefix: tuple[int, ...] = (1, 1) if kind.endswith("trajectory") else ()
+    else:
+        b = cfg.add_batch_size
+        prefix = (b, 1) if kind.endswith("trajectory") else (b,)
+    rng = np.random.default_rng(0)
+    return {
+        "obs": jnp.asarray(rng.standard_normal((*prefix, *cfg.obs_shape), dtype=np.float32)),
+        "reward": jnp.ones(prefix, jnp.float32),
+        "done": jnp.zeros(prefix, jnp.bool_),
+        "action": jnp.ones(prefix, jnp.int32),
+    }
+
+
+def adds_to_fill(cfg: Config, layout: str) -> int:
+    """``add`` calls that write every slot (each call adds 1 or ``add_batch_size`` timesteps)."""
+    per_add = 1 if layout == "single" else cfg.add_batch_size
+    return layout_capacity(cfg, layout) // per_add
+
+
+# --------------------------------------------------------------------------------------------
+# Jitted workloads
+# --------------------------------------------------------------------------------------------
+
+
+def checksum(tree: Any) -> jax.Array:
+    """A scalar that depends on every element of ``tree`` (keeps the sample from being elided)."""
+    total = jnp.zeros((), jnp.float32)
+    for leaf in jax.tree_util.tree_leaves(tree):
+        total = total + jnp.sum(leaf.astype(jnp.float32))
+    return total
+
+
+def scan_add(add: Callable[[Any, Any], Any], n: int) -> Callable[[Any, Any], Any]:
+    """``state -> state`` after ``n`` adds of ``batch``, all inside one ``lax.scan``."""
+
+    def run(state: Any, batch: Any) -> Any:
+        def body(carry: Any, _: None) -> tuple[Any, None]:
+            return add(carry, batch), None
+
+        out, _ = jax.lax.scan(body, state, None, length=n)
+        return out
+
+    return run
+
+
+def scan_sample(sample: Callable[[Any, Any], Any], n: int) -> Callable[[Any, Any], jax.Array]:
+    """``n`` samples inside one ``lax.scan``, each reduced into a running checksum."""
+
+    def run(state: Any, key: jax.Array) -> jax.Array:
+        def body(acc: jax.Array, k: jax.Array) -> tuple[jax.Array, None]:
+            return acc + checksum(sample(state, k)), None
+
+        out, _ = jax.lax.scan(body, jnp.zeros((), jnp.float32), jax.random.split(key, n))
+        return out
+
+    return run
+
+
+@dataclasses.dataclass
+class Workload:
+    """One library's buffer for one (kind, layout) and its jitted functions (compiled once)."""
+
+    buffer: Any
+    batch: dict[str, jax.Array]
+    add_loop: Callable[[Any, Any], Any]
+    add_scan: Callable[[Any, Any], Any]
+    n_add_loop: int
+    n_add_scan: int
+    sample_loop: Callable[[Any, Any], Any] | None = None
+    sample_scan: Callable[[Any, Any], jax.Array] | None = None
+    first_call_s: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def make_workload(lib: ModuleType, kind: str, layout: str, cfg: Config) -> Workload:
+    buf = make_buffer(lib, kind, layout, cfg)
+    single = layout == "single"
+    n_loop = cfg.n_add1_loop if single else cfg.n_addb_loop
+    n_scan = cfg.n_add1_scan if single else cfg.n_addb_scan
+    wl = Workload(
+        buffer=buf,
+        batch=make_batch(kind, layout, cfg),
+        add_loop=jax.jit(buf.add, donate_argnums=0),
+        add_scan=jax.jit(scan_add(buf.add, n_scan), donate_argnums=0),
+        n_add_loop=n_loop,
+        n_add_scan=n_scan,
+    )
+    if not single:
+        wl.sample_loop = jax.jit(buf.sample)
+        wl.sample_scan = jax.jit(scan_sample(buf.sample, cfg.n_sample_scan))
+    return wl
+
+
+# --------------------------------------------------------------------------------------------
+# Memory helpers
+# --------------------------------------------------------------------------------------------
+
+
+def proc_status_bytes(field: str) -> int | None:
+    """``VmRSS`` / ``VmHWM`` of this process in bytes (``None`` where /proc is unavailable)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def peak_rss_bytes() -> int:
+    """Peak resident set size: ``VmHWM``, else ``getrusage`` (KiB on Linux)."""
+    hwm = proc_status_bytes("VmHWM")
+    if hwm is not None:
+        return hwm
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def current_rss_bytes() -> int | None:
+    return proc_status_bytes("VmRSS")
+
+
+def tree_nbytes(tree: Any) -> int:
+    return int(
+        sum(np.dtype(x.dtype).itemsize * int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
+    )
+
+
+def experience_nbytes(state: Any) -> int:
+    return tree_nbytes(state.experience)
+
+
+def first_leaf_pointer(state: Any) -> int | None:
+    leaf = jax.tree_util.tree_leaves(state.experience)[0]
+    try:
+        return int(leaf.unsafe_buffer_pointer())
+    except Exception:  # pointer not available on every backend
+        return None
+
+
+# --------------------------------------------------------------------------------------------
+# Timing
+# --------------------------------------------------------------------------------------------
+
+
+def timed_add_loop(
+    fn: Callable[[Any, Any], Any], state: Any, batch: Any, n: int
+) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    for _ in range(n):
+        state = fn(state, batch)
+    jax.block_until_ready(state)
+    return state, time.perf_counter() - t0
+
+
+def timed_call(fn: Callable[..., Any], *args: Any) -> tuple[Any, float]:
+    t0 = time.perf_counter()
+    out = fn(*args)
+    jax.block_until_ready(out)
+    return out, time.perf_counter() - t0
+
+
+def timed_sample_loop(fn: Callable[[Any, Any], Any], state: Any, keys: list[jax.Array]) -> float:
+    outs = []
+    t0 = time.perf_counter()
+    for k in keys:
+        outs.append(fn(state, k))
+    jax.block_until_ready(outs)
+    dt = time.perf_counter() - t0
+    del outs
+    return dt
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def run_group(
+    wl: Workload, kind: str, layout: str, cfg: Config, rep: int
+) -> tuple[dict[tuple[str, str], float], dict[str, Any]]:
+    """Fresh state, warm-up, then time this layout's rows once. Returns ``{(op, loop): us/op}``."""
+    results: dict[tuple[str, str], float] = {}
+    info: dict[str, Any] = {}
+    state = wl.buffer.init(timestep(cfg))
+    jax.block_until_ready(state)
+    info["rss_after_init"] = current_rss_bytes()
+    op = "add_1" if layout == "single" else f"add_{cfg.add_batch_size}"
+    added = 0
+
+    # Python loop: warm up (compiles on the first repeat), check donation, then time.
+    ptr = first_leaf_pointer(state)
+    state, dt = timed_call(wl.add_loop, state, wl.batch)
+    if rep == 0:
+        wl.first_call_s[f"{op}/loop"] = dt
+    info["donated_in_place"] = ptr is not None and ptr == first_leaf_pointer(state)
+    for _ in range(2):
+        state = wl.add_loop(state, wl.batch)
+    added += 3
+    state, dt = timed_add_loop(wl.add_loop, state, wl.batch, wl.n_add_loop)
+    added += wl.n_add_loop
+    results[(op, "loop")] = dt / wl.n_add_loop * 1e6
+
+    # One lax.scan of N adds: warm-up call, then timed call.
+    state, dt = timed_call(wl.add_scan, state, wl.batch)
+    if rep == 0:
+        wl.first_call_s[f"{op}/scan"] = dt
+    state, dt = timed_call(wl.add_scan, state, wl.batch)
+    added += 2 * wl.n_add_scan
+    results[(op, "scan")] = dt / wl.n_add_scan * 1e6
+
+    if wl.sample_loop is not None and wl.sample_scan is not None:
+        # Fill every slot so that samples range over the whole buffer.
+        while added < adds_to_fill(cfg, layout):
+            state = wl.add_scan(state, wl.batch)
+            added += wl.n_add_scan
+        jax.block_until_ready(state)
+        info["rss_after_fill"] = current_rss_bytes()
+        if not bool(wl.buffer.can_sample(state)):
+            raise RuntimeError(f"{kind}: can_sample is false after filling the buffer")
+        key = jax.random.PRNGKey(rep)
+        keys = list(jax.random.split(key, cfg.n_sample_loop))
+        sop = f"sample_{cfg.sample_batch_size}"
+        _, dt = timed_call(wl.sample_loop, state, keys[0])
+        if rep == 0:
+            wl.first_call_s[f"{sop}/loop"] = dt
+        timed_sample_loop(wl.sample_loop, state, keys[:3])
+        dt = timed_sample_loop(wl.sample_loop, state, keys)
+        results[(sop, "loop")] = dt / cfg.n_sample_loop * 1e6
+        _, dt = timed_call(wl.sample_scan, state, key)
+        if rep == 0:
+            wl.first_call_s[f"{sop}/scan"] = dt
+        _, dt = timed_call(wl.sample_scan, state, jax.random.fold_in(key, 1))
+        results[(sop, "scan")] = dt / cfg.n_sample_scan * 1e6
+
+    info["state_bytes"] = tree_nbytes(state)
+    del state
+    gc.collect()
+    return results, info
+
+
+def n_iters(cfg: Config, op: str, loop: str) -> int:
+    if op == "add_1":
+        return cfg.n_add1_loop if loop == "loop" else cfg.n_add1_scan
+    if op.startswith("add_"):
+        return cfg.n_addb_loop if loop == "loop" else cfg.n_addb_scan
+    return cfg.n_sample_loop if loop == "loop" else cfg.n_sample_scan
+
+
+def run_timings(libs: dict[str, ModuleType], cfg: Config) -> tuple[list[dict[str, Any]], list[Any]]:
+    rows: list[dict[str, Any]] = []
+    groups: list[dict[str, Any]] = []
+    for kind in KINDS:
+        for layout in LAYOUTS:
+            workloads = {name: make_workload(lib, kind, layout, cfg) for name, lib in libs.items()}
+            times: dict[str, dict[tuple[str, str], list[float]]] = {name: {} for name in libs}
+            infos: dict[str, list[dict[str, Any]]] = {name: [] for name in libs}
+            for rep in range(cfg.repeats):
+                for name in libs:  # interleaved: rlvault, then flashbax, every repeat
+                    t0 = time.perf_counter()
+                    res, info = run_group(workloads[name], kind, layout, cfg, rep)
+                    infos[name].append(info)
+                    for key, us in res.items():
+                        times[name].setdefault(key, []).append(us)
+                    log(
+                        f"  {kind:<22} {layout:<6} rep {rep} {name:<8} "
+                        + " ".join(f"{o}/{lp}={us:.1f}us" for (o, lp), us in res.items())
+                        + f"  ({time.perf_counter() - t0:.1f}s)"
+                    )
+            groups.append(
+                {
+                    "kind": kind,
+                    "layout": layout,
+                    "buffer_args": describe_layout(kind, layout, cfg),
+                    "capacity": layout_capacity(cfg, layout),
+                    "per_library": {
+                        name: {
+                            "state_bytes": infos[name][0]["state_bytes"],
+                            "donated_in_place": all(i["donated_in_place"] for i in infos[name]),
+                            "rss_after_init_bytes": [i["rss_after_init"] for i in infos[name]],
+                            "rss_after_fill_bytes": [i.get("rss_after_fill") for i in infos[name]],
+                            "first_call_s": workloads[name].first_call_s,
+                        }
+                        for name in libs
+                    },
+                }
+            )
+            for op, loop in times["rlvault"]:
+                row: dict[str, Any] = {
+                    "kind": kind,
+                    "op": op,
+                    "loop": loop,
+                    "n_iters": n_iters(cfg, op, loop),
+                    "buffer_args": describe_layout(kind, layout, cfg),
+                }
+                for name in libs:
+                    samples = times[name][(op, loop)]
+                    row[name] = {
+                        "median_us": statistics.median(samples),
+                        "min_us": min(samples),
+                        "max_us": max(samples),
+                        "repeats_us": samples,
+                    }
+                if "flashbax" in libs:
+                    row["ratio_flashbax_over_rlvault"] = (
+                        row["flashbax"]["median_us"] / row["rlvault"]["median_us"]
+                    )
+                rows.append(row)
+            del workloads
+            gc.collect()
+    return rows, groups
+
+
+# --------------------------------------------------------------------------------------------
+# Memory probe (runs in a subprocess per library and kind)
+# --------------------------------------------------------------------------------------------
+
+
+def memory_probe(lib_name: str, kind: str, cfg: Config) -> dict[str, Any]:
+    """Peak RSS growth while creating, filling and sampling one buffer (batch layout)."""
+    lib = load_libraries()[lib_name]
+    layout = "batch"
+    buf = make_buffer(lib, kind, layout, cfg)
+    ts = timestep(cfg)
+    batch = make_batch(kind, layout, cfg)
+    key = jax.random.PRNGKey(0)
+    abstract = jax.eval_shape(buf.init, ts)
+    n_scan = cfg.n_addb_scan
+    add_c = jax.jit(buf.add, donate_argnums=0).lower(abstract, batch).compile()
+    scan_c = jax.jit(scan_add(buf.add, n_scan), donate_argnums=0).lower(abstract, batch).compile()
+    sample_c = jax.jit(buf.sample).lower(abstract, key).compile()
+    keys = list(jax.random.split(key, 10))
+    gc.collect()
+    baseline = peak_rss_bytes()
+    rss0 = current_rss_bytes()
+
+    state = buf.init(ts)
+    jax.block_until_ready(state)
+    after_init = peak_rss_bytes()
+    for _ in range(adds_to_fill(cfg, layout)):
+        state = add_c(state, batch)
+    jax.block_until_ready(state)
+    after_fill = peak_rss_bytes()
+    state = scan_c(state, batch)
+    jax.block_until_ready(state)
+    after_scan = peak_rss_bytes()
+    for k in keys:
+        jax.block_until_ready(sample_c(state, k))
+    after_sample = peak_rss_bytes()
+    data = tree_nbytes(state)
+    return {
+        "library": lib_name,
+        "kind": kind,
+        "buffer_args": describe_layout(kind, layout, cfg),
+        "state_bytes": data,
+        "experience_bytes": experience_nbytes(state),
+        "baseline_peak_rss_bytes": baseline,
+        "baseline_rss_bytes": rss0,
+        "peak_rss_after_init_bytes": after_init,
+        "peak_rss_after_fill_loop_bytes": after_fill,
+        "peak_rss_after_scan_add_bytes": after_scan,
+        "peak_rss_after_sample_bytes": after_sample,
+        "peak_growth_bytes": after_sample - baseline,
+        "overhead_bytes": after_sample - baseline - data,
+    }
+
+
+def run_memory_probes(libs: dict[str, ModuleType], cfg: Config, quick: bool) -> list[Any]:
+    out: list[Any] = []
+    for kind in KINDS:
+        for name in libs:
+            cmd = [sys.executable, os.path.abspath(__file__), "--probe", name, kind]
+            cmd += ["--quick"] if quick else []
+            cmd += ["--capacity", str(cfg.capacity)]
+            t0 = time.perf_counter()
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(PROBE_MARK)]
+            if proc.returncode != 0 or not lines:
+                log(f"  memory probe {name}/{kind} failed (rc={proc.returncode}):\n{proc.stderr}")
+                out.append({"library": name, "kind": kind, "error": proc.stderr[-2000:]})
+                continue
+            res = json.loads(lines[-1][len(PROBE_MARK) :])
+            out.append(res)
+            log(
+                f"  memory {kind:<22} {name:<8} data {res['state_bytes'] / 2**20:9.1f} MiB, "
+                f"peak growth {res['peak_growth_bytes'] / 2**20:9.1f} MiB "
+                f"({time.perf_counter() - t0:.1f}s)"
+            )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------------------------
+
+
+def package_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def machine_info() -> dict[str, Any]:
+    cpu_model = None
+    mem_total = None
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu_model = next(
+                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None
+            )
+        with open("/proc/meminfo") as f:
+            mem_total = next(
+                (int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemTotal")), None
+            )
+    except OSError:
+        pass
+    return {
+        "cpu_count": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_model": cpu_model,
+        "mem_total_bytes": mem_total,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "jaxlib": package_version("jaxlib"),
+        "numpy": np.__version__,
+        "flashbax": package_version("flashbax"),
+        "rlvault": package_version("rlvault"),
+        "backend": jax.default_backend(),
+        "devices": [str(d) for d in jax.devices()],
+        "xla_flags": os.environ.get("XLA_FLAGS"),
+    }
+
+
+def fmt_us(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.1f}" if x < 1000 else f"{x:,.0f}"
+
+
+def markdown(result: dict[str, Any]) -> Iterator[str]:
+    has_fbx = "flashbax" in result["libraries"]
+    yield (
+        f"Capacity {result['config']['capacity']:,} timesteps, obs float32 "
+        f"{tuple(result['config']['obs_shape'])}; median of {result['config']['repeats']} "
+        "repeats; time per operation in microseconds; ratio = flashbax / rlvault "
+        "(> 1: rlvault faster)."
+    )
+    yield ""
+    yield "| buffer | operation | loop | N | rlvault us/op | flashbax us/op | ratio |"
+    yield "|---|---|---|---:|---:|---:|---:|"
+    for r in result["rows"]:
+        fbx = r["flashbax"]["median_us"] if has_fbx else None
+        ratio = f"{r['ratio_flashbax_over_rlvault']:.2f}" if has_fbx else "-"
+        yield (
+            f"| {r['kind']} | {r['op']} | {r['loop']} | {r['n_iters']} | "
+            f"{fmt_us(r['rlvault']['median_us'])} | {fmt_us(fbx)} | {ratio} |"
+        )
+    if result["memory"]:
+        yield ""
+        yield (
+            "Peak memory (fresh process per row, batch layout; growth of peak RSS over the "
+            "baseline after compilation, through init, a Python loop of donated adds filling "
+            "the buffer, a donated scan of adds and 10 samples):"
+        )
+        yield ""
+        yield "| library | buffer | state MiB | peak growth MiB | overhead MiB |"
+        yield "|---|---|---:|---:|---:|"
+        mib = 2**20
+        for m in result["memory"]:
+            if "error" in m:
+                yield f"| {m['library']} | {m['kind']} | error | - | - |"
+                continue
+            yield (
+                f"| {m['library']} | {m['kind']} | {m['state_bytes'] / mib:,.1f} | "
+                f"{m['peak_growth_bytes'] / mib:,.1f} | {m['overhead_bytes'] / mib:,.1f} |"
+            )
+    slower = [r for r in result["rows"] if has_fbx and r["ratio_flashbax_over_rlvault"] < 1.0]
+    if slower:
+        yield ""
+        yield "Rows where rlvault is slower than flashbax (ratio < 1):"
+        for r in slower:
+            yield f"- {r['kind']} {r['op']} {r['loop']}: {r['ratio_flashbax_over_rlvault']:.2f}"
+
+
+def write_table(result: dict[str, Any], stream: TextIO) -> None:
+    for line in markdown(result):
+        print(line, file=stream)
+    stream.flush()
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small capacity and few iterations")
+    p.add_argument("--json", action="store_true", help="JSON to stdout (table to stderr)")
+    p.add_argument("--out", type=str, default=None, help="write the JSON to this path")
+    p.add_argument("--capacity", type=int, default=None, help="override the capacity")
+    p.add_argument("--repeats", type=int, default=None, help="override the repeat count")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory probes")
+    p.add_argument("--no-flashbax", action="store_true", help="benchmark rlvault alone")
+    p.add_argument("--probe", nargs=2, metavar=("LIBRARY", "KIND"), help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cfg = QUICK if args.quick else FULL
+    if args.capacity is not None:
+        cfg = dataclasses.replace(cfg, capacity=args.capacity)
+    if args.repeats is not None:
+        cfg = dataclasses.replace(cfg, repeats=args.repeats)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+
+    if args.probe:
+        res = memory_probe(args.probe[0], args.probe[1], cfg)
+        print(PROBE_MARK + json.dumps(res), flush=True)
+        return 0
+
+    libs = load_libraries()
+    if args.no_flashbax:
+        libs.pop("flashbax", None)
+    if "flashbax" not in libs:
+        log("flashbax is not importable (or disabled): benchmarking rlvault alone")
+    log(f"libraries: {list(libs)}; config: {cfg}")
+    t_start = time.perf_counter()
+    memory: list[Any] = []
+    if not args.no_memory:
+        log("peak-memory probes (one subprocess per library and kind):")
+        memory = run_memory_probes(libs, cfg, args.quick)
+    log("timings:")
+    rows, groups = run_timings(libs, cfg)
+    result = {
+        "config": dataclasses.asdict(cfg) | {"quick": args.quick},
+        "libraries": list(libs),
+        "machine": machine_info(),
+        "rows": rows,
+        "groups": groups,
+        "memory": memory,
+        "main_process_peak_rss_bytes": peak_rss_bytes(),
+        "wall_time_s": time.perf_counter() - t_start,
+    }
+    text = json.dumps(result, indent=2)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text + "\n")
+        log(f"wrote {args.out}")
+    if args.json:
+        write_table(result, sys.stderr)
+        print(text)
+    else:
+        write_table(result, sys.stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The Vault's error hierarchy: every error is a :class:`VaultError` and the matching builtin."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class VaultError(Exception):
+    """Root of every error raised by :mod:`vault`."""
+
+
+class VaultNotFoundError(VaultError, FileNotFoundError):
+    """No vault at the location (or the directory is not a vault)."""
+
+
+class VaultExistsError(VaultError, FileExistsError):
+    """``Vault.create`` found a vault (or other data) at the location."""
+
+
+class VaultModeError(VaultError, PermissionError):
+    """A write on a vault opened read-only."""
+
+
+class VaultCorruptError(VaultError, OSError):
+    """Stored data or metadata failed validation (checksum, schema, commit record)."""
+
+
+class VaultStructureError(VaultError, ValueError):
+    """A state's structure, shapes or dtypes differ from the vault's; lists every bad leaf."""
+
+    def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
+        self.problems = list(problems)
+        lines = "".join(f"\n  - {p}" for p in self.problems)
+        super().__init__(message + lines)
+
+
+class UnsavedDataLostError(VaultError, ValueError):
+    """More timesteps were added since the last write than the buffer holds.
+
+    ``lost`` is the number of timesteps (per row) overwritten before they could be saved.
+    """
+
+    def __init__(self, message: str, lost: int) -> None:
+        self.lost = lost
+        super().__init__(message)
+
+
+class VaultReadError(VaultError, ValueError):
+    """A read asked for something the vault does not have (rows, timesteps, leaves)."""
+
+
+class VaultMetadataError(VaultError, ValueError):
+    """User metadata that is not JSON or that would overwrite a reserved key."""

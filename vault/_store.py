@@ -1,0 +1,134 @@
+"""TensorStore plumbing: array specs (codecs, chunks), JSON files, the atomic commit record."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import tensorstore as ts
+
+from vault._errors import VaultCorruptError, VaultNotFoundError
+from vault._location import child_spec, display
+
+FORMAT_VERSION = 1
+MANIFEST_KEY = "zarr.json"  # the root group's metadata; the manifest lives in its attributes
+COMMIT_KEY = "commit/zarr.json"  # an empty Zarr group whose attributes hold the record
+EXPERIENCE = "experience"
+TARGET_CHUNK_BYTES = 4 << 20
+MAX_TIME_CHUNK = 1 << 16
+
+CODECS = {
+    "zstd": lambda level: {"name": "zstd", "configuration": {"level": level, "checksum": False}},
+    "gzip": lambda level: {"name": "gzip", "configuration": {"level": level}},
+    "blosc": lambda level: {
+        "name": "blosc",
+        "configuration": {"cname": "zstd", "clevel": level, "shuffle": "shuffle"},
+    },
+}
+
+
+def codec_chain(codec: str | None, level: int | None) -> list[dict[str, Any]]:
+    """``bytes`` -> optional compressor -> ``crc32c`` (every chunk carries a checksum)."""
+    chain: list[dict[str, Any]] = [{"name": "bytes", "configuration": {"endian": "little"}}]
+    if codec is not None:
+        if codec not in CODECS:
+            raise ValueError(f"unknown codec {codec!r}; choose one of {sorted(CODECS)} or None")
+        chain.append(CODECS[codec](3 if level is None else level))
+    chain.append({"name": "crc32c"})
+    return chain
+
+
+def choose_chunk(rows: int, item_shape: tuple[int, ...], dtype: np.dtype) -> list[int]:
+    """Whole frames x a block of timesteps, about ``TARGET_CHUNK_BYTES`` per chunk.
+
+    Small items keep every row in one chunk (one file per block of time); large items (>= 4 KiB
+    per timestep, e.g. images) get one row per chunk so a chunk stays a few MiB.
+    """
+    step_bytes = max(1, math.prod(item_shape) * dtype.itemsize)
+    chunk_rows = 1 if step_bytes >= 4096 else rows
+    steps = max(1, TARGET_CHUNK_BYTES // (chunk_rows * step_bytes))
+    steps = min(1 << (steps.bit_length() - 1), MAX_TIME_CHUNK)
+    return [chunk_rows, steps, *item_shape]
+
+
+def array_metadata(
+    rows: int, item_shape: tuple[int, ...], dtype: np.dtype, chunk: list[int], codecs: list[Any]
+) -> dict[str, Any]:
+    return {
+        "shape": [rows, 0, *item_shape],
+        "data_type": np.dtype(dtype).name,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunk}},
+        "codecs": codecs,
+        "fill_value": False if np.dtype(dtype) == np.bool_ else 0,
+        "dimension_names": ["row", "time", *[f"dim_{i}" for i in range(len(item_shape))]],
+    }
+
+
+def create_array(root: dict[str, Any], name: str, metadata: dict[str, Any], ctx: ts.Context) -> Any:
+    spec = {"driver": "zarr3", "kvstore": child_spec(root, name), "metadata": metadata}
+    return ts.open(spec, create=True, context=ctx)
+
+
+def open_array(root: dict[str, Any], name: str, ctx: ts.Context, read_only: bool) -> Any:
+    spec = {"driver": "zarr3", "kvstore": child_spec(root, name)}
+    mode = {"read": True} if read_only else {"read": True, "write": True}
+    return ts.open(spec, context=ctx, **mode)
+
+
+def group_json(attributes: dict[str, Any] | None = None) -> bytes:
+    doc: dict[str, Any] = {"zarr_format": 3, "node_type": "group"}
+    if attributes:
+        doc["attributes"] = attributes
+    return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+
+def read_json(kv: Any, key: str, root: dict[str, Any]) -> dict[str, Any] | None:
+    value = kv.read(key).result()
+    if value.state != "value":
+        return None
+    try:
+        doc = json.loads(bytes(value.value))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise VaultCorruptError(f"{display(root)}/{key} is not valid JSON: {err}") from None
+    if not isinstance(doc, dict):
+        raise VaultCorruptError(f"{display(root)}/{key}: expected a JSON object")
+    return doc
+
+
+def write_commit(kv: Any, doc: dict[str, Any]) -> None:
+    """Replace the commit record atomically (the file kvstore writes a temp file, fsyncs and
+    renames; object stores replace an object in one PUT)."""
+    kv.write(COMMIT_KEY, group_json({"rlvault_commit": doc})).result()
+
+
+def read_commit(kv: Any, root: dict[str, Any]) -> dict[str, Any] | None:
+    group = read_json(kv, COMMIT_KEY, root)
+    if group is None:
+        return None
+    doc = group.get("attributes", {}).get("rlvault_commit")
+    if not isinstance(doc, dict):
+        raise VaultCorruptError(f"{display(root)}/{COMMIT_KEY}: no 'rlvault_commit' attributes")
+    return doc
+
+
+def load_manifest(kv: Any, root: dict[str, Any]) -> dict[str, Any]:
+    group = read_json(kv, MANIFEST_KEY, root)
+    if group is None:
+        raise VaultNotFoundError(f"no vault at {display(root)} (no {MANIFEST_KEY})")
+    manifest = group.get("attributes", {}).get("rlvault")
+    if not isinstance(manifest, dict):
+        raise VaultNotFoundError(
+            f"{display(root)} is a Zarr node but not an rlvault vault (no 'rlvault' attributes)"
+        )
+    version = manifest.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise VaultCorruptError(
+            f"{display(root)}: manifest format_version {version!r} is not supported by this "
+            f"rlvault (reads versions <= {FORMAT_VERSION}); upgrade rlvault"
+        )
+    for field in ("rows", "structure", "leaves"):
+        if field not in manifest:
+            raise VaultCorruptError(f"{display(root)}: manifest lacks {field!r}")
+    return manifest

@@ -1,0 +1,607 @@
+"""The Vault: appends only the unseen timesteps of a buffer state to Zarr v3 arrays.
+
+Commit protocol (shared/DESIGN.md, Vault invariant 2): data chunks of every leaf are written
+and awaited first; then the commit record (``rlvault-commit.json``: committed length, the
+buffer's write counter, a sequence number) is replaced atomically. Readers never look past the
+committed length, so after a crash the vault shows exactly the last committed prefix and the
+next append overwrites any partial tail.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+import tensorstore as ts
+
+from vault import _structure
+from vault._errors import (
+    UnsavedDataLostError,
+    VaultCorruptError,
+    VaultError,
+    VaultExistsError,
+    VaultMetadataError,
+    VaultModeError,
+    VaultReadError,
+    VaultStructureError,
+)
+from vault._location import display, kvstore_spec
+from vault._store import (
+    COMMIT_KEY,
+    EXPERIENCE,
+    FORMAT_VERSION,
+    MANIFEST_KEY,
+    array_metadata,
+    choose_chunk,
+    codec_chain,
+    create_array,
+    group_json,
+    load_manifest,
+    open_array,
+    read_commit,
+    write_commit,
+)
+
+OnOverrun = Literal["error", "save_surviving"]
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("rlvault")
+    except Exception:
+        return "unknown"
+
+
+class _Snapshot:
+    """What ``write`` needs from a buffer state: experience, indices, counter, stacking."""
+
+    def __init__(self, state: Any) -> None:
+        if not hasattr(state, "experience") or not hasattr(state, "write_counter"):
+            raise VaultStructureError(
+                f"write() takes a buffer state from `buffers` (with `experience` and "
+                f"`write_counter`), got {type(state).__name__}"
+            )
+        from buffers import timesteps_added
+
+        current = np.asarray(state.current_index if hasattr(state, "current_index") else 0)
+        self.stack = current.ndim  # leading device/vmap axes folded into rows
+        if self.stack and (np.any(current != current.flat[0])):
+            raise VaultStructureError(
+                "stacked (pmap/vmap) state whose parts are at different time positions: "
+                f"current_index={current.tolist()}"
+            )
+        counter = timesteps_added(state)
+        counters = np.atleast_1d(np.asarray(counter, dtype=object))
+        if any(c != counters[0] for c in counters):
+            raise VaultStructureError(f"stacked state with different write counters {counter}")
+        self.counter = int(counters[0])
+        self.current = int(current.flat[0]) if current.size else 0
+        full = np.asarray(state.is_full)
+        self.full = bool(full.flat[0])
+        self.experience = state.experience
+        first = _first_leaf(state.experience)
+        self.time_len = int(first.shape[self.stack + 1])
+        self.rows = int(math.prod(first.shape[: self.stack + 1]))
+
+    @property
+    def held(self) -> int:
+        return self.time_len if self.full else self.current
+
+    def leaf(self, value: Any) -> np.ndarray:
+        arr = np.asarray(value)
+        return arr.reshape((self.rows, self.time_len, *arr.shape[self.stack + 2 :]))
+
+
+def _first_leaf(tree: Any) -> Any:
+    import jax
+
+    leaves = jax.tree_util.tree_leaves(tree)
+    if not leaves:
+        raise VaultStructureError("the experience has no array leaves")
+    return leaves[0]
+
+
+class Vault:
+    """A dataset of timesteps ``[rows, time, ...]`` per leaf, appended from buffer states.
+
+    Create with :meth:`Vault.create`, open with :meth:`Vault.open`; ``Vault(name, ...)``
+    behaves like the reference's constructor (opens if present, else creates).
+    """
+
+    def __init__(
+        self,
+        vault_name: str,
+        experience_structure: Any = None,
+        rel_dir: str = "vaults",
+        vault_uid: str | None = None,
+        compression: dict[str, Any] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> None:
+        from pathlib import Path
+
+        base = Path(rel_dir) / vault_name
+        if vault_uid is None:
+            existing = sorted(p.name for p in base.glob("*") if (p / MANIFEST_KEY).exists())
+            vault_uid = existing[-1] if existing and experience_structure is None else None
+        if vault_uid is None:
+            vault_uid = _dt.datetime.now().strftime("%Y%m%d%H%M%S")
+        location = base / vault_uid
+        if (location / MANIFEST_KEY).exists():
+            self._init_open(str(location), "a")
+        else:
+            if experience_structure is None:
+                raise VaultError(
+                    f"no vault at {location}: give `experience_structure` (a buffer state) to "
+                    "create one"
+                )
+            codec, level = _compat_compression(compression)
+            other = Vault.create(
+                str(location), experience_structure, codec=codec, level=level, metadata=metadata
+            )
+            self.__dict__.update(other.__dict__)
+
+    # ----------------------------------------------------------------------------- lifecycle
+    @classmethod
+    def create(
+        cls,
+        location: str,
+        structure_or_state: Any,
+        *,
+        rows: int | None = None,
+        codec: str | None = "zstd",
+        level: int | None = None,
+        chunk: dict[str, Sequence[int]] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> Vault:
+        """Create an empty vault at ``location`` shaped like a buffer state.
+
+        ``structure_or_state`` is a buffer state (rows and per-timestep shapes are taken from
+        it) or one example timestep with ``rows`` given. ``codec``: ``"zstd"`` (default),
+        ``"blosc"``, ``"gzip"`` or ``None``; every chunk also gets a ``crc32c`` checksum.
+        ``chunk`` maps leaf paths to chunk shapes ``[rows, time, ...]`` to override the
+        default (whole frames x about 4 MiB of timesteps).
+        """
+        root = kvstore_spec(location)
+        ctx = _context(root)
+        kv = ts.KvStore.open(root, context=ctx).result()
+        if kv.read(MANIFEST_KEY).result().state == "value":
+            raise VaultExistsError(f"a Zarr node already exists at {display(root)}")
+        user = _check_metadata(metadata)
+        if hasattr(structure_or_state, "experience"):
+            snap = _Snapshot(structure_or_state)
+            example, n_rows, skip = snap.experience, snap.rows, snap.stack + 2
+        else:
+            if rows is None:
+                raise VaultStructureError("give `rows` when creating from a single timestep")
+            example, n_rows, skip = structure_or_state, int(rows), 0
+        node = _structure.describe(example)
+        names = _structure.leaf_names(node)
+        values = _structure.leaves(example, node)
+        codecs = codec_chain(codec, level)
+        chunk = dict(chunk or {})
+        unknown = sorted(set(chunk) - set(names))
+        if unknown:
+            raise VaultStructureError(f"`chunk` names unknown leaves {unknown}; leaves: {names}")
+        leaves_meta = []
+        futures = []
+        for name, value in zip(names, values, strict=True):
+            arr = np.asarray(value) if not hasattr(value, "dtype") else value
+            item_shape = tuple(int(d) for d in arr.shape[skip:])
+            dtype = np.dtype(arr.dtype)
+            chunk_shape = list(chunk.get(name) or choose_chunk(n_rows, item_shape, dtype))
+            leaves_meta.append(
+                {"name": name, "shape": list(item_shape), "dtype": dtype.name, "chunk": chunk_shape}
+            )
+            meta = array_metadata(n_rows, item_shape, dtype, chunk_shape, codecs)
+            futures.append(create_array(root, f"{EXPERIENCE}/{name}", meta, ctx))
+        for fut in futures:
+            fut.result()
+        for group in _group_paths(names):
+            kv.write(
+                f"{EXPERIENCE}/{group}/{MANIFEST_KEY}".replace("//", "/"), group_json()
+            ).result()
+        kv.write(f"{EXPERIENCE}/{MANIFEST_KEY}", group_json()).result()
+        manifest = {
+            "format_version": FORMAT_VERSION,
+            "rlvault_version": _version(),
+            "created": _dt.datetime.now(_dt.UTC).isoformat(),
+            "rows": n_rows,
+            "structure": node,
+            "leaves": leaves_meta,
+            "codecs": codecs,
+            "user_metadata": user,
+        }
+        write_commit(kv, {"committed_length": 0, "source_counter": None, "seq": 0, "gaps": []})
+        kv.write(MANIFEST_KEY, group_json({"rlvault": manifest})).result()
+        vault = cls.__new__(cls)
+        vault._setup(root, ctx, kv, manifest, "a")
+        return vault
+
+    @classmethod
+    def open(cls, location: str, mode: Literal["r", "a"] = "r") -> Vault:
+        """Open an existing vault, read-only (``"r"``) or for appending (``"a"``)."""
+        vault = cls.__new__(cls)
+        vault._init_open(location, mode)
+        return vault
+
+    def _init_open(self, location: str, mode: str) -> None:
+        if mode not in ("r", "a"):
+            raise ValueError(f"mode must be 'r' or 'a', got {mode!r}")
+        root = kvstore_spec(location)
+        ctx = _context(root)
+        kv = ts.KvStore.open(root, context=ctx).result()
+        manifest = load_manifest(kv, root)
+        self._setup(root, ctx, kv, manifest, mode)
+
+    def _setup(
+        self, root: dict[str, Any], ctx: Any, kv: Any, manifest: dict[str, Any], mode: str
+    ) -> None:
+        self._root, self._ctx, self._kv, self._manifest, self._mode = root, ctx, kv, manifest, mode
+        self._names = [leaf["name"] for leaf in manifest["leaves"]]
+        futures = [open_array(root, f"{EXPERIENCE}/{n}", ctx, mode == "r") for n in self._names]
+        self._arrays = [f.result() for f in futures]
+        self._commit: dict[str, Any] = {}
+        self.refresh()
+
+    def refresh(self) -> int:
+        """Re-read the commit record (see appends by another process); returns the length."""
+        doc = read_commit(self._kv, self._root)
+        if doc is None or not isinstance(doc.get("committed_length"), int):
+            raise VaultCorruptError(f"{self.location}: missing or invalid {COMMIT_KEY}")
+        self._commit = doc
+        return self.committed_length
+
+    # ----------------------------------------------------------------------------- properties
+    @property
+    def location(self) -> str:
+        return display(self._root)
+
+    @property
+    def committed_length(self) -> int:
+        """Committed timesteps per row."""
+        return int(self._commit["committed_length"])
+
+    vault_index = committed_length
+
+    @property
+    def rows(self) -> int:
+        return int(self._manifest["rows"])
+
+    @property
+    def leaf_names(self) -> list[str]:
+        return list(self._names)
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        """User metadata given at creation (reserved keys live elsewhere in the manifest)."""
+        return dict(self._manifest.get("user_metadata", {}))
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return dict(self._manifest)
+
+    @property
+    def gaps(self) -> list[dict[str, int]]:
+        """Where ``on_overrun="save_surviving"`` recorded lost timesteps."""
+        return list(self._commit.get("gaps", []))
+
+    # ----------------------------------------------------------------------------- writing
+    def write(
+        self, state: Any, *, on_overrun: OnOverrun = "error", new_buffer: bool = False
+    ) -> int:
+        """Append the timesteps added to ``state`` since the previous write; return how many.
+
+        The first write of a vault (or with ``new_buffer=True``) saves every timestep the
+        buffer holds. If more timesteps were added since the last write than the buffer holds,
+        the oldest unsaved ones are gone: :class:`UnsavedDataLostError` (vault unchanged), or
+        with ``on_overrun="save_surviving"`` the surviving ones are saved and the gap recorded
+        in :attr:`gaps`.
+        """
+        if self._mode != "a":
+            raise VaultModeError(f"{self.location} is open read-only; open it with mode='a'")
+        if on_overrun not in ("error", "save_surviving"):
+            raise ValueError(f"on_overrun must be 'error' or 'save_surviving', got {on_overrun!r}")
+        snap = _Snapshot(state)
+        values = self._check_state(snap)
+        source = self._commit.get("source_counter")
+        if source is None or new_buffer:
+            unsaved = snap.held
+        else:
+            if snap.counter < source:
+                raise VaultStructureError(
+                    f"{self.location}: the buffer's write counter ({snap.counter}) is behind the "
+                    f"vault's record of it ({source}): this is not the buffer this vault was "
+                    "written from. Pass new_buffer=True to append everything it holds."
+                )
+            unsaved = snap.counter - source
+        gaps = list(self._commit.get("gaps", []))
+        if unsaved > snap.held:
+            lost = unsaved - snap.held
+            if on_overrun == "error":
+                raise UnsavedDataLostError(
+                    f"{self.location}: {unsaved} timesteps per row were added since the last "
+                    f"write but the buffer holds {snap.held}; {lost} were overwritten before "
+                    "being saved. Nothing was written. Write more often (at least every "
+                    f"{snap.time_len} timesteps) or pass on_overrun='save_surviving'.",
+                    lost,
+                )
+            gaps.append({"at": self.committed_length, "lost": lost})
+            unsaved = snap.held
+        if unsaved == 0:
+            if snap.counter != source:
+                self._write_commit(self.committed_length, snap.counter, gaps)
+            return 0
+        start = (snap.current - unsaved) % snap.time_len
+        stop = start + unsaved
+        begin = self.committed_length
+        end = begin + unsaved
+        arrays = self._grow(end)
+        futures = []
+        for arr, value in zip(arrays, values, strict=True):
+            data = snap.leaf(value)
+            if stop <= snap.time_len:
+                part = data[:, start:stop]
+            else:
+                part = np.concatenate([data[:, start:], data[:, : stop - snap.time_len]], axis=1)
+            futures.append(arr[:, begin:end].write(part))
+        for fut in futures:
+            fut.result()
+        self._write_commit(end, snap.counter, gaps)
+        return unsaved
+
+    def _grow(self, length: int) -> list[Any]:
+        futures = []
+        for i, arr in enumerate(self._arrays):
+            if arr.shape[1] < length:
+                futures.append(
+                    (i, arr.resize(exclusive_max=[None, length] + [None] * (arr.rank - 2)))
+                )
+        for i, fut in futures:
+            self._arrays[i] = fut.result()
+        return self._arrays
+
+    def _write_commit(self, length: int, counter: int, gaps: list[dict[str, int]]) -> None:
+        doc = {
+            "committed_length": length,
+            "source_counter": counter,
+            "seq": int(self._commit.get("seq", 0)) + 1,
+            "gaps": gaps,
+        }
+        write_commit(self._kv, doc)
+        self._commit = doc
+
+    def _check_state(self, snap: _Snapshot) -> list[Any]:
+        """The state's leaves in vault order, or a VaultStructureError naming every bad leaf."""
+        try:
+            node = _structure.describe(snap.experience)
+        except VaultStructureError as err:
+            raise VaultStructureError(f"{self.location}: {err}") from None
+        if node != self._manifest["structure"]:
+            want = set(self._names)
+            have = set(_structure.leaf_names(node))
+            problems = [f"experience/{n}: missing from the state" for n in sorted(want - have)]
+            problems += [f"experience/{n}: not in the vault" for n in sorted(have - want)]
+            if not problems:
+                problems = ["container types differ from the vault's structure"]
+            raise VaultStructureError(
+                f"{self.location}: the state's structure differs from the vault's; nothing written",
+                problems,
+            )
+        values = _structure.leaves(snap.experience, node)
+        problems = []
+        if snap.rows != self.rows:
+            problems.append(f"rows: expected {self.rows}, got {snap.rows}")
+        for leaf, value in zip(self._manifest["leaves"], values, strict=True):
+            shape = list(value.shape[snap.stack + 2 :])
+            dtype = np.dtype(value.dtype).name
+            if shape != leaf["shape"] or dtype != leaf["dtype"]:
+                problems.append(
+                    f"experience/{leaf['name']}: expected [{self.rows}, T, "
+                    f"{', '.join(map(str, leaf['shape']))}] {leaf['dtype']}, got "
+                    f"[{snap.rows}, T, {', '.join(map(str, shape))}] {dtype}".replace(", ]", "]")
+                )
+        if problems:
+            raise VaultStructureError(
+                f"{self.location}: the state does not match the vault; nothing written", problems
+            )
+        return values
+
+    # ----------------------------------------------------------------------------- reading
+    def _time_range(
+        self,
+        start: int | None,
+        stop: int | None,
+        last: int | None,
+        percentiles: tuple[float, float] | None,
+    ) -> tuple[int, int]:
+        length = self.committed_length
+        chosen = sum(x is not None for x in (last, percentiles)) + (
+            start is not None or stop is not None
+        )
+        if chosen > 1:
+            raise VaultReadError("give at most one of start/stop, last and percentiles")
+        if last is not None:
+            if not isinstance(last, (int, np.integer)) or last < 0:
+                raise VaultReadError(f"last must be a non-negative int, got {last!r}")
+            if last > length:
+                raise VaultReadError(
+                    f"{self.location}: asked for the last {last} timesteps but only {length} "
+                    "are committed"
+                )
+            return length - int(last), length
+        if percentiles is not None:
+            try:
+                low, high = (float(p) for p in percentiles)
+            except (TypeError, ValueError):
+                raise VaultReadError(
+                    f"percentiles must be a pair (a, b), got {percentiles!r}"
+                ) from None
+            if not 0 <= low <= high <= 100:
+                raise VaultReadError(
+                    f"percentiles must satisfy 0 <= a <= b <= 100, got ({low}, {high})"
+                )
+            return math.floor(low / 100 * length), math.floor(high / 100 * length)
+        lo = 0 if start is None else int(start)
+        hi = length if stop is None else int(stop)
+        if not 0 <= lo <= hi <= length:
+            raise VaultReadError(
+                f"{self.location}: time range [{lo}, {hi}) is outside the committed [0, {length})"
+            )
+        return lo, hi
+
+    def read_numpy(
+        self,
+        *,
+        rows: Sequence[int] | slice | None = None,
+        start: int | None = None,
+        stop: int | None = None,
+        last: int | None = None,
+        percentiles: tuple[float, float] | None = None,
+        leaves: Sequence[str] | None = None,
+    ) -> Any:
+        """Committed data as numpy arrays ``[rows, time, ...]`` (no device transfer).
+
+        Returns the vault's structure (containers as written) or, when ``leaves`` selects a
+        subset by path (``"obs"``, ``"info/x"``), a dict ``{path: array}``.
+        """
+        lo, hi = self._time_range(start, stop, last, percentiles)
+        row_sel = self._row_selection(rows)
+        wanted = self._names if leaves is None else list(leaves)
+        unknown = [n for n in wanted if n not in self._names]
+        if unknown:
+            raise VaultReadError(
+                f"{self.location}: unknown leaves {unknown}; the vault has {self._names}"
+            )
+        index = {n: i for i, n in enumerate(self._names)}
+        futures = [self._arrays[index[n]][row_sel, lo:hi].read() for n in wanted]
+        out = [self._result(fut, n) for fut, n in zip(futures, wanted, strict=True)]
+        if leaves is not None:
+            return dict(zip(wanted, out, strict=True))
+        return _structure.build(self._manifest["structure"], out)
+
+    def _row_selection(self, rows: Sequence[int] | slice | None) -> Any:
+        if rows is None:
+            return slice(None)
+        if isinstance(rows, slice):
+            return rows
+        picked = [int(r) for r in rows]
+        bad = [r for r in picked if not 0 <= r < self.rows]
+        if bad:
+            raise VaultReadError(f"{self.location}: rows {bad} out of range [0, {self.rows})")
+        return picked
+
+    def _result(self, future: Any, name: str) -> np.ndarray:
+        try:
+            return future.result()
+        except ValueError as err:
+            text = str(err)
+            if "checksum" in text.lower() or "crc" in text.lower() or "decod" in text.lower():
+                raise VaultCorruptError(
+                    f"{self.location}: array experience/{name} has a corrupt chunk: {text}"
+                ) from None
+            raise
+
+    def read(
+        self,
+        timesteps: int | None = None,
+        percentiles: tuple[float, float] | None = None,
+        *,
+        rows: Sequence[int] | slice | None = None,
+        start: int | None = None,
+        stop: int | None = None,
+        leaves: Sequence[str] | None = None,
+        capacity: int | None = None,
+    ) -> Any:
+        """Committed data as a trajectory-buffer state (``timesteps``: the last N).
+
+        With ``capacity`` the state's time axis has that length: the data fills its start,
+        ``current_index``/``is_full`` are set so that ``add`` continues after it (when
+        ``capacity`` is smaller than the data, the most recent ``capacity`` timesteps are kept).
+        """
+        import jax.numpy as jnp
+
+        from buffers import TrajectoryBufferState
+
+        data = self.read_numpy(
+            rows=rows,
+            start=start,
+            stop=stop,
+            last=timesteps,
+            percentiles=percentiles,
+            leaves=leaves,
+        )
+        import jax
+
+        length = _first_leaf(data).shape[1]
+        cap = length if capacity is None else int(capacity)
+        if cap < 1:
+            raise VaultReadError(f"capacity must be >= 1 (and the read non-empty), got {cap}")
+
+        def fit(x: np.ndarray) -> Any:
+            if cap <= length:
+                return jnp.asarray(x[:, length - cap :])
+            padded = np.zeros((x.shape[0], cap, *x.shape[2:]), x.dtype)
+            padded[:, :length] = x
+            return jnp.asarray(padded)
+
+        experience = jax.tree.map(fit, data)
+        full = cap <= length
+        return TrajectoryBufferState(
+            experience=experience,
+            current_index=jnp.asarray(0 if full else length, jnp.int32),
+            is_full=jnp.asarray(full),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Vault({self.location!r}, rows={self.rows}, committed_length={self.committed_length}, "
+            f"leaves={self._names})"
+        )
+
+
+def _context(root: dict[str, Any]) -> Any:
+    """One TensorStore context per memory:// location so every handle sees the same store."""
+    if root["driver"] != "memory":
+        return ts.Context()
+    key = root["path"]
+    if key not in _MEMORY_CONTEXTS:
+        _MEMORY_CONTEXTS[key] = ts.Context()
+    return _MEMORY_CONTEXTS[key]
+
+
+_MEMORY_CONTEXTS: dict[str, Any] = {}
+
+
+def _group_paths(names: list[str]) -> list[str]:
+    groups: set[str] = set()
+    for name in names:
+        parts = name.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            groups.add("/".join(parts[:i]))
+    return sorted(groups)
+
+
+def _check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
+    import json
+
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise VaultMetadataError(f"metadata must be a dict, got {type(metadata).__name__}")
+    try:
+        return json.loads(json.dumps(metadata))
+    except (TypeError, ValueError) as err:
+        raise VaultMetadataError(f"metadata must be JSON-serialisable: {err}") from None
+
+
+def _compat_compression(compression: dict[str, Any] | None) -> tuple[str | None, int | None]:
+    if compression is None:
+        return "zstd", None
+    cname = compression.get("cname") or compression.get("id") or "zstd"
+    level = compression.get("clevel") or compression.get("level")
+    return ("blosc" if compression.get("id") == "blosc" else cname), level
