@@ -24,9 +24,35 @@ if _DEVICE_FLAG not in _flags:
 
 import dataclasses  # noqa: E402
 import functools  # noqa: E402
-from collections import Counter  # noqa: E402
+import importlib  # noqa: E402
+import sys  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
+
+
+def _import_installed_packages(*names: str) -> None:
+    """Import the project's packages before ``tests/`` can shadow them.
+
+    pytest puts the folder of this (package-less) conftest, ``tests/``, first on ``sys.path``.
+    ``tests/buffers/`` then looks like a namespace package called ``buffers`` to Python's path
+    finder, which runs before the editable install's finder: run as ``pytest`` (not
+    ``python -m pytest`` from the repository root), ``import buffers`` would give an empty
+    namespace. Importing the real packages once, with ``tests/`` off the path, settles it.
+    """
+    here = os.path.dirname(os.path.abspath(__file__))
+    saved = list(sys.path)
+    sys.path[:] = [p for p in saved if os.path.abspath(p or os.curdir) != here]
+    try:
+        for name in names:
+            module = sys.modules.get(name)
+            if module is not None and getattr(module, "__file__", None) is None:
+                del sys.modules[name]  # a namespace package picked up from tests/
+            importlib.import_module(name)
+    finally:
+        sys.path[:] = saved
+
+
+_import_installed_packages("buffers", "vault")
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -188,32 +214,25 @@ class Harness:
     """A built buffer of one kind with its pure adapters and jitted versions of them.
 
     One per kind and process, so every test module reuses the same compiled ``add`` and
-    ``sample`` (compilation dominates the suite's run time). ``traces`` counts how often the
-    jitted functions were traced: a retrace shows up there.
+    ``sample`` (compilation dominates the suite's run time). Tests that count traces or
+    transform the functions (``vmap``, ``checkify``) wrap the pure adapters themselves.
     """
 
     def __init__(self, kind: BufferKind) -> None:
         self.kind = kind
         self.buffer = kind.make()
-        self.traces: Counter[str] = Counter()
         self.init = functools.partial(kind.init, self.buffer)
         self.add = functools.partial(kind.add, self.buffer)
         self.sample = functools.partial(kind.sample, self.buffer)
         self.can_sample = functools.partial(kind.can_sample, self.buffer)
-        self.jit_add = jax.jit(self._counted("add", self.add))
-        self.jit_sample = jax.jit(self._counted("sample", self.sample))
-
-    def _counted(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def counted(*args: Any) -> Any:
-            self.traces[name] += 1
-            return fn(*args)
-
-        return counted
+        self.jit_add = jax.jit(self.add)
+        self.jit_sample = jax.jit(self.sample)
 
     def filled_state(self, n_adds: int | None = None, start: int = 0) -> Any:
         """A state after ``n_adds`` (default: ``adds_to_ready``) jitted adds of ``batch(i)``."""
+        n_adds = self.kind.adds_to_ready if n_adds is None else n_adds
         state = self.init(self.kind.timestep())
-        for i in range(start, start + (self.kind.adds_to_ready if n_adds is None else n_adds)):
+        for i in range(start, start + n_adds):
             state = self.jit_add(state, self.kind.batch(i))
         return state
 

@@ -551,18 +551,25 @@ def memory_probe(lib_name: str, kind: str, cfg: Config) -> dict[str, Any]:
 
 
 def run_memory_probes(libs: dict[str, ModuleType], cfg: Config, quick: bool) -> list[Any]:
+    """One subprocess per (library, kind). ``--quick`` runs two at a time (small buffers);
+    the full run runs them one at a time so that two large buffers never coexist."""
+    jobs = 2 if quick else 1
+    todo = [(kind, name) for kind in KINDS for name in libs]
     out: list[Any] = []
-    for kind in KINDS:
-        for name in libs:
+    for i in range(0, len(todo), jobs):
+        running = []
+        for kind, name in todo[i : i + jobs]:
             cmd = [sys.executable, os.path.abspath(__file__), "--probe", name, kind]
             cmd += ["--quick"] if quick else []
             cmd += ["--capacity", str(cfg.capacity)]
-            t0 = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(PROBE_MARK)]
-            if proc.returncode != 0 or not lines:
-                log(f"  memory probe {name}/{kind} failed (rc={proc.returncode}):\n{proc.stderr}")
-                out.append({"library": name, "kind": kind, "error": proc.stderr[-2000:]})
+            popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            running.append((kind, name, popen, time.perf_counter()))
+        for kind, name, popen, t0 in running:
+            stdout, stderr = popen.communicate()
+            lines = [ln for ln in stdout.splitlines() if ln.startswith(PROBE_MARK)]
+            if popen.returncode != 0 or not lines:
+                log(f"  memory probe {name}/{kind} failed (rc={popen.returncode}):\n{stderr}")
+                out.append({"library": name, "kind": kind, "error": stderr[-2000:]})
                 continue
             res = json.loads(lines[-1][len(PROBE_MARK) :])
             out.append(res)

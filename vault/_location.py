@@ -17,11 +17,11 @@ def kvstore_spec(location: str | os.PathLike[str]) -> dict[str, Any]:
         path = (parsed.netloc + parsed.path).strip("/")
         return {"driver": "memory", "path": f"{path}/" if path else ""}
     if parsed.scheme == "file":
-        text = parsed.path
+        text = parsed.netloc + parsed.path
     elif parsed.scheme and len(parsed.scheme) > 1:
         raise ValueError(f"unsupported vault location scheme {parsed.scheme!r} in {text!r}")
-    path = Path(text).expanduser().absolute()
-    return {"driver": "file", "path": f"{path.as_posix().rstrip('/')}/"}
+    absolute = Path(text).expanduser().absolute()
+    return {"driver": "file", "path": f"{absolute.as_posix().rstrip('/')}/"}
 
 
 def child_spec(root: dict[str, Any], name: str) -> dict[str, Any]:

@@ -73,8 +73,7 @@ def create_array(root: dict[str, Any], name: str, metadata: dict[str, Any], ctx:
 
 def open_array(root: dict[str, Any], name: str, ctx: ts.Context, read_only: bool) -> Any:
     spec = {"driver": "zarr3", "kvstore": child_spec(root, name)}
-    mode = {"read": True} if read_only else {"read": True, "write": True}
-    return ts.open(spec, context=ctx, **mode)
+    return ts.open(spec, context=ctx, read=True, write=not read_only)
 
 
 def group_json(attributes: dict[str, Any] | None = None) -> bytes:

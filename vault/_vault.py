@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import re
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -254,6 +255,14 @@ class Vault:
         if doc is None or not isinstance(doc.get("committed_length"), int):
             raise VaultCorruptError(f"{self.location}: missing or invalid {COMMIT_KEY}")
         self._commit = doc
+        stale = [i for i, a in enumerate(self._arrays) if a.shape[1] < self.committed_length]
+        read_only = self._mode == "r"
+        resolved = [
+            (i, open_array(self._root, f"{EXPERIENCE}/{self._names[i]}", self._ctx, read_only))
+            for i in stale
+        ]  # another process grew these arrays: reopen to see their new shape
+        for i, fut in resolved:
+            self._arrays[i] = fut.result()
         return self.committed_length
 
     # ----------------------------------------------------------------------------- properties
@@ -496,15 +505,19 @@ class Vault:
         return picked
 
     def _result(self, future: Any, name: str) -> np.ndarray:
+        """A read's value; a chunk that fails its checksum or decoding is VaultCorruptError."""
         try:
             return future.result()
         except ValueError as err:
             text = str(err)
-            if "checksum" in text.lower() or "crc" in text.lower() or "decod" in text.lower():
-                raise VaultCorruptError(
-                    f"{self.location}: array experience/{name} has a corrupt chunk: {text}"
-                ) from None
-            raise
+            if not text.startswith(("DATA_LOSS", "FAILED_PRECONDITION")):
+                raise
+            found = re.search(r"/c/([0-9/]+)\"", text)
+            chunk = f"chunk {found.group(1).replace('/', '.')}" if found else "a chunk"
+            raise VaultCorruptError(
+                f"{self.location}: array experience/{name}, {chunk} is corrupt ({text}). "
+                "Its data cannot be trusted; restore the vault from a copy."
+            ) from None
 
     def read(
         self,
