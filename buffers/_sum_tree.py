@@ -5,7 +5,8 @@ Layout: ``nodes[1]`` is the root, node ``i`` has children ``2i`` and ``2i + 1``,
 
 * ``set_batch`` writes leaves then recomputes each touched ancestor from its two children, so
   parents never drift from their children (no accumulated float deltas): cost
-  ``O(k log C)`` for ``k`` updates, independent of duplicates (they write the same sums).
+  ``O(k log C)`` for ``k`` updates; with duplicate indices one of their values is kept (the
+  last one on the CPU path), and the sums always match the leaves.
 * ``sample`` descends with a guard: it never steps into a subtree whose sum is zero, so float32
   rounding near the boundaries can never select a zero-priority leaf while any leaf is positive.
 """
@@ -45,24 +46,66 @@ def depth(state: SumTreeState) -> int:
     return (state.nodes.shape[-1] // 2).bit_length() - 1
 
 
-def set_batch(state: SumTreeState, indices: Array, values: Array, mask: Any = None) -> SumTreeState:
-    """Set leaves ``indices`` to ``values``; entries where ``mask`` is false are ignored."""
-    size = state.nodes.shape[-1]
-    leaves = size // 2
+SCALAR_LOOP_MAX = 256  # on CPU, updates one leaf at a time up to this many (cheapest there)
+
+
+def set_batch(
+    state: SumTreeState, indices: Array, values: Array, mask: Any = None, device: str = "cpu"
+) -> SumTreeState:
+    """Set leaves ``indices`` to ``values``; entries where ``mask`` is false are ignored.
+
+    Two exact strategies, same result: on CPU, small batches walk each leaf's path with scalar
+    in-place updates (a few hundred ns per leaf); otherwise every level is updated for the
+    whole batch at once (best on accelerators and for large batches).
+    """
     indices = jnp.asarray(indices, jnp.int32).reshape(-1)
     values = jnp.asarray(values, jnp.float32).reshape(-1)
+    leaves = state.nodes.shape[-1] // 2
     valid = indices < leaves if mask is None else jnp.asarray(mask).reshape(-1)
-    node = jnp.where(valid, indices + leaves, size)  # ``size`` is out of range: dropped
-    nodes = state.nodes.at[node].set(values, mode="drop")
-    for _ in range(depth(state)):
-        node = jnp.where(valid, node >> 1, size)
-        left = jnp.minimum(2 * node, size - 2)
-        nodes = nodes.at[node].set(nodes[left] + nodes[left + 1], mode="drop")
+    if device == "cpu" and indices.shape[0] <= SCALAR_LOOP_MAX:
+        nodes = _set_scalar_loop(state.nodes, indices, values, valid, depth(state))
+    else:
+        nodes = _set_by_level(state.nodes, indices, values, valid, depth(state))
     masked_max = jnp.max(jnp.where(valid, values, 0.0), initial=0.0)
     return SumTreeState(
         nodes=nodes,
         max_recorded_priority=jnp.maximum(state.max_recorded_priority, masked_max),
     )
+
+
+def _set_scalar_loop(
+    nodes: Array, indices: Array, values: Array, valid: Array, levels: int
+) -> Array:
+    leaves = nodes.shape[-1] // 2
+
+    def write(nodes: Array, leaf: Array, value: Array) -> Array:
+        node = leaf + leaves
+        nodes = jax.lax.dynamic_update_index_in_dim(nodes, value, node, 0)
+
+        def up(_: Any, carry: tuple[Array, Array]) -> tuple[Array, Array]:
+            nodes, node = carry
+            node = node >> 1
+            pair = jax.lax.dynamic_slice_in_dim(nodes, 2 * node, 2)
+            return jax.lax.dynamic_update_index_in_dim(nodes, pair[0] + pair[1], node, 0), node
+
+        return jax.lax.fori_loop(0, levels, up, (nodes, node))[0]
+
+    def one(nodes: Array, item: tuple[Array, Array, Array]) -> tuple[Array, None]:
+        leaf, value, ok = item
+        return jax.lax.cond(ok, write, lambda n, _l, _v: n, nodes, leaf, value), None
+
+    return jax.lax.scan(one, nodes, (indices, values, valid))[0]
+
+
+def _set_by_level(nodes: Array, indices: Array, values: Array, valid: Array, levels: int) -> Array:
+    size = nodes.shape[-1]
+    node = jnp.where(valid, indices + size // 2, size)  # ``size`` is out of range: dropped
+    nodes = nodes.at[node].set(values, mode="drop")
+    for _ in range(levels):
+        node = jnp.where(valid, node >> 1, size)
+        left = jnp.minimum(2 * node, size - 2)
+        nodes = nodes.at[node].set(nodes[left] + nodes[left + 1], mode="drop")
+    return nodes
 
 
 def total(state: SumTreeState) -> Array:

@@ -143,7 +143,6 @@ def prioritised_add(
     device: str = "cpu",
 ) -> PrioritisedTrajectoryBufferState[Experience]:
     """Append ``batch`` ``[B, L, ...]``; new items get the maximum priority recorded so far."""
-    del device  # one algorithm serves every backend (see _sum_tree)
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
     seq_len = tree_shape_prefix(batch, 2)[1]
@@ -151,9 +150,9 @@ def prioritised_add(
         state, seq_len, sample_sequence_length, period, t_len, b_size
     )
     tree = state.sum_tree_state
-    tree = _sum_tree.set_batch(tree, lost_idx, jnp.zeros(lost_idx.shape), lost_mask)
+    tree = _sum_tree.set_batch(tree, lost_idx, jnp.zeros(lost_idx.shape), lost_mask, device)
     new_priority = jnp.broadcast_to(tree.max_recorded_priority, gained_idx.shape)
-    tree = _sum_tree.set_batch(tree, gained_idx, new_priority, gained_mask)
+    tree = _sum_tree.set_batch(tree, gained_idx, new_priority, gained_mask, device)
     experience = write_experience(state.experience, batch, state.current_index, t_len)
     return state.replace(  # type: ignore[attr-defined]
         experience=experience, sum_tree_state=tree, **advance_indices(state, seq_len, t_len)
@@ -208,12 +207,11 @@ def set_priorities(
     Stored values are ``p ** priority_exponent`` (0 stays 0). Indices whose window is no
     longer valid (overwritten since it was sampled) are ignored.
     """
-    del device
     indices = jnp.asarray(indices, jnp.int32)
     priorities = jnp.asarray(priorities, jnp.float32)
     values = jnp.where(priorities == 0, 0.0, priorities**priority_exponent)
     mask = item_is_valid(state, indices, sample_sequence_length, period)
-    tree = _sum_tree.set_batch(state.sum_tree_state, indices, values, mask)
+    tree = _sum_tree.set_batch(state.sum_tree_state, indices, values, mask, device)
     return state.replace(sum_tree_state=tree)  # type: ignore[attr-defined]
 
 
@@ -302,9 +300,10 @@ def make_prioritised_trajectory_buffer(
     """A prioritised trajectory buffer (same signature and semantics as the reference's).
 
     Arguments as :func:`buffers.make_trajectory_buffer`, plus ``priority_exponent`` (alpha in
-    the PER paper, in [0, 1]) and ``device`` (accepted for compatibility; one algorithm
-    serves every backend). ``max_length_time_axis`` is rounded down to a multiple of ``period``
-    with a warning that names the effective capacity.
+    the PER paper, in [0, 1]) and ``device`` (``"cpu"`` updates the sum tree leaf by leaf for
+    small batches; ``"gpu"``/``"tpu"`` level by level for the whole batch).
+    ``max_length_time_axis`` is rounded down to a multiple of ``period`` with a warning that
+    names the effective capacity.
     """
     add_batch_size = positive_int("add_batch_size", add_batch_size)
     positive_int("sample_batch_size", sample_batch_size)
