@@ -13,7 +13,8 @@ from typing import Any
 
 import jax
 
-from buffers._validation import validate_batch
+from buffers._errors import BatchStructureError, LeafMismatch
+from buffers._validation import leaves_with_paths, validate_batch
 from buffers.trajectory_buffer import tree_shape_prefix
 
 
@@ -42,6 +43,8 @@ def layout_add(
     batch = validate_batch(
         state.experience, batch, 2, prefix, max_time=None if fold_items else t_len
     )
+    if fold_items:
+        _check_item_count(batch, len(prefix), t_len)
     if not add_batches:
         batch = jax.tree.map(lambda x: x[None], batch)
     if not add_sequences:
@@ -49,3 +52,20 @@ def layout_add(
     if fold_items:
         batch = jax.tree.map(lambda x: x.reshape((1, x.shape[0] * x.shape[1], *x.shape[2:])), batch)
     return core_add(state, batch)
+
+
+def _check_item_count(batch: Any, n_prefix: int, capacity: int) -> None:
+    """Items folded from ``[b, l]`` must fit the buffer; report it in the user's shapes."""
+    paths = leaves_with_paths(batch, "experience")
+    count = 1
+    for size in paths[0][1].shape[:n_prefix]:
+        count *= int(size)
+    if count > capacity:
+        raise BatchStructureError(
+            f"add: {count} items do not fit a buffer of max_length {capacity}",
+            [
+                LeafMismatch(path, f"at most {capacity} items", f"{list(leaf.shape)} {leaf.dtype}")
+                for path, leaf in paths
+            ],
+            "Add at most max_length items per call.",
+        )

@@ -89,11 +89,13 @@ def _filled(is_full: Array, current_index: Array, t_len: int) -> Array:
 
 def item_is_valid(state: Any, item_indices: Array, sequence_length: int, period: int) -> Array:
     """Whether each item's window holds written data and does not straddle the write position."""
-    _, t_len = tree_shape_prefix(state.experience, 2)
+    b_size, t_len = tree_shape_prefix(state.experience, 2)
+    in_range = (item_indices >= 0) & (item_indices < b_size * (t_len // period))
     slot = (item_indices % (t_len // period)) * period
     dist = (state.current_index - slot) % t_len  # distance from the write position back to slot
     dist = jnp.where((dist == 0) & state.is_full, t_len, dist)
-    return (dist >= sequence_length) & (dist <= _filled(state.is_full, state.current_index, t_len))
+    filled = _filled(state.is_full, state.current_index, t_len)
+    return in_range & (dist >= sequence_length) & (dist <= filled)
 
 
 def _changed_items(

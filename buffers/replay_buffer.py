@@ -49,8 +49,8 @@ class ReplayBuffer:
     def init(self, sample_transition: Transition) -> ReplayBufferState[Transition]:
         example = check_timestep(sample_transition)
         data = jax.tree.map(lambda x: jnp.zeros((self.buffer_size, *x.shape), x.dtype), example)
-        zero = jnp.array(0, jnp.int32)
-        return ReplayBufferState(data, zero, zero, _counter.zero())
+        position, size = jnp.array(0, jnp.int32), jnp.array(0, jnp.int32)  # distinct: donation
+        return ReplayBufferState(data, position, size, _counter.zero())
 
     def add(
         self, state: ReplayBufferState[Transition], transitions: Transition

@@ -59,11 +59,10 @@ def queue_init(
     experience: Experience, add_batch_size: int, max_length_time_axis: int
 ) -> TrajectoryQueueState[Experience]:
     base = init(experience, add_batch_size, max_length_time_axis)
-    zero = jnp.array(0, jnp.int32)
     return TrajectoryQueueState(
         experience=base.experience,
-        write_index=zero,
-        read_index=zero,
+        write_index=jnp.array(0, jnp.int32),  # distinct arrays: states may be donated
+        read_index=jnp.array(0, jnp.int32),
         is_full=jnp.array(False),
         write_counter=_counter.zero(),
     )
@@ -143,6 +142,11 @@ class TrajectoryQueue(Generic[Experience]):
     can_add: Callable[..., Array]
     add_batch_size: int = dataclasses.field(default=0, kw_only=True)
     max_length_time_axis: int = dataclasses.field(default=0, kw_only=True)
+
+    @property
+    def capacity(self) -> int:
+        """Timesteps the queue holds: ``add_batch_size * max_length_time_axis``."""
+        return self.add_batch_size * self.max_length_time_axis
 
 
 def make_trajectory_queue(
