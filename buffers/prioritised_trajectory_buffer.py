@@ -174,6 +174,15 @@ def sample_items(
     return indices, rows, times
 
 
+def prioritised_can_sample(state: Any, min_length_time_axis: int) -> Array:
+    """Ready when ``min_length_time_axis`` timesteps were added *and* some item is sampleable.
+
+    With a long ``sample_sequence_length`` and ``period`` > 1 no item may have a complete window
+    even though enough timesteps were added; then sampling would have nothing to return.
+    """
+    return can_sample(state, min_length_time_axis) & (_sum_tree.total(state.sum_tree_state) > 0)
+
+
 def prioritised_sample(
     state: PrioritisedTrajectoryBufferState[Experience],
     rng_key: chex.PRNGKey,
@@ -183,7 +192,7 @@ def prioritised_sample(
     min_length_time_axis: int = 1,
 ) -> PrioritisedTrajectoryBufferSample[Experience]:
     """Sample sequences with probability ``p_i^alpha / sum_j p_j^alpha`` (stratified)."""
-    ready = can_sample(state, min_length_time_axis)
+    ready = prioritised_can_sample(state, min_length_time_axis)
     valid = ready_mask(ready, batch_size, "sample")
     indices, rows, times = sample_items(state, rng_key, batch_size, sequence_length, period)
     probs = _sum_tree.probabilities(state.sum_tree_state, indices)
@@ -275,7 +284,7 @@ def build_prioritised(
             period=period,
             min_length_time_axis=min_len,
         ),
-        can_sample=functools.partial(can_sample, min_length_time_axis=min_len),
+        can_sample=functools.partial(prioritised_can_sample, min_length_time_axis=min_len),
         set_priorities=functools.partial(
             set_priorities, priority_exponent=priority_exponent, device=device, **seq
         ),

@@ -26,8 +26,10 @@ def test_ci_runs_the_readme_test_command() -> None:
         [
             "bash",
             "-c",
-            "sed -n '/<!-- ci-test-command -->/,/<!-- \\/ci-test-command -->/p' README.md "
-            "| grep -v '^<!--' | grep -v '^```' | sed '/^\\s*$/d'",
+            (
+                "sed -n '/<!-- ci-test-command -->/,/<!-- \\/ci-test-command -->/p' README.md "
+                "| grep -v '^<!--' | grep -v '^```' | sed '/^\\s*$/d'"
+            ),
         ],
         cwd=ROOT,
         capture_output=True,

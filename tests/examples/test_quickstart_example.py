@@ -12,7 +12,8 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "quickstart.py"
 
 def _load():
     spec = importlib.util.spec_from_file_location("quickstart_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
