@@ -72,6 +72,7 @@ def validate_batch(
     *,
     max_time: int | None = None,
     what: str = "add",
+    root: str = "experience",
 ) -> Any:
     """Check ``batch`` against a state's ``experience`` and return it with scalars converted.
 
@@ -81,12 +82,12 @@ def validate_batch(
     (``"L"``, the time axis, is also bounded by ``max_time``), then the same per-timestep
     shape and dtype. Raises :class:`BatchStructureError` that names every bad leaf.
     """
-    exp_paths = leaves_with_paths(experience, "experience")
+    exp_paths = leaves_with_paths(experience, root)
     exp_def: Any = jax.tree_util.tree_structure(experience)
     try:
         batch_leaves = exp_def.flatten_up_to(batch)
     except (ValueError, TypeError):
-        got_paths = leaves_with_paths(batch, "experience")
+        got_paths = leaves_with_paths(batch, root)
         want_paths = {p for p, _ in exp_paths}
         have_paths = {p for p, _ in got_paths}
         missing = sorted(want_paths - have_paths)
@@ -95,7 +96,7 @@ def validate_batch(
         found += [LeafMismatch(p, "no leaf here", "a leaf") for p in extra]
         if not found:
             got_def = jax.tree_util.tree_structure(batch)
-            found = [LeafMismatch("experience", f"structure {exp_def}", f"{got_def}")]
+            found = [LeafMismatch(root, f"structure {exp_def}", f"{got_def}")]
         raise BatchStructureError(
             f"{what}: batch structure differs from the buffer's",
             found,
@@ -141,8 +142,8 @@ def validate_batch(
         raise BatchStructureError(
             f"{what}: batch does not match the buffer",
             mismatches,
-            "Check the batch layout this buffer expects (batch and time axes first) and cast "
-            "leaves to the dtypes of the timestep given to `init`.",
+            "Check the leading axes this buffer expects (shown first in each shape) and cast "
+            "leaves to the dtypes of the example given to `init`.",
         )
     return exp_def.unflatten(converted)
 

@@ -58,7 +58,7 @@ class ReplayBuffer:
         # The stored data has one leading axis; validate with a dummy time axis folded away.
         expanded = jax.tree.map(lambda x: x[None], state.data)
         transitions = validate_batch(
-            expanded, transitions, 2, ("k",), max_time=None, what="ReplayBuffer.add"
+            expanded, transitions, 2, ("k",), max_time=None, what="ReplayBuffer.add", root="data"
         )
         k = jax.tree_util.tree_leaves(transitions)[0].shape[0]
         if k > self.buffer_size:

@@ -9,8 +9,8 @@
 * The conformance table: one :class:`BufferKind` per buffer kind, with a factory, an example
   timestep, an example batch and adapters that give every kind the same
   ``init / add / sample / can_sample`` shape. Tests take the ``buffer_kind`` fixture (every
-  kind) or ``counted_kind`` (every kind whose state carries a write counter) to run the same
-  behavioural test over all of them.
+  kind), ``counted_kind`` (every kind whose state carries a write counter) or
+  ``prioritised_kind`` to run the same behavioural test over all of them.
 """
 
 from __future__ import annotations
@@ -26,33 +26,40 @@ import dataclasses  # noqa: E402
 import functools  # noqa: E402
 import importlib  # noqa: E402
 import sys  # noqa: E402
+from collections import Counter  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 from typing import Any  # noqa: E402
 
 
-def _import_installed_packages(*names: str) -> None:
-    """Import the project's packages before ``tests/`` can shadow them.
+def _import_project_packages() -> None:
+    """Import the real ``buffers`` and ``vault`` before ``tests/`` can shadow them.
 
-    pytest puts the folder of this (package-less) conftest, ``tests/``, first on ``sys.path``.
-    ``tests/buffers/`` then looks like a namespace package called ``buffers`` to Python's path
-    finder, which runs before the editable install's finder: run as ``pytest`` (not
-    ``python -m pytest`` from the repository root), ``import buffers`` would give an empty
-    namespace. Importing the real packages once, with ``tests/`` off the path, settles it.
+    pytest puts the folder of a package-less test file or conftest first on ``sys.path``; for
+    this conftest and ``tests/test_*.py`` that is ``tests/``, whose ``buffers/`` and ``vault/``
+    folders then look like namespace packages to Python's path finder, which runs before the
+    editable install's finder. Run as ``pytest`` (rather than ``python -m pytest`` from the
+    repository root), ``import buffers`` would then give an empty namespace. Importing the real
+    packages once, with ``tests/`` off the path, settles it for the whole session.
     """
     here = os.path.dirname(os.path.abspath(__file__))
     saved = list(sys.path)
     sys.path[:] = [p for p in saved if os.path.abspath(p or os.curdir) != here]
     try:
-        for name in names:
+        for name in ("buffers", "vault"):
             module = sys.modules.get(name)
             if module is not None and getattr(module, "__file__", None) is None:
-                del sys.modules[name]  # a namespace package picked up from tests/
-            importlib.import_module(name)
+                del sys.modules[name]  # a namespace package already picked up from tests/
+            try:
+                importlib.import_module(name)
+            except Exception:
+                if name == "buffers":
+                    raise
+                # vault's own tests report its import error; the buffer tests do not need it
     finally:
         sys.path[:] = saved
 
 
-_import_installed_packages("buffers", "vault")
+_import_project_packages()
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
@@ -214,8 +221,10 @@ class Harness:
     """A built buffer of one kind with its pure adapters and jitted versions of them.
 
     One per kind and process, so every test module reuses the same compiled ``add`` and
-    ``sample`` (compilation dominates the suite's run time). Tests that count traces or
-    transform the functions (``vmap``, ``checkify``) wrap the pure adapters themselves.
+    ``sample`` (compilation dominates the suite's run time). ``traces`` counts how often
+    ``jit_add`` and ``jit_sample`` were traced in this process: tests only ever call them with
+    states of the kind's one state type, so a count above 1 is a retrace. Tests that
+    transform the functions (``vmap``, ``checkify``) wrap the pure adapters instead.
     """
 
     def __init__(self, kind: BufferKind) -> None:
@@ -225,14 +234,22 @@ class Harness:
         self.add = functools.partial(kind.add, self.buffer)
         self.sample = functools.partial(kind.sample, self.buffer)
         self.can_sample = functools.partial(kind.can_sample, self.buffer)
-        self.jit_add = jax.jit(self.add)
-        self.jit_sample = jax.jit(self.sample)
+        self.traces: Counter[str] = Counter()
+        self.jit_add = jax.jit(self._counted("add", self.add))
+        self.jit_sample = jax.jit(self._counted("sample", self.sample))
 
-    def filled_state(self, n_adds: int | None = None, start: int = 0) -> Any:
+    def _counted(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def counted(*args: Any) -> Any:
+            self.traces[name] += 1  # a Python side effect: runs once per trace
+            return fn(*args)
+
+        return counted
+
+    def filled_state(self, n_adds: int | None = None) -> Any:
         """A state after ``n_adds`` (default: ``adds_to_ready``) jitted adds of ``batch(i)``."""
         n_adds = self.kind.adds_to_ready if n_adds is None else n_adds
         state = self.init(self.kind.timestep())
-        for i in range(start, start + n_adds):
+        for i in range(n_adds):
             state = self.jit_add(state, self.kind.batch(i))
         return state
 
@@ -361,6 +378,7 @@ KINDS: tuple[BufferKind, ...] = (
 )
 
 COUNTED_KINDS = tuple(k for k in KINDS if k.steps_per_add is not None)
+PRIORITISED_KINDS = tuple(k for k in KINDS if k.name.startswith("prioritised"))
 
 
 @pytest.fixture(params=KINDS, ids=lambda k: k.name)
@@ -372,4 +390,10 @@ def buffer_kind(request: pytest.FixtureRequest) -> BufferKind:
 @pytest.fixture(params=COUNTED_KINDS, ids=lambda k: k.name)
 def counted_kind(request: pytest.FixtureRequest) -> BufferKind:
     """Every kind whose state is one pytree with a write counter (all but the mixer)."""
+    return request.param
+
+
+@pytest.fixture(params=PRIORITISED_KINDS, ids=lambda k: k.name)
+def prioritised_kind(request: pytest.FixtureRequest) -> BufferKind:
+    """The prioritised kinds (trajectory, flat, item): ``harness().buffer.set_priorities``."""
     return request.param

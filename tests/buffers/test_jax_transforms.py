@@ -8,8 +8,6 @@ the transformed computation with the plain jitted one, member by member or step 
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -30,16 +28,6 @@ def assert_trees_equal(actual: Any, expected: Any) -> None:
         np.testing.assert_array_equal(a, e, err_msg=where)
 
 
-def counting(fn: Callable[..., Any], counter: Counter[str], name: str) -> Callable[..., Any]:
-    """``fn`` with a Python side effect that counts how often it is traced."""
-
-    def counted(*args: Any) -> Any:
-        counter[name] += 1
-        return fn(*args)
-
-    return counted
-
-
 def stack_trees(trees: list[Any]) -> Any:
     return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
 
@@ -54,40 +42,30 @@ def member(tree: Any, i: int) -> Any:
 
 
 def test_jit_add_and_sample_trace_once(buffer_kind):
-    """Second (and later) calls reuse the first trace: the state's types are stable."""
-    kind, h = buffer_kind, buffer_kind.harness()
-    traces: Counter[str] = Counter()
-    jit_init = jax.jit(counting(h.init, traces, "init"))
-    jit_add = jax.jit(counting(h.add, traces, "add"))
-    jit_sample = jax.jit(counting(h.sample, traces, "sample"))
+    """Second (and later) calls reuse the first trace: the state's types are stable.
 
+    States from eager ``init``, jitted ``init``, jitted ``add`` and jitted ``sample`` (the
+    queue's consumed state) all have the same types, so each jitted function traces once.
+    """
+    kind, h = buffer_kind, buffer_kind.harness()
     eager_state = h.init(kind.timestep())
-    jitted_state = jit_init(kind.timestep())
+    jitted_state = jax.jit(h.init)(kind.timestep())
     assert_trees_equal(jitted_state, eager_state)
 
-    # A state from eager init, from jitted init and from jitted add all hit the same trace.
-    jit_add(jitted_state, kind.batch(0))
+    h.jit_add(jitted_state, kind.batch(0))
     state = eager_state
     for i in range(kind.adds_to_ready + 2):
-        state = jit_add(state, kind.batch(i))
-        eager_state = h.add(eager_state, kind.batch(i))
-    assert traces["add"] == 1
-    assert jit_add._cache_size() == 1
-    assert_trees_equal(state, eager_state)
+        state = h.jit_add(state, kind.batch(i))
+    for key in jax.random.split(jax.random.PRNGKey(0), 3):
+        state, _, valid = h.jit_sample(state, key)
+        assert np.asarray(valid).all()
+    state = h.jit_add(state, kind.batch(99))
+    h.jit_sample(state, jax.random.PRNGKey(1))
 
-    key = jax.random.PRNGKey(0)
-    for k in jax.random.split(key, 3):
-        state, experience, valid = jit_sample(state, k)
-        assert bool(jnp.all(valid))
-    assert traces["sample"] == 1
-    assert jit_sample._cache_size() == 1
-    # ... and a state returned by sample (the queue's consumed state) reuses the add trace.
-    state = jit_add(state, kind.batch(99))
-    assert traces["add"] == 1
-    # The jitted sample matches the eager one.
-    _, eager_experience, eager_valid = h.sample(state, key)
-    _, experience, valid = jit_sample(state, key)
-    assert_trees_equal((experience, valid), (eager_experience, eager_valid))
+    assert h.traces["add"] == 1
+    assert h.traces["sample"] == 1
+    assert h.jit_add._cache_size() == 1
+    assert h.jit_sample._cache_size() == 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -95,43 +73,43 @@ def test_jit_add_and_sample_trace_once(buffer_kind):
 # --------------------------------------------------------------------------------------------
 
 
-def _map(transform: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-    return jax.jit(jax.vmap(fn)) if transform == "vmap" else jax.pmap(fn)
-
-
 @pytest.mark.parametrize(("transform", "members"), [("vmap", 3), ("pmap", 2)])
 def test_stacked_states_match_independent_ones(buffer_kind, transform, members):
-    """init, add and sample mapped over a leading axis equal each member's own computation."""
-    if transform == "pmap":
-        assert jax.device_count() == 2, "tests/conftest.py fakes 2 CPU devices for pmap"
+    """``init`` and an add-then-sample step mapped over a leading axis of independent states
+    equal each member's own computation, before and after the buffers are ready."""
     kind, h = buffer_kind, buffer_kind.harness()
-    mapped_init = _map(transform, h.init)
-    mapped_add = _map(transform, h.add)
-    mapped_sample = _map(transform, h.sample)
+
+    def step(state: Any, batch: Any, key: jax.Array) -> tuple[Any, Any, jax.Array]:
+        return h.sample(h.add(state, batch), key)
+
+    if transform == "vmap":
+        mapped_init, mapped_step = jax.vmap(h.init), jax.jit(jax.vmap(step))
+    else:
+        assert jax.device_count() == 2, "tests/conftest.py fakes 2 CPU devices for pmap"
+        mapped_init, mapped_step = jax.pmap(h.init), jax.pmap(step)
 
     timestep = kind.timestep()
-    stacked_timestep = jax.tree.map(lambda x: jnp.stack([x + j for j in range(members)]), timestep)
-    states = mapped_init(stacked_timestep)
+    states = mapped_init(
+        jax.tree.map(lambda x: jnp.stack([x + j for j in range(members)]), timestep)
+    )
     singles = [h.init(timestep) for _ in range(members)]
     assert_trees_equal(states, stack_trees(singles))
 
     for i in range(kind.adds_to_ready + 1):
         steps = [10 * i + j for j in range(members)]  # different data in every member
-        batches = stack_trees([kind.batch(s) for s in steps])
-        states = mapped_add(states, batches)
-        singles = [h.jit_add(s, kind.batch(t)) for s, t in zip(singles, steps, strict=True)]
-    for leaf in jax.tree.leaves(states):
-        assert leaf.shape[0] == members
-    assert_trees_equal(states, stack_trees(singles))
-
-    keys = jax.random.split(jax.random.PRNGKey(1), members)
-    states, experience, valid = mapped_sample(states, keys)
-    assert np.asarray(valid).shape == (members, kind.sample_batch)
+        keys = jax.random.split(jax.random.PRNGKey(i), members)
+        states, experience, valid = mapped_step(
+            states, stack_trees([kind.batch(t) for t in steps]), keys
+        )
+        for leaf in jax.tree.leaves(states):
+            assert leaf.shape[0] == members
+        assert np.asarray(valid).shape == (members, kind.sample_batch)
+        for j in range(members):
+            single = h.jit_add(singles[j], kind.batch(steps[j]))
+            singles[j], single_experience, single_valid = h.jit_sample(single, keys[j])
+            assert_trees_equal(member(states, j), singles[j])
+            assert_trees_equal(member((experience, valid), j), (single_experience, single_valid))
     assert np.asarray(valid).all()
-    for j in range(members):
-        single_state, single_experience, single_valid = h.jit_sample(singles[j], keys[j])
-        assert_trees_equal(member(states, j), single_state)
-        assert_trees_equal(member((experience, valid), j), (single_experience, single_valid))
 
 
 # --------------------------------------------------------------------------------------------
@@ -165,10 +143,21 @@ def test_scan_add_then_sample_matches_python_loop(buffer_kind):
     assert_trees_equal(final, state)
     assert_trees_equal((experiences, valids), stack_trees(outputs))
 
-    # Steps before the buffer is ready are flagged invalid, the others valid.
+    # Samples drawn before the buffer is ready are flagged invalid, the later ones valid (the
+    # mixer flags items per buffer, so only "all valid" is tied to its readiness).
     ready = np.arange(1, n_steps + 1) >= kind.adds_to_ready
-    np.testing.assert_array_equal(np.asarray(valids).all(axis=1), ready)
-    np.testing.assert_array_equal(np.asarray(valids).any(axis=1), ready)
+    valids = np.asarray(valids)
+    np.testing.assert_array_equal(valids.all(axis=1), ready)
+    assert not valids[0].any() or kind.adds_to_ready == 1
+    # Valid items hold written timesteps (see conftest.timesteps: obs = [v, v + 0.5]).
+    obs_leaves = [
+        np.asarray(leaf)[valids]
+        for path, leaf in jax.tree_util.tree_leaves_with_path(experiences)
+        if path[-1] == jax.tree_util.DictKey("obs")
+    ]
+    assert obs_leaves
+    for obs in obs_leaves:
+        np.testing.assert_array_equal(obs[..., 1] - obs[..., 0], 0.5)
 
 
 # --------------------------------------------------------------------------------------------
@@ -184,7 +173,10 @@ def test_add_with_donated_state(buffer_kind):
     expected = h.init(kind.timestep())
     for i in range(kind.adds_to_ready + 1):
         expected = h.jit_add(expected, kind.batch(i))
-        state = donating_add(state, kind.batch(i))  # the old state must not be used again
+        donated = state
+        state = donating_add(donated, kind.batch(i))
         assert_trees_equal(state, expected)
+        # The donated state's buffers were handed over: it must not (and cannot) be used again.
+        assert all(leaf.is_deleted() for leaf in jax.tree.leaves(donated))
     key = jax.random.PRNGKey(3)
     assert_trees_equal(h.jit_sample(state, key), h.jit_sample(expected, key))
