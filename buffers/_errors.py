@@ -52,7 +52,7 @@ class NotReadyError(BufferError, RuntimeError):
     """``sample`` was called on a state for which ``can_sample`` is false.
 
     Raised eagerly (outside ``jit``). Inside ``jit`` the sample's ``valid`` mask is false
-    instead, and ``jax.experimental.checkify`` reports the same condition as an error.
+    instead.
     """
 
 

@@ -3,7 +3,7 @@
 For users who want only that: no rows, no sequences. ``add`` takes ``[k, ...]`` transitions
 (``k <= buffer_size``); ``sample`` draws ``batch_size`` of the stored ones uniformly with
 replacement. Sampling an empty buffer raises :class:`~buffers.NotReadyError` eagerly; inside
-``jit`` use ``sample_masked`` (which also returns the ``valid`` mask) or run under ``checkify``;
+``jit`` use ``sample_masked`` (which also returns the ``valid`` mask);
 plain ``sample`` fills floating leaves with NaN in that case so the mistake cannot pass as data.
 """
 

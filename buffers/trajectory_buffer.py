@@ -9,9 +9,10 @@ Sampling before ready
 ``sample`` requires ``can_sample(state)``. Called eagerly (outside ``jit``) on a state that is
 not ready it raises :class:`~buffers.NotReadyError`. Inside ``jit`` nothing can be raised, so
 every sample carries a ``valid`` mask (``bool[sample_batch_size]``) that is false when the
-state was not ready, and the condition is a ``checkify`` check: run the step under
-``jax.experimental.checkify.checkify`` to get it as an error. Samples are never silently
-made of unwritten slots.
+state was not ready; to get an error instead, add ``checkify.check(sample.valid.all(), ...)``
+to your step and run it under ``jax.experimental.checkify.checkify``. (The sample itself adds
+no checkify effect: that would cost every jitted call JAX's fast dispatch path.) Samples are
+never silently made of unwritten slots.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import chex
 import jax
 import jax.numpy as jnp
 from jax import Array
-from jax.experimental import checkify
 
 from buffers import _counter
 from buffers._errors import NotReadyError
@@ -152,13 +152,12 @@ def can_sample(state: TrajectoryBufferState[Experience], min_length_time_axis: i
 
 
 def ready_mask(ready: Array, batch_size: int, what: str) -> Array:
-    """Raise eagerly if not ready, register a checkify check, and return the ``valid`` mask."""
+    """Raise eagerly if not ready; return the ``valid`` mask (false when not ready)."""
     if not is_tracing(ready) and not bool(ready):
         raise NotReadyError(
             f"{what}: the buffer cannot be sampled yet (`can_sample(state)` is false). "
             "Add more experience first, or check `can_sample` before sampling."
         )
-    checkify.debug_check(ready, f"{what}: sampled a buffer for which can_sample is false")
     return jnp.broadcast_to(ready, (batch_size,))
 
 

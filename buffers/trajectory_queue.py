@@ -3,8 +3,8 @@
 Unlike the reference, the queue never overwrites unread data and never hands out stale data:
 
 * ``add`` when ``can_add`` is false raises :class:`~buffers.QueueFullError` eagerly; inside
-  ``jit`` the add is refused (the state is returned unchanged, ``write_counter`` does not move)
-  and ``checkify`` reports it.
+  ``jit`` the add is refused (the state is returned unchanged, ``write_counter`` does not move,
+  which is how a caller detects it).
 * ``sample`` when ``can_sample`` is false raises :class:`~buffers.NotReadyError` eagerly;
   inside ``jit`` the read position does not move and the sample's ``valid`` mask is false.
 """
@@ -19,7 +19,6 @@ from typing import Any, Generic
 import jax
 import jax.numpy as jnp
 from jax import Array
-from jax.experimental import checkify
 
 from buffers import _counter
 from buffers._errors import QueueFullError
@@ -96,7 +95,6 @@ def queue_add(
             f"add: {seq_len} timesteps do not fit: the queue holds {int(occupancy(state))} "
             f"unread of {t_len}. Sample (consume) first, or check `can_add`."
         )
-    checkify.debug_check(ok, "add: the trajectory queue is full (add refused)")
     indices = (state.write_index + jnp.arange(seq_len)) % t_len
     experience = jax.tree.map(
         lambda buf, new: buf.at[:, indices].set(
