@@ -46,23 +46,20 @@ def depth(state: SumTreeState) -> int:
     return (state.nodes.shape[-1] // 2).bit_length() - 1
 
 
-SCALAR_LOOP_MAX = 256  # on CPU, updates one leaf at a time up to this many (cheapest there)
-
-
 def set_batch(
     state: SumTreeState, indices: Array, values: Array, mask: Any = None, device: str = "cpu"
 ) -> SumTreeState:
     """Set leaves ``indices`` to ``values``; entries where ``mask`` is false are ignored.
 
-    Two exact strategies, same result: on CPU, small batches walk each leaf's path with scalar
-    in-place updates (a few hundred ns per leaf); otherwise every level is updated for the
-    whole batch at once (best on accelerators and for large batches).
+    Two exact strategies, same result: on CPU each leaf's path is walked with scalar in-place
+    updates (a few hundred ns per leaf; level-wide gathers and scatters on a large tree cost
+    far more there); on accelerators every level is updated for the whole batch at once.
     """
     indices = jnp.asarray(indices, jnp.int32).reshape(-1)
     values = jnp.asarray(values, jnp.float32).reshape(-1)
     leaves = state.nodes.shape[-1] // 2
     valid = indices < leaves if mask is None else jnp.asarray(mask).reshape(-1)
-    if device == "cpu" and indices.shape[0] <= SCALAR_LOOP_MAX:
+    if device == "cpu":
         nodes = _set_scalar_loop(state.nodes, indices, values, valid, depth(state))
     else:
         nodes = _set_by_level(state.nodes, indices, values, valid, depth(state))
@@ -128,12 +125,15 @@ def sample(state: SumTreeState, rng_key: Array, batch_size: int, capacity: int) 
     leaves = nodes.shape[-1] // 2
     u = jax.random.uniform(rng_key, (batch_size,), jnp.float32)
     target = (jnp.arange(batch_size, dtype=jnp.float32) + u) * (total(state) / batch_size)
-    node = jnp.ones((batch_size,), jnp.int32)
-    for _ in range(depth(state)):
+
+    def descend(_: Any, carry: tuple[Array, Array]) -> tuple[Array, Array]:
+        node, target = carry
         left = 2 * node
         left_sum = nodes[left]
         right_sum = nodes[left + 1]
         go_right = ((target >= left_sum) & (right_sum > 0)) | (left_sum <= 0)
-        target = jnp.where(go_right, target - left_sum, target)
-        node = left + go_right.astype(jnp.int32)
+        return left + go_right.astype(jnp.int32), jnp.where(go_right, target - left_sum, target)
+
+    start = (jnp.ones((batch_size,), jnp.int32), target)
+    node, _ = jax.lax.fori_loop(0, depth(state), descend, start)
     return jnp.minimum(node - leaves, capacity - 1)

@@ -311,8 +311,8 @@ def make_prioritised_trajectory_buffer(
     """A prioritised trajectory buffer (same signature and semantics as the reference's).
 
     Arguments as :func:`buffers.make_trajectory_buffer`, plus ``priority_exponent`` (alpha in
-    the PER paper, in [0, 1]) and ``device`` (``"cpu"`` updates the sum tree leaf by leaf for
-    small batches; ``"gpu"``/``"tpu"`` level by level for the whole batch).
+    the PER paper, in [0, 1]) and ``device`` (``"cpu"`` updates the sum tree leaf by leaf;
+    ``"gpu"``/``"tpu"`` level by level for the whole batch).
     ``max_length_time_axis`` is rounded down to a multiple of ``period`` with a warning that
     names the effective capacity.
     """
