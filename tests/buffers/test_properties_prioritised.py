@@ -16,13 +16,13 @@ A statistical test with fixed keys compares sampling frequencies against ``p^alp
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
 import pytest
+from _stats import chi2_bound, chi2_statistic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,18 +58,6 @@ def decode(tree: Any) -> np.ndarray:
         assert np.asarray(got).dtype == want.dtype
         np.testing.assert_array_equal(np.asarray(got), want)
     return codes
-
-
-def chi2_bound(dof: int, z: float = 5.0) -> float:
-    """Upper chi-square quantile for ``dof`` at normal score ``z`` (Wilson-Hilferty, z = 5 is a
-    one-sided tail of about 3e-7; lenient rather than strict in the far tail)."""
-    h = 2.0 / (9.0 * dof)
-    return dof * (1.0 - h + z * math.sqrt(h)) ** 3
-
-
-def chi2_statistic(counts: np.ndarray, probs: np.ndarray) -> float:
-    expected = counts.sum() * probs
-    return float(((counts - expected) ** 2 / expected).sum())
 
 
 # --------------------------------------------------------------------------------------------
