@@ -98,6 +98,18 @@ class _Snapshot:
         return arr.reshape((self.rows, self.time_len, *arr.shape[self.stack + 2 :]))
 
 
+def _timestep_of(experience: Any) -> tuple[Any, int]:
+    """One timestep (``x[0, 0]`` of every leaf) and the row count of a ``[B, T, ...]`` tree."""
+    import jax
+
+    first = _first_leaf(experience)
+    if len(first.shape) < 2:
+        raise VaultStructureError(
+            f"experience_structure leaves must be [rows, time, ...], got shape {first.shape}"
+        )
+    return jax.tree.map(lambda x: x[0, 0], experience), int(first.shape[0])
+
+
 def _first_leaf(tree: Any) -> Any:
     import jax
 
@@ -141,8 +153,17 @@ class Vault:
                     "create one"
                 )
             codec, level = _compat_compression(compression)
+            rows = None
+            if not hasattr(experience_structure, "experience"):
+                # The reference passes ``state.experience``: leaves ``[B, T, ...]``.
+                experience_structure, rows = _timestep_of(experience_structure)
             other = Vault.create(
-                str(location), experience_structure, codec=codec, level=level, metadata=metadata
+                str(location),
+                experience_structure,
+                rows=rows,
+                codec=codec,
+                level=level,
+                metadata=metadata,
             )
             self.__dict__.update(other.__dict__)
 

@@ -321,6 +321,19 @@ def test_stacked_state_folds_the_device_axis_into_rows(tmp_path: Path) -> None:
     np.testing.assert_array_equal(vault.read_numpy()["x"], np.asarray(batch["x"]).reshape(6, 3))
 
 
+def test_pmap_stacked_state(tmp_path: Path) -> None:
+    assert jax.device_count() == 2
+    buf = fbx.make_trajectory_buffer(2, 2, 1, 1, 1, max_length_time_axis=4)
+    states = jax.pmap(buf.init)({"x": jnp.zeros((2,), jnp.int32)})
+    batch = {"x": jnp.arange(2 * 2 * 3, dtype=jnp.int32).reshape(2, 2, 3)}
+    states = jax.pmap(buf.add)(states, batch)
+    vault = Vault.create(str(tmp_path / "v"), states)
+    assert vault.rows == 4
+    assert vault.write(states) == 3
+    assert vault.write(states) == 0
+    np.testing.assert_array_equal(vault.read_numpy()["x"], np.asarray(batch["x"]).reshape(4, 3))
+
+
 def test_zarr_python_reads_every_leaf(tmp_path: Path, rec: Recorder) -> None:
     vault = Vault.create(str(tmp_path / "v"), rec.state)
     rec.add(5)
@@ -393,6 +406,12 @@ def test_reference_compatible_constructor(tmp_path: Path, rec: Recorder, monkeyp
     assert again.read(timesteps=2).experience["step"].shape == (ROWS, 2)
     assert again.read(percentiles=(50, 100)).experience["step"].shape == (ROWS, 3)
     assert (tmp_path / "vaults" / "demo" / "run1" / "zarr.json").exists()
+    # The reference's own call passes the experience tree, not the state.
+    by_experience = Vault("demo2", experience_structure=rec.state.experience, vault_uid="x")
+    assert by_experience.rows == ROWS
+    assert by_experience.write(rec.state) == 6  # first write: everything the buffer holds
+    latest = Vault("demo2")  # no uid: the most recent vault of that name
+    assert latest.committed_length == 6
 
 
 def _disk_bytes(path: Path) -> int:
