@@ -47,6 +47,23 @@ from vault._store import (
 )
 
 OnOverrun = Literal["error", "save_surviving"]
+READ_BLOCK_BYTES = 16 << 20
+
+
+def _place(out: Any, part: np.ndarray, t0: int) -> Any:
+    """``out[:, t0 : t0 + len(part)] = part`` in place (``out`` is donated)."""
+    global _PLACE
+    if _PLACE is None:
+        import jax
+
+        def place(buf: Any, new: Any, start: Any) -> Any:
+            return jax.lax.dynamic_update_slice_in_dim(buf, new, start, 1)
+
+        _PLACE = jax.jit(place, donate_argnums=0)
+    return _PLACE(out, part, t0)
+
+
+_PLACE: Any = None
 
 
 def _version() -> str:
@@ -265,6 +282,7 @@ class Vault:
     ) -> None:
         self._root, self._ctx, self._kv, self._manifest, self._mode = root, ctx, kv, manifest, mode
         self._names = [leaf["name"] for leaf in manifest["leaves"]]
+        self._chunk_time = {leaf["name"]: leaf["chunk"][1] for leaf in manifest["leaves"]}
         futures = [open_array(root, f"{EXPERIENCE}/{n}", ctx, mode == "r") for n in self._names]
         self._arrays = [f.result() for f in futures]
         self._commit: dict[str, Any] = {}
@@ -484,6 +502,28 @@ class Vault:
             )
         return lo, hi
 
+    def _views(
+        self,
+        rows: Sequence[int] | slice | None,
+        start: int | None,
+        stop: int | None,
+        last: int | None,
+        percentiles: tuple[float, float] | None,
+        leaves: Sequence[str] | None,
+    ) -> tuple[list[str], list[Any]]:
+        """Selected leaf names and lazy TensorStore views of ``[rows, lo:hi]`` (origin 0)."""
+        lo, hi = self._time_range(start, stop, last, percentiles)
+        row_sel = self._row_selection(rows)
+        wanted = self._names if leaves is None else list(leaves)
+        unknown = [n for n in wanted if n not in self._names]
+        if unknown:
+            raise VaultReadError(
+                f"{self.location}: unknown leaves {unknown}; the vault has {self._names}"
+            )
+        index = {n: i for i, n in enumerate(self._names)}
+        views = [self._arrays[index[n]][row_sel, lo:hi].translate_to[0] for n in wanted]
+        return wanted, views
+
     def read_numpy(
         self,
         *,
@@ -499,17 +539,14 @@ class Vault:
         Returns the vault's structure (containers as written) or, when ``leaves`` selects a
         subset by path (``"obs"``, ``"info/x"``), a dict ``{path: array}``.
         """
-        lo, hi = self._time_range(start, stop, last, percentiles)
-        row_sel = self._row_selection(rows)
-        wanted = self._names if leaves is None else list(leaves)
-        unknown = [n for n in wanted if n not in self._names]
-        if unknown:
-            raise VaultReadError(
-                f"{self.location}: unknown leaves {unknown}; the vault has {self._names}"
-            )
-        index = {n: i for i, n in enumerate(self._names)}
-        futures = [self._arrays[index[n]][row_sel, lo:hi].read() for n in wanted]
-        out = [self._result(fut, n) for fut, n in zip(futures, wanted, strict=True)]
+        wanted, views = self._views(rows, start, stop, last, percentiles, leaves)
+        out = []
+        for view, name in zip(views, wanted, strict=True):
+            arr = np.empty(view.shape, view.dtype.numpy_dtype)
+            for t0, part in self._blocks(view, name):
+                arr[:, t0 : t0 + part.shape[1]] = part
+                del part
+            out.append(arr)
         if leaves is not None:
             return dict(zip(wanted, out, strict=True))
         return _structure.build(self._manifest["structure"], out)
@@ -561,35 +598,54 @@ class Vault:
 
         from buffers import TrajectoryBufferState
 
-        data = self.read_numpy(
-            rows=rows,
-            start=start,
-            stop=stop,
-            last=timesteps,
-            percentiles=percentiles,
-            leaves=leaves,
-        )
-        import jax
-
-        length = _first_leaf(data).shape[1]
+        wanted, views = self._views(rows, start, stop, timesteps, percentiles, leaves)
+        length = int(views[0].shape[1])
         cap = length if capacity is None else int(capacity)
         if cap < 1:
             raise VaultReadError(f"capacity must be >= 1 (and the read non-empty), got {cap}")
-
-        def fit(x: np.ndarray) -> Any:
-            if cap <= length:
-                return jnp.asarray(x[:, length - cap :])
-            padded = np.zeros((x.shape[0], cap, *x.shape[2:]), x.dtype)
-            padded[:, :length] = x
-            return jnp.asarray(padded)
-
-        experience = jax.tree.map(fit, data)
+        keep = min(cap, length)
+        out = [
+            self._to_device(view[:, length - keep :].translate_to[0], cap, name)
+            for view, name in zip(views, wanted, strict=True)
+        ]
+        if leaves is not None:
+            experience: Any = dict(zip(wanted, out, strict=True))
+        else:
+            experience = _structure.build(self._manifest["structure"], out)
         full = cap <= length
         return TrajectoryBufferState(
             experience=experience,
             current_index=jnp.asarray(0 if full else length, jnp.int32),
             is_full=jnp.asarray(full),
         )
+
+    def _to_device(self, view: Any, capacity: int, name: str) -> Any:
+        """A device array ``[rows, capacity, ...]`` whose first ``view.shape[1]`` timesteps are
+        ``view``: filled block by block in place (donated), so the peak is the result plus one
+        block of about ``READ_BLOCK_BYTES``, not two copies of the leaf."""
+        import jax.numpy as jnp
+
+        shape = (int(view.shape[0]), capacity, *(int(d) for d in view.shape[2:]))
+        dtype = np.dtype(view.dtype.numpy_dtype)
+        if math.prod(shape) * dtype.itemsize <= READ_BLOCK_BYTES and view.shape[1] == capacity:
+            return jnp.asarray(self._result(view.read(), name))
+        out = jnp.zeros(shape, dtype)
+        for t0, part in self._blocks(view, name):
+            out = _place(out, part, t0)
+            del part
+        return out
+
+    def _blocks(self, view: Any, name: str) -> Any:
+        """``(t0, numpy block)`` over the time axis of ``view``, each about
+        ``READ_BLOCK_BYTES`` and a whole number of chunks long, so that a read of any size
+        holds at most one block of decoded chunks at a time."""
+        length = int(view.shape[1])
+        step_bytes = max(1, math.prod(int(d) for d in view.shape) // max(length, 1))
+        step_bytes *= np.dtype(view.dtype.numpy_dtype).itemsize
+        chunk_t = int(self._chunk_time[name])
+        block = max(chunk_t, READ_BLOCK_BYTES // step_bytes // chunk_t * chunk_t)
+        for t0 in range(0, length, block):
+            yield t0, self._result(view[:, t0 : min(t0 + block, length)].read(), name)
 
     def __repr__(self) -> str:
         return (
