@@ -16,8 +16,8 @@ FORMAT_VERSION = 1
 MANIFEST_KEY = "zarr.json"  # the root group's metadata; the manifest lives in its attributes
 COMMIT_KEY = "commit/zarr.json"  # an empty Zarr group whose attributes hold the record
 EXPERIENCE = "experience"
-TARGET_CHUNK_BYTES = 4 << 20
-MAX_TIME_CHUNK = 1 << 16
+TARGET_CHUNK_BYTES = 1 << 20
+MAX_TIME_CHUNK = 1 << 14
 
 CODECS = {
     "zstd": lambda level: {"name": "zstd", "configuration": {"level": level, "checksum": False}},

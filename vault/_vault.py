@@ -407,7 +407,14 @@ class Vault:
         for i, arr in enumerate(self._arrays):
             if arr.shape[1] < length:
                 futures.append(
-                    (i, arr.resize(exclusive_max=[None, length] + [None] * (arr.rank - 2)))
+                    (
+                        i,
+                        arr.resize(
+                            exclusive_max=[None, length] + [None] * (arr.rank - 2),
+                            expand_only=True,
+                            resize_metadata_only=True,
+                        ),
+                    )
                 )
         for i, fut in futures:
             self._arrays[i] = fut.result()
