@@ -16,7 +16,8 @@ FORMAT_VERSION = 1
 MANIFEST_KEY = "zarr.json"  # the root group's metadata; the manifest lives in its attributes
 COMMIT_KEY = "commit/zarr.json"  # an empty Zarr group whose attributes hold the record
 EXPERIENCE = "experience"
-TARGET_CHUNK_BYTES = 1 << 20
+TARGET_CHUNK_BYTES = 2 << 20  # large items (frames): one row x whole frames x N timesteps
+SMALL_ITEM_CHUNK_BYTES = 256 << 10  # small items: all rows; small so appends rewrite little
 MAX_TIME_CHUNK = 1 << 14
 
 CODECS = {
@@ -41,14 +42,17 @@ def codec_chain(codec: str | None, level: int | None) -> list[dict[str, Any]]:
 
 
 def choose_chunk(rows: int, item_shape: tuple[int, ...], dtype: np.dtype) -> list[int]:
-    """Whole frames x a block of timesteps, about ``TARGET_CHUNK_BYTES`` per chunk.
+    """Whole frames x a block of timesteps (a power of two).
 
-    Small items keep every row in one chunk (one file per block of time); large items (>= 4 KiB
-    per timestep, e.g. images) get one row per chunk so a chunk stays a few MiB.
+    Large items (>= 4 KiB per timestep, e.g. images) get one row per chunk of about
+    ``TARGET_CHUNK_BYTES``; small items keep every row in one chunk of about
+    ``SMALL_ITEM_CHUNK_BYTES``, so that a small append re-encodes little.
     """
     step_bytes = max(1, math.prod(item_shape) * dtype.itemsize)
-    chunk_rows = 1 if step_bytes >= 4096 else rows
-    steps = max(1, TARGET_CHUNK_BYTES // (chunk_rows * step_bytes))
+    large = step_bytes >= 4096
+    chunk_rows = 1 if large else rows
+    target = TARGET_CHUNK_BYTES if large else SMALL_ITEM_CHUNK_BYTES
+    steps = max(1, target // (chunk_rows * step_bytes))
     steps = min(1 << (steps.bit_length() - 1), MAX_TIME_CHUNK)
     return [chunk_rows, steps, *item_shape]
 

@@ -403,14 +403,23 @@ class Vault:
         return unsaved
 
     def _grow(self, length: int) -> list[Any]:
+        """Make every array at least ``length`` long, growing a whole time-chunk at a time.
+
+        Resizing rewrites (and fsyncs) each array's metadata, so it is done once per chunk of
+        timesteps rather than on every append; the Zarr shape may therefore run up to one
+        chunk past the committed length (the tail holds the fill value). The commit record is
+        the truth; see ``vault.committed_length``.
+        """
         futures = []
         for i, arr in enumerate(self._arrays):
             if arr.shape[1] < length:
+                step = int(self._chunk_time[self._names[i]])
+                target = -(-length // step) * step
                 futures.append(
                     (
                         i,
                         arr.resize(
-                            exclusive_max=[None, length] + [None] * (arr.rank - 2),
+                            exclusive_max=[None, target] + [None] * (arr.rank - 2),
                             expand_only=True,
                             resize_metadata_only=True,
                         ),
