@@ -50,20 +50,13 @@ OnOverrun = Literal["error", "save_surviving"]
 READ_BLOCK_BYTES = 16 << 20
 
 
-def _place(out: Any, part: np.ndarray, t0: int) -> Any:
-    """``out[:, t0 : t0 + len(part)] = part`` in place (``out`` is donated)."""
-    global _PLACE
-    if _PLACE is None:
-        import jax
-
-        def place(buf: Any, new: Any, start: Any) -> Any:
-            return jax.lax.dynamic_update_slice_in_dim(buf, new, start, 1)
-
-        _PLACE = jax.jit(place, donate_argnums=0)
-    return _PLACE(out, part, t0)
-
-
-_PLACE: Any = None
+def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype, zero: bool = False) -> np.ndarray:
+    """A 64-byte-aligned numpy array: ``jax.device_put`` adopts such a buffer on CPU without a
+    copy, so a read handed to JAX costs no second copy of the data."""
+    nbytes = math.prod(shape) * np.dtype(dtype).itemsize
+    raw = (np.zeros if zero else np.empty)(nbytes + 64, np.uint8)
+    offset = (-raw.ctypes.data) % 64
+    return raw[offset : offset + nbytes].view(dtype).reshape(shape)
 
 
 def _version() -> str:
@@ -556,13 +549,10 @@ class Vault:
         subset by path (``"obs"``, ``"info/x"``), a dict ``{path: array}``.
         """
         wanted, views = self._views(rows, start, stop, last, percentiles, leaves)
-        out = []
-        for view, name in zip(views, wanted, strict=True):
-            arr = np.empty(view.shape, view.dtype.numpy_dtype)
-            for t0, part in self._blocks(view, name):
-                arr[:, t0 : t0 + part.shape[1]] = part
-                del part
-            out.append(arr)
+        out = [
+            self._fetch(view, name, int(view.shape[1]))
+            for view, name in zip(views, wanted, strict=True)
+        ]
         if leaves is not None:
             return dict(zip(wanted, out, strict=True))
         return _structure.build(self._manifest["structure"], out)
@@ -620,8 +610,10 @@ class Vault:
         if cap < 1:
             raise VaultReadError(f"capacity must be >= 1 (and the read non-empty), got {cap}")
         keep = min(cap, length)
+        import jax
+
         out = [
-            self._to_device(view[:, length - keep :].translate_to[0], cap, name)
+            jax.device_put(self._fetch(view[:, length - keep :].translate_to[0], name, cap))
             for view, name in zip(views, wanted, strict=True)
         ]
         if leaves is not None:
@@ -635,21 +627,16 @@ class Vault:
             is_full=jnp.asarray(full),
         )
 
-    def _to_device(self, view: Any, capacity: int, name: str) -> Any:
-        """A device array ``[rows, capacity, ...]`` whose first ``view.shape[1]`` timesteps are
-        ``view``: filled block by block in place (donated), so the peak is the result plus one
-        block of about ``READ_BLOCK_BYTES``, not two copies of the leaf."""
-        import jax.numpy as jnp
-
+    def _fetch(self, view: Any, name: str, capacity: int) -> np.ndarray:
+        """``view`` as an aligned numpy array ``[rows, capacity, ...]`` (data first, then the
+        fill value), filled block by block so decoding never holds more than one block."""
+        length = int(view.shape[1])
         shape = (int(view.shape[0]), capacity, *(int(d) for d in view.shape[2:]))
-        dtype = np.dtype(view.dtype.numpy_dtype)
-        if math.prod(shape) * dtype.itemsize <= READ_BLOCK_BYTES and view.shape[1] == capacity:
-            return jnp.asarray(self._result(view.read(), name))
-        out = jnp.zeros(shape, dtype)
+        arr = _aligned_empty(shape, np.dtype(view.dtype.numpy_dtype), zero=capacity > length)
         for t0, part in self._blocks(view, name):
-            out = _place(out, part, t0)
+            arr[:, t0 : t0 + part.shape[1]] = part
             del part
-        return out
+        return arr
 
     def _blocks(self, view: Any, name: str) -> Any:
         """``(t0, numpy block)`` over the time axis of ``view``, each about
