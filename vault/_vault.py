@@ -47,7 +47,7 @@ from vault._store import (
 )
 
 OnOverrun = Literal["error", "save_surviving"]
-READ_BLOCK_BYTES = 16 << 20
+READ_BLOCK_BYTES = 64 << 20
 
 
 def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype, zero: bool = False) -> np.ndarray:
@@ -398,16 +398,17 @@ class Vault:
     def _grow(self, length: int) -> list[Any]:
         """Make every array at least ``length`` long, growing a whole time-chunk at a time.
 
-        Resizing rewrites (and fsyncs) each array's metadata, so it is done once per chunk of
-        timesteps rather than on every append; the Zarr shape may therefore run up to one
-        chunk past the committed length (the tail holds the fill value). The commit record is
-        the truth; see ``vault.committed_length``.
+        Resizing rewrites (and fsyncs) each array's metadata, so arrays grow by at least a
+        quarter (rounded up to whole chunks) rather than on every append; the Zarr shape may
+        therefore run past the committed length (that tail holds the fill value). The commit
+        record is the truth; see ``vault.committed_length``.
         """
         futures = []
         for i, arr in enumerate(self._arrays):
             if arr.shape[1] < length:
                 step = int(self._chunk_time[self._names[i]])
-                target = -(-length // step) * step
+                wanted = max(length, arr.shape[1] + arr.shape[1] // 4)  # grow >= 25 %
+                target = -(-wanted // step) * step
                 futures.append(
                     (
                         i,
@@ -629,26 +630,19 @@ class Vault:
 
     def _fetch(self, view: Any, name: str, capacity: int) -> np.ndarray:
         """``view`` as an aligned numpy array ``[rows, capacity, ...]`` (data first, then the
-        fill value), filled block by block so decoding never holds more than one block."""
+        fill value)."""
         length = int(view.shape[1])
         shape = (int(view.shape[0]), capacity, *(int(d) for d in view.shape[2:]))
         arr = _aligned_empty(shape, np.dtype(view.dtype.numpy_dtype), zero=capacity > length)
-        for t0, part in self._blocks(view, name):
-            arr[:, t0 : t0 + part.shape[1]] = part
-            del part
-        return arr
-
-    def _blocks(self, view: Any, name: str) -> Any:
-        """``(t0, numpy block)`` over the time axis of ``view``, each about
-        ``READ_BLOCK_BYTES`` and a whole number of chunks long, so that a read of any size
-        holds at most one block of decoded chunks at a time."""
-        length = int(view.shape[1])
-        step_bytes = max(1, math.prod(int(d) for d in view.shape) // max(length, 1))
-        step_bytes *= np.dtype(view.dtype.numpy_dtype).itemsize
+        # TensorStore decodes chunks straight into ``arr`` (no intermediate copy), one block of
+        # whole chunks at a time so that the encoded bytes in flight stay bounded.
+        step_bytes = max(1, arr.nbytes // max(capacity, 1))
         chunk_t = int(self._chunk_time[name])
         block = max(chunk_t, READ_BLOCK_BYTES // step_bytes // chunk_t * chunk_t)
         for t0 in range(0, length, block):
-            yield t0, self._result(view[:, t0 : min(t0 + block, length)].read(), name)
+            t1 = min(t0 + block, length)
+            self._result(ts.array(arr[:, t0:t1]).write(view[:, t0:t1]), name)
+        return arr
 
     def __repr__(self) -> str:
         return (
