@@ -25,9 +25,20 @@ CODECS = {
     "gzip": lambda level: {"name": "gzip", "configuration": {"level": level}},
     "blosc": lambda level: {
         "name": "blosc",
-        "configuration": {"cname": "zstd", "clevel": level, "shuffle": "shuffle"},
+        "configuration": {"cname": "zstd", "clevel": level, "shuffle": "shuffle", "blocksize": 0},
     },
 }
+
+
+def auto_codec(dtype: np.dtype) -> tuple[str, int]:
+    """The default compressor for a leaf, chosen from ``tools/bench_vault.py`` measurements.
+
+    One-byte data (frames, flags): zstd level 3 (about 14x on Atari-like frames at 1.7 GB/s
+    of raw experience on 2 cores). Wider numbers: blosc (zstd level 1) with byte shuffle, which
+    on float32 random walks compressed 1.19x vs zstd-3's 1.08x, wrote 1.6 vs 1.0 GB/s and read
+    3.6 vs 1.9 GB/s.
+    """
+    return ("zstd", 3) if np.dtype(dtype).itemsize == 1 else ("blosc", 1)
 
 
 def codec_chain(codec: str | None, level: int | None) -> list[dict[str, Any]]:

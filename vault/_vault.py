@@ -36,6 +36,7 @@ from vault._store import (
     FORMAT_VERSION,
     MANIFEST_KEY,
     array_metadata,
+    auto_codec,
     choose_chunk,
     codec_chain,
     create_array,
@@ -185,7 +186,7 @@ class Vault:
         structure_or_state: Any,
         *,
         rows: int | None = None,
-        codec: str | None = "zstd",
+        codec: str | None = "auto",
         level: int | None = None,
         chunk: dict[str, Sequence[int]] | None = None,
         metadata: dict[str, Any] | None = None,
@@ -193,8 +194,10 @@ class Vault:
         """Create an empty vault at ``location`` shaped like a buffer state.
 
         ``structure_or_state`` is a buffer state (rows and per-timestep shapes are taken from
-        it) or one example timestep with ``rows`` given. ``codec``: ``"zstd"`` (default),
-        ``"blosc"``, ``"gzip"`` or ``None``; every chunk also gets a ``crc32c`` checksum.
+        it) or one example timestep with ``rows`` given. ``codec``: ``"auto"`` (default:
+        zstd-3 for one-byte leaves such as frames, shuffled blosc-zstd-1 for wider numbers),
+        ``"zstd"``, ``"blosc"``, ``"gzip"`` or ``None``; every chunk also gets a ``crc32c``
+        checksum.
         ``chunk`` maps leaf paths to chunk shapes ``[rows, time, ...]`` to override the
         default (whole frames x about 4 MiB of timesteps).
         """
@@ -214,7 +217,8 @@ class Vault:
         node = _structure.describe(example)
         names = _structure.leaf_names(node)
         values = _structure.leaves(example, node)
-        codecs = codec_chain(codec, level)
+        if codec != "auto":
+            codec_chain(codec, level)  # validate the name before anything is created
         chunk = dict(chunk or {})
         unknown = sorted(set(chunk) - set(names))
         if unknown:
@@ -229,6 +233,9 @@ class Vault:
             leaves_meta.append(
                 {"name": name, "shape": list(item_shape), "dtype": dtype.name, "chunk": chunk_shape}
             )
+            chosen = auto_codec(dtype) if codec == "auto" else (codec, level)
+            codecs = codec_chain(*chosen)
+            leaves_meta[-1]["codecs"] = codecs
             meta = array_metadata(n_rows, item_shape, dtype, chunk_shape, codecs)
             futures.append(create_array(root, f"{EXPERIENCE}/{name}", meta, ctx))
         for fut in futures:
@@ -245,7 +252,6 @@ class Vault:
             "rows": n_rows,
             "structure": node,
             "leaves": leaves_meta,
-            "codecs": codecs,
             "user_metadata": user,
         }
         write_commit(kv, {"committed_length": 0, "source_counter": None, "seq": 0, "gaps": []})
@@ -688,7 +694,7 @@ def _check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
 
 def _compat_compression(compression: dict[str, Any] | None) -> tuple[str | None, int | None]:
     if compression is None:
-        return "zstd", None
+        return "auto", None
     cname = compression.get("cname") or compression.get("id") or "zstd"
     level = compression.get("clevel") or compression.get("level")
     return ("blosc" if compression.get("id") == "blosc" else cname), level
