@@ -58,6 +58,14 @@ from typing import Any, TextIO
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _bench_common import (
+    log,
+    package_version,
+    peak_rss_bytes,
+    proc_status_bytes,
+    reset_peak_rss,
+    tree_nbytes,
+)
 
 KINDS = ("flat", "item", "trajectory", "prioritised_trajectory")
 LAYOUTS = ("single", "batch")
@@ -288,36 +296,8 @@ def make_workload(lib: ModuleType, kind: str, layout: str, cfg: Config) -> Workl
 # --------------------------------------------------------------------------------------------
 
 
-def proc_status_bytes(field: str) -> int | None:
-    """``VmRSS`` / ``VmHWM`` of this process in bytes (``None`` where /proc is unavailable)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def peak_rss_bytes() -> int:
-    """Peak resident set size: ``VmHWM``, else ``getrusage`` (KiB on Linux)."""
-    hwm = proc_status_bytes("VmHWM")
-    if hwm is not None:
-        return hwm
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
 def current_rss_bytes() -> int | None:
     return proc_status_bytes("VmRSS")
-
-
-def tree_nbytes(tree: Any) -> int:
-    return int(
-        sum(np.dtype(x.dtype).itemsize * int(np.prod(x.shape)) for x in jax.tree.leaves(tree))
-    )
 
 
 def experience_nbytes(state: Any) -> int:
@@ -363,10 +343,6 @@ def timed_sample_loop(fn: Callable[[Any, Any], Any], state: Any, keys: list[jax.
     dt = time.perf_counter() - t0
     del outs
     return dt
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def run_group(
@@ -527,16 +503,6 @@ def run_timings(libs: dict[str, ModuleType], cfg: Config) -> tuple[list[dict[str
 # --------------------------------------------------------------------------------------------
 
 
-def reset_peak_rss() -> bool:
-    """Reset this process's ``VmHWM`` to its current RSS (Linux ``clear_refs``); False if not."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        return False
-    return True
-
-
 def memory_probe(lib_name: str, kind: str, cfg: Config) -> dict[str, Any]:
     """Peak RSS growth while creating, filling and sampling one buffer (batch layout).
 
@@ -634,13 +600,6 @@ def run_memory_probes(libs: dict[str, ModuleType], cfg: Config, quick: bool) -> 
 # --------------------------------------------------------------------------------------------
 # Reporting
 # --------------------------------------------------------------------------------------------
-
-
-def package_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def rlvault_provenance() -> dict[str, Any]:

@@ -60,7 +60,6 @@ import importlib
 import importlib.metadata
 import io
 import json
-import math
 import os
 import platform
 import shutil
@@ -76,6 +75,14 @@ from typing import Any
 
 import jax
 import numpy as np
+from _bench_common import (
+    log,
+    package_version,
+    peak_rss_bytes,
+    proc_status_bytes,
+    reset_peak_rss,
+    tree_nbytes,
+)
 
 VARIANTS = ("image", "vector")
 LIBRARIES = ("rlvault", "flashbax")
@@ -163,10 +170,6 @@ TARGET_VECTOR_WRITE_RATIO = 10.0
 TARGET_READ_RATIO = 3.0
 TARGET_PEAK_READ_FRACTION = 1.3
 TARGET_SMALL_WRITE_MS = 5.0
-
-
-def log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
 
 
 def loadavg() -> list[float] | None:
@@ -438,41 +441,6 @@ def drop_page_cache(path: Path) -> dict[str, Any]:
         "resident_before_bytes": before,
         "resident_after_bytes": resident_bytes(files),
     }
-
-
-def proc_status_bytes(field: str) -> int | None:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-def peak_rss_bytes() -> int:
-    """``VmHWM``, else ``getrusage`` (KiB on Linux)."""
-    hwm = proc_status_bytes("VmHWM")
-    if hwm is not None:
-        return hwm
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
-def reset_peak_rss() -> bool:
-    """Reset ``VmHWM`` to the current RSS (Linux ``clear_refs``); False where not allowed."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        return False
-    return True
-
-
-def tree_nbytes(tree: Any) -> int:
-    return int(sum(np.dtype(x.dtype).itemsize * math.prod(x.shape) for x in jax.tree.leaves(tree)))
 
 
 def block(tree: Any) -> None:
@@ -878,13 +846,6 @@ def run_variant(
         "pool_generation_s": pool_s,
         "libraries": per_lib,
     }
-
-
-def package_version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def code_provenance() -> dict[str, Any]:
