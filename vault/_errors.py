@@ -17,6 +17,10 @@ class VaultExistsError(VaultError, FileExistsError):
     """``Vault.create`` found a vault (or other data) at the location."""
 
 
+class VaultLockedError(VaultError, BlockingIOError):
+    """Another writer holds the vault (the message names it)."""
+
+
 class VaultModeError(VaultError, PermissionError):
     """A write on a vault opened read-only."""
 

@@ -13,6 +13,7 @@ import datetime as _dt
 import math
 import re
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -30,6 +31,7 @@ from vault._errors import (
     VaultStructureError,
 )
 from vault._location import display, kvstore_spec
+from vault._lock import WriterLock
 from vault._store import (
     COMMIT_KEY,
     EXPERIENCE,
@@ -156,7 +158,9 @@ class Vault:
             vault_uid = _dt.datetime.now().strftime("%Y%m%d%H%M%S")
         location = base / vault_uid
         if (location / MANIFEST_KEY).exists():
-            self._init_open(str(location), "a")
+            # As the reference: open for reading and writing; the writer lock is taken by the
+            # first write, so that reopening a vault to read it does not need the lock.
+            self._init_open(str(location), "a", lazy_lock=True)
         else:
             if experience_structure is None:
                 raise VaultError(
@@ -205,6 +209,33 @@ class Vault:
         ctx = _context(root)
         kv = ts.KvStore.open(root, context=ctx).result()
         if kv.read(MANIFEST_KEY).result().state == "value":
+            raise VaultExistsError(f"a Zarr node already exists at {display(root)}")
+        if root["driver"] == "file":
+            Path(root["path"]).mkdir(parents=True, exist_ok=True)
+        lock = WriterLock(root, display(root))
+        try:
+            return cls._create_locked(
+                root, ctx, kv, lock, structure_or_state, rows, codec, level, chunk, metadata
+            )
+        except BaseException:
+            lock.release()
+            raise
+
+    @classmethod
+    def _create_locked(
+        cls,
+        root: dict[str, Any],
+        ctx: Any,
+        kv: Any,
+        lock: WriterLock,
+        structure_or_state: Any,
+        rows: int | None,
+        codec: str | None,
+        level: int | None,
+        chunk: dict[str, Sequence[int]] | None,
+        metadata: dict[str, Any] | None,
+    ) -> Vault:
+        if kv.read(MANIFEST_KEY).result().state == "value":  # created by the lock's holder
             raise VaultExistsError(f"a Zarr node already exists at {display(root)}")
         user = _check_metadata(metadata)
         if hasattr(structure_or_state, "experience"):
@@ -257,28 +288,43 @@ class Vault:
         write_commit(kv, {"committed_length": 0, "source_counter": None, "seq": 0, "gaps": []})
         kv.write(MANIFEST_KEY, group_json({"rlvault": manifest})).result()
         vault = cls.__new__(cls)
-        vault._setup(root, ctx, kv, manifest, "a")
+        vault._setup(root, ctx, kv, manifest, "a", lock)
         return vault
 
     @classmethod
     def open(cls, location: str, mode: Literal["r", "a"] = "r") -> Vault:
-        """Open an existing vault, read-only (``"r"``) or for appending (``"a"``)."""
+        """Open an existing vault, read-only (``"r"``, no lock: any number of readers) or for
+        appending (``"a"``: takes the writer lock, :class:`VaultLockedError` if held)."""
         vault = cls.__new__(cls)
         vault._init_open(location, mode)
         return vault
 
-    def _init_open(self, location: str, mode: str) -> None:
+    def _init_open(self, location: str, mode: str, lazy_lock: bool = False) -> None:
         if mode not in ("r", "a"):
             raise ValueError(f"mode must be 'r' or 'a', got {mode!r}")
         root = kvstore_spec(location)
         ctx = _context(root)
         kv = ts.KvStore.open(root, context=ctx).result()
         manifest = load_manifest(kv, root)
-        self._setup(root, ctx, kv, manifest, mode)
+        lock = WriterLock(root, display(root)) if mode == "a" and not lazy_lock else None
+        try:
+            self._setup(root, ctx, kv, manifest, mode, lock)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
 
     def _setup(
-        self, root: dict[str, Any], ctx: Any, kv: Any, manifest: dict[str, Any], mode: str
+        self,
+        root: dict[str, Any],
+        ctx: Any,
+        kv: Any,
+        manifest: dict[str, Any],
+        mode: str,
+        lock: WriterLock | None,
     ) -> None:
+        self._lock = lock
+        self._closed = False
         self._root, self._ctx, self._kv, self._manifest, self._mode = root, ctx, kv, manifest, mode
         self._names = [leaf["name"] for leaf in manifest["leaves"]]
         self._chunk_time = {leaf["name"]: leaf["chunk"][1] for leaf in manifest["leaves"]}
@@ -349,8 +395,12 @@ class Vault:
         with ``on_overrun="save_surviving"`` the surviving ones are saved and the gap recorded
         in :attr:`gaps`.
         """
+        if self._closed:
+            raise VaultModeError(f"{self.location}: this Vault was closed")
         if self._mode != "a":
             raise VaultModeError(f"{self.location} is open read-only; open it with mode='a'")
+        if self._lock is None:
+            self._lock = WriterLock(self._root, self.location)
         if on_overrun not in ("error", "save_surviving"):
             raise ValueError(f"on_overrun must be 'error' or 'save_surviving', got {on_overrun!r}")
         snap = _Snapshot(state)
@@ -649,6 +699,19 @@ class Vault:
             t1 = min(t0 + block, length)
             self._result(ts.array(arr[:, t0:t1]).write(view[:, t0:t1]), name)
         return arr
+
+    def close(self) -> None:
+        """Release the writer lock (if held). Reading methods keep working; writes do not."""
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+        self._closed = True
+
+    def __enter__(self) -> Vault:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         return (

@@ -73,6 +73,7 @@ def test_vault_matches_the_model(steps: list[tuple]) -> None:
                 model += list(range(added - written, added))
                 saved_upto, first = added, False
             elif op == "reopen":
+                vault.close()
                 vault = Vault.open(path, mode="a")
             else:
                 lo, hi = sorted((args[0] % (len(model) + 1), args[1] % (len(model) + 1)))

@@ -1,0 +1,107 @@
+"""One writer per vault: an exclusive ``flock`` on the vault's ``lock/`` directory.
+
+The lock is held from ``Vault.create`` / ``Vault.open(mode="a")`` until ``close()`` (or the
+end of a ``with`` block, or garbage collection). The kernel drops a ``flock`` when its process
+dies however it dies, so a crashed writer never leaves a vault locked: no pid guessing, no
+timeouts (this needs a local file system; ``flock`` over NFS is not reliable). Who holds the
+lock is recorded in ``lock/zarr.json`` (an empty Zarr group's attributes) for the error that a
+second writer gets. ``memory://`` vaults are locked within the process.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import fcntl
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+from vault._errors import VaultLockedError
+
+LOCK_DIR = "lock"
+_MEMORY_HOLDERS: dict[str, dict[str, Any]] = {}
+_MEMORY_GUARD = threading.Lock()
+
+
+def _holder() -> dict[str, Any]:
+    return {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "thread": threading.current_thread().name,
+        "since": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+
+
+def _describe(holder: dict[str, Any] | None) -> str:
+    if not holder:
+        return "another writer"
+    return f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')}"
+
+
+class WriterLock:
+    """An acquired writer lock; ``release()`` is idempotent."""
+
+    def __init__(self, root: dict[str, Any], display: str) -> None:
+        self._display = display
+        self._fd: int | None = None
+        self._memory_key: str | None = None
+        if root["driver"] == "memory":
+            self._acquire_memory(root["path"])
+        else:
+            self._acquire_file(Path(root["path"]) / LOCK_DIR)
+
+    def _acquire_memory(self, key: str) -> None:
+        with _MEMORY_GUARD:
+            if key in _MEMORY_HOLDERS:
+                raise VaultLockedError(self._message(_MEMORY_HOLDERS[key]))
+            _MEMORY_HOLDERS[key] = _holder()
+        self._memory_key = key
+
+    def _acquire_file(self, lock_dir: Path) -> None:
+        lock_dir.mkdir(exist_ok=True)
+        meta = lock_dir / "zarr.json"
+        fd = os.open(lock_dir, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise VaultLockedError(self._message(_read_holder(meta))) from None
+        self._fd = fd
+        doc = {"zarr_format": 3, "node_type": "group", "attributes": {"writer": _holder()}}
+        tmp = lock_dir / f".zarr.json.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(doc, indent=1))
+        os.replace(tmp, meta)
+
+    def _message(self, holder: dict[str, Any] | None) -> str:
+        return (
+            f"{self._display} is being written by {_describe(holder)}; only one writer at a "
+            "time. Open it with mode='r' to read while it is written, or close the other "
+            "writer (a writer that died releases the lock with its process)."
+        )
+
+    def release(self) -> None:
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+        if self._memory_key is not None:
+            with _MEMORY_GUARD:
+                _MEMORY_HOLDERS.pop(self._memory_key, None)
+            self._memory_key = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None or self._memory_key is not None
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def _read_holder(meta: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(meta.read_text()).get("attributes", {}).get("writer")
+    except (OSError, ValueError):
+        return None
