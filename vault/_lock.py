@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import threading
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,9 @@ class WriterLock:
             self._acquire_memory(root["path"])
         else:
             self._acquire_file(Path(root["path"]) / LOCK_DIR)
+        # Released by release(), by garbage collection, or at interpreter exit (before module
+        # teardown), whichever comes first; the kernel releases it if the process dies.
+        self._finalizer = weakref.finalize(self, _release, self._fd, self._memory_key)
 
     def _acquire_memory(self, key: str) -> None:
         with _MEMORY_GUARD:
@@ -83,21 +87,20 @@ class WriterLock:
         )
 
     def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
-        if self._memory_key is not None:
-            with _MEMORY_GUARD:
-                _MEMORY_HOLDERS.pop(self._memory_key, None)
-            self._memory_key = None
+        self._finalizer()
 
     @property
     def held(self) -> bool:
-        return self._fd is not None or self._memory_key is not None
+        return self._finalizer.alive
 
-    def __del__(self) -> None:
-        self.release()
+
+def _release(fd: int | None, memory_key: str | None) -> None:
+    if fd is not None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+    if memory_key is not None:
+        with _MEMORY_GUARD:
+            _MEMORY_HOLDERS.pop(memory_key, None)
 
 
 def _read_holder(meta: Path) -> dict[str, Any] | None:
