@@ -10,9 +10,11 @@ second writer gets. ``memory://`` vaults are locked within the process.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import fcntl
 import json
+import logging
 import os
 import socket
 import threading
@@ -23,6 +25,7 @@ from typing import Any
 from vault._errors import VaultLockedError
 
 LOCK_DIR = "lock"
+_log = logging.getLogger(__name__)
 _MEMORY_HOLDERS: dict[str, dict[str, Any]] = {}
 _MEMORY_GUARD = threading.Lock()
 
@@ -74,6 +77,7 @@ class WriterLock:
             os.close(fd)
             raise VaultLockedError(self._message(_read_holder(meta))) from None
         self._fd = fd
+        _remove_stale_temp_files(lock_dir.parent)
         doc = {"zarr_format": 3, "node_type": "group", "attributes": {"writer": _holder()}}
         tmp = lock_dir / f".zarr.json.{os.getpid()}.tmp"
         tmp.write_text(json.dumps(doc, indent=1))
@@ -92,6 +96,27 @@ class WriterLock:
     @property
     def held(self) -> bool:
         return self._finalizer.alive
+
+
+def _remove_stale_temp_files(root: Path) -> int:
+    """Delete ``*.__lock`` files: temp files of a writer that died mid-write.
+
+    TensorStore's file kvstore writes ``<key>.__lock`` and renames it over ``<key>``; a later
+    write of the same key reuses a leftover ``<key>.__lock`` *without truncating it*, so a
+    shorter new value would keep the stale tail and be renamed into place corrupt (measured:
+    the commit record of 4 in 200 crash trials). Holding the writer lock means no live writer
+    owns these files, so they are safe to delete.
+    """
+    removed = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            if name.endswith(".__lock"):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(dirpath, name))
+                    removed += 1
+    if removed:
+        _log.warning("%s: removed %d temp files left by a writer that died", root, removed)
+    return removed
 
 
 def _release(fd: int | None, memory_key: str | None) -> None:

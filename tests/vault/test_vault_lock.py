@@ -86,3 +86,16 @@ def test_a_killed_writer_releases_the_lock(tmp_path: Path) -> None:
             child.wait()
         if child.stdout is not None:
             child.stdout.close()
+
+
+def test_taking_the_lock_removes_temp_files_a_dead_writer_left(tmp_path: Path) -> None:
+    """TensorStore reuses a leftover ``<key>.__lock`` temp file without truncating it; the new
+    writer must delete them, or a shorter commit record would be renamed into place corrupt."""
+    path = tmp_path / "v"
+    Vault.create(str(path), _state()).close()
+    stale = path / "commit" / "zarr.json.__lock"
+    stale.write_bytes(b"Z" * 4096)
+    with Vault.open(str(path), mode="a") as writer:
+        assert not stale.exists()
+        assert writer.write(_state()) == 3
+    assert Vault.open(str(path)).committed_length == 3
