@@ -23,10 +23,10 @@ from vault import _structure
 from vault._errors import (
     UnsavedDataLostError,
     VaultCorruptError,
-    VaultError,
     VaultExistsError,
     VaultMetadataError,
     VaultModeError,
+    VaultNotFoundError,
     VaultReadError,
     VaultStructureError,
 )
@@ -148,8 +148,6 @@ class Vault:
         compression: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
-        from pathlib import Path
-
         base = Path(rel_dir) / vault_name
         if vault_uid is None:
             existing = sorted(p.name for p in base.glob("*") if (p / MANIFEST_KEY).exists())
@@ -163,7 +161,7 @@ class Vault:
             self._init_open(str(location), "a", lazy_lock=True)
         else:
             if experience_structure is None:
-                raise VaultError(
+                raise VaultNotFoundError(
                     f"no vault at {location}: give `experience_structure` (a buffer state) to "
                     "create one"
                 )
