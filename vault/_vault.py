@@ -9,12 +9,15 @@ next append overwrites any partial tail.
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import datetime as _dt
+import functools
 import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 import tensorstore as ts
@@ -23,6 +26,7 @@ from vault import _structure
 from vault._errors import (
     UnsavedDataLostError,
     VaultCorruptError,
+    VaultError,
     VaultExistsError,
     VaultMetadataError,
     VaultModeError,
@@ -69,6 +73,14 @@ def _version() -> str:
         return version("rlvault")
     except Exception:
         return "unknown"
+
+
+class _Tip(NamedTuple):
+    """Where the next append goes: after every write issued so far (committed or pending)."""
+
+    committed_length: int
+    source_counter: int | None
+    gaps: list[dict[str, int]]
 
 
 class _Snapshot:
@@ -323,6 +335,10 @@ class Vault:
     ) -> None:
         self._lock = lock
         self._closed = False
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pending: collections.deque[Any] = collections.deque()
+        self._background_error: BaseException | None = None
+        self.max_pending = 2
         self._root, self._ctx, self._kv, self._manifest, self._mode = root, ctx, kv, manifest, mode
         self._names = [leaf["name"] for leaf in manifest["leaves"]]
         self._chunk_time = {leaf["name"]: leaf["chunk"][1] for leaf in manifest["leaves"]}
@@ -337,6 +353,10 @@ class Vault:
         if doc is None or not isinstance(doc.get("committed_length"), int):
             raise VaultCorruptError(f"{self.location}: missing or invalid {COMMIT_KEY}")
         self._commit = doc
+        if not getattr(self, "_pending", None):
+            self._tip = _Tip(
+                int(doc["committed_length"]), doc.get("source_counter"), list(doc.get("gaps", []))
+            )
         stale = [i for i, a in enumerate(self._arrays) if a.shape[1] < self.committed_length]
         read_only = self._mode == "r"
         resolved = [
@@ -383,7 +403,12 @@ class Vault:
 
     # ----------------------------------------------------------------------------- writing
     def write(
-        self, state: Any, *, on_overrun: OnOverrun = "error", new_buffer: bool = False
+        self,
+        state: Any,
+        *,
+        on_overrun: OnOverrun = "error",
+        new_buffer: bool = False,
+        block: bool = True,
     ) -> int:
         """Append the timesteps added to ``state`` since the previous write; return how many.
 
@@ -392,7 +417,16 @@ class Vault:
         the oldest unsaved ones are gone: :class:`UnsavedDataLostError` (vault unchanged), or
         with ``on_overrun="save_surviving"`` the surviving ones are saved and the gap recorded
         in :attr:`gaps`.
+
+        With ``block=False`` the call returns once the fresh timesteps have been copied out of
+        the buffer into host memory (so the buffer may be donated or overwritten at once);
+        compression, disk I/O and the commit continue on a background thread, in order. At
+        most ``max_pending`` writes wait there (then the call blocks: back-pressure).
+        :meth:`flush`, :meth:`close` and leaving a ``with`` block wait for them; an error in
+        the background is raised by the next ``write``/``flush``/``close``, and nothing after
+        the failed write is committed.
         """
+        self._raise_background_error()
         if self._closed:
             raise VaultModeError(f"{self.location}: this Vault was closed")
         if self._mode != "a":
@@ -403,7 +437,8 @@ class Vault:
             raise ValueError(f"on_overrun must be 'error' or 'save_surviving', got {on_overrun!r}")
         snap = _Snapshot(state)
         values = self._check_state(snap)
-        source = self._commit.get("source_counter")
+        tip = self._tip
+        source = tip.source_counter
         if source is None or new_buffer:
             unsaved = snap.held
         else:
@@ -414,7 +449,7 @@ class Vault:
                     "written from. Pass new_buffer=True to append everything it holds."
                 )
             unsaved = snap.counter - source
-        gaps = list(self._commit.get("gaps", []))
+        gaps = list(tip.gaps)
         if unsaved > snap.held:
             lost = unsaved - snap.held
             if on_overrun == "error":
@@ -425,29 +460,80 @@ class Vault:
                     f"{snap.time_len} timesteps) or pass on_overrun='save_surviving'.",
                     lost,
                 )
-            gaps.append({"at": self.committed_length, "lost": lost})
+            gaps.append({"at": tip.committed_length, "lost": lost})
             unsaved = snap.held
-        if unsaved == 0:
-            if snap.counter != source:
-                self._write_commit(self.committed_length, snap.counter, gaps)
+        if unsaved == 0 and snap.counter == source:
             return 0
+        begin = tip.committed_length
+        end = begin + unsaved
         start = (snap.current - unsaved) % snap.time_len
         stop = start + unsaved
-        begin = self.committed_length
-        end = begin + unsaved
-        arrays = self._grow(end)
-        futures = []
-        for arr, value in zip(arrays, values, strict=True):
+        parts = []
+        for value in values if unsaved else ():
             data = snap.leaf(value)
             if stop <= snap.time_len:
-                part = data[:, start:stop]
+                # A view is enough when we wait for the write; otherwise copy it out now.
+                part = data[:, start:stop] if block else np.array(data[:, start:stop])
             else:
                 part = np.concatenate([data[:, start:], data[:, : stop - snap.time_len]], axis=1)
-            futures.append(arr[:, begin:end].write(part))
-        for fut in futures:
-            fut.result()
-        self._write_commit(end, snap.counter, gaps)
+            parts.append(part)
+        self._tip = _Tip(end, snap.counter, gaps)
+        job = functools.partial(self._append, begin, end, parts, snap.counter, gaps)
+        if block:
+            self.flush()
+            job()
+        else:
+            self._submit(job)
         return unsaved
+
+    def _append(
+        self, begin: int, end: int, parts: list[np.ndarray], counter: int, gaps: list[Any]
+    ) -> None:
+        """Data first (every leaf, awaited), then the commit record."""
+        if parts:
+            arrays = self._grow(end)
+            futures = [
+                arr[:, begin:end].write(part) for arr, part in zip(arrays, parts, strict=True)
+            ]
+            for fut in futures:
+                fut.result()
+        self._write_commit(end, counter, gaps)
+
+    def _submit(self, job: Any) -> None:
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="vault-write")
+        while len(self._pending) >= self.max_pending:
+            self._pending.popleft().result()  # back-pressure: wait for the oldest
+        self._pending.append(self._pool.submit(self._run_background, job))
+
+    def _run_background(self, job: Any) -> None:
+        if self._background_error is not None:
+            return  # an earlier write failed: commit nothing after it
+        try:
+            job()
+        except BaseException as err:
+            self._background_error = err
+
+    def _raise_background_error(self) -> None:
+        err = self._background_error
+        if err is None:
+            return
+        for fut in self._pending:
+            fut.result()
+        self._pending.clear()
+        self._background_error = None
+        self.refresh()  # continue from what is really committed
+        raise VaultError(
+            f"{self.location}: a background write failed ({type(err).__name__}: {err}); the "
+            f"vault is at its last commit ({self.committed_length} timesteps). Writing the "
+            "same buffer again appends what is missing."
+        ) from err
+
+    def flush(self) -> None:
+        """Wait until every write has been committed; raise a background error if one failed."""
+        while self._pending:
+            self._pending.popleft().result()
+        self._raise_background_error()
 
     def _grow(self, length: int) -> list[Any]:
         """Make every array at least ``length`` long, growing a whole time-chunk at a time.
@@ -699,11 +785,18 @@ class Vault:
         return arr
 
     def close(self) -> None:
-        """Release the writer lock (if held). Reading methods keep working; writes do not."""
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
-        self._closed = True
+        """Wait for pending writes, then release the writer lock (if held). Reading methods
+        keep working; writes do not."""
+        try:
+            self.flush()
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+                self._pool = None
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+            self._closed = True
 
     def __enter__(self) -> Vault:
         return self
