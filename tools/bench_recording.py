@@ -49,7 +49,9 @@ def make_step(buf: Any) -> Any:
     return jax.jit(step, donate_argnums=(0, 1))
 
 
-def run(steps: int, every: int | None, t_len: int, workdir: Path) -> dict[str, Any]:
+def run(
+    steps: int, every: int | None, t_len: int, workdir: Path, codec: str = "auto"
+) -> dict[str, Any]:
     buf = fbx.make_trajectory_buffer(ROWS, 32, 1, 1, 1, max_length_time_axis=t_len)
     example = {"obs": jnp.zeros((84, 84, 3), jnp.uint8), "reward": jnp.float32(0)}
     rng = np.random.default_rng(0)
@@ -63,7 +65,7 @@ def run(steps: int, every: int | None, t_len: int, workdir: Path) -> dict[str, A
     keys = jax.random.split(jax.random.key(0), steps + 1)
     state, params, loss = step(state, params, pool[0], keys[0])  # compile
     loss.block_until_ready()
-    vault = Vault.create(str(workdir / f"rec-{every}"), state) if every else None
+    vault = Vault.create(str(workdir / f"rec-{every}"), state, codec=codec) if every else None
     times = []
     for i in range(steps):
         t0 = time.perf_counter()
@@ -94,18 +96,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--every", type=int, default=250)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--codec", default="auto", help="vault codec: auto, zstd, lz4, blosc, gzip")
     args = parser.parse_args(argv)
     steps, t_len = (300, 400) if args.quick else (args.steps, 2000)
     every = min(args.every, t_len)
     with tempfile.TemporaryDirectory() as tmp:
         plain = run(steps, None, t_len, Path(tmp))
-        recording = run(steps, every, t_len, Path(tmp))
+        recording = run(steps, every, t_len, Path(tmp), args.codec)
         plain_again = run(steps, None, t_len, Path(tmp))  # bracket the recording run
     base_median = (plain["median_ms"] + plain_again["median_ms"]) / 2
     base_mean = (plain["mean_ms"] + plain_again["mean_ms"]) / 2
     result = {
         "steps": steps,
         "write_every": every,
+        "codec": args.codec,
         "frames_per_write_mb": every * ROWS * 84 * 84 * 3 / 1e6,
         "without": [plain, plain_again],
         "with": recording,

@@ -23,6 +23,10 @@ MAX_TIME_CHUNK = 1 << 14
 CODECS = {
     "zstd": lambda level: {"name": "zstd", "configuration": {"level": level, "checksum": False}},
     "gzip": lambda level: {"name": "gzip", "configuration": {"level": level}},
+    "lz4": lambda level: {
+        "name": "blosc",
+        "configuration": {"cname": "lz4", "clevel": level, "shuffle": "shuffle", "blocksize": 0},
+    },
     "blosc": lambda level: {
         "name": "blosc",
         "configuration": {"cname": "zstd", "clevel": level, "shuffle": "shuffle", "blocksize": 0},

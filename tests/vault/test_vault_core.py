@@ -357,7 +357,7 @@ def test_zarr_python_reads_every_leaf(tmp_path: Path, rec: Recorder) -> None:
     assert out[1] == "(2, 5, 3) 1"
 
 
-@pytest.mark.parametrize("codec", ["zstd", None])
+@pytest.mark.parametrize("codec", ["zstd", "lz4", "blosc", "gzip", None])
 def test_flipped_byte_is_a_typed_error_naming_array_and_chunk(
     tmp_path: Path, rec: Recorder, codec: str | None
 ) -> None:
