@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any, Generic, NamedTuple
 
 import chex
+import jax
 
 from buffers._layout import layout_add
 from buffers._pytree import pytree_dataclass
@@ -40,8 +41,6 @@ class TransitionSample(Generic[Experience]):
 
 def pair_from_sequences(sequences: Any) -> ExperiencePair:
     """First and last timestep of every sampled sequence ``[batch, L, ...]``."""
-    import jax
-
     return ExperiencePair(
         first=jax.tree.map(lambda x: x[:, 0], sequences),
         second=jax.tree.map(lambda x: x[:, -1], sequences),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote
 
 from vault._errors import VaultStructureError
 
@@ -24,10 +24,6 @@ def escape(name: str) -> str:
     if out.startswith((".", "__")):
         out = "%2E" + out[1:] if out[0] == "." else "%5F" + out[1:]
     return out
-
-
-def unescape(name: str) -> str:
-    return "" if name == "%-" else unquote(name)
 
 
 def _class_ref(obj: Any) -> str:
@@ -153,11 +149,8 @@ def build(node: dict[str, Any], values: list[Any]) -> Any:
         fields = dict(zip(n["fields"], children, strict=True))
         try:
             return _import(n["class"])(**fields)
-        except Exception:  # the class moved or changed: give the fields back as a dict
+        except (ImportError, AttributeError, TypeError, ValueError):  # class moved or changed:
+            # give the fields back as a dict rather than fail the read
             return fields
 
     return rec(node)
-
-
-def same_structure(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    return a == b
