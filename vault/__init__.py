@@ -1,5 +1,6 @@
 """The Vault: a persistent, append-only store of buffer states in Zarr v3 via TensorStore."""
 
+from vault._episodes import EpisodeTable
 from vault._errors import (
     UnsavedDataLostError,
     VaultCorruptError,
@@ -15,6 +16,7 @@ from vault._errors import (
 from vault._vault import Vault
 
 __all__ = [
+    "EpisodeTable",
     "UnsavedDataLostError",
     "Vault",
     "VaultCorruptError",

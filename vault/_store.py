@@ -12,7 +12,7 @@ import tensorstore as ts
 from vault._errors import VaultCorruptError, VaultNotFoundError
 from vault._location import child_spec, display
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: optional episode index (episodes/); version 1 vaults still open
 MANIFEST_KEY = "zarr.json"  # the root group's metadata; the manifest lives in its attributes
 COMMIT_KEY = "commit/zarr.json"  # an empty Zarr group whose attributes hold the record
 EXPERIENCE = "experience"

@@ -15,7 +15,7 @@ import datetime as _dt
 import functools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -23,6 +23,16 @@ import numpy as np
 import tensorstore as ts
 
 from vault import _structure
+from vault._episodes import (
+    BOUNDS,
+    INDEX_CHUNK,
+    RETURNS,
+    EpisodeTable,
+    advance,
+    index_metadata,
+    initial_open,
+    open_table,
+)
 from vault._errors import (
     UnsavedDataLostError,
     VaultCorruptError,
@@ -123,6 +133,46 @@ class _Snapshot:
         return arr.reshape((self.rows, self.time_len, *arr.shape[self.stack + 2 :]))
 
 
+class _Arrays:
+    """Experience given as arrays ``[rows, n, ...]``: what ``append`` checks and writes."""
+
+    stack = 0
+
+    def __init__(self, experience: Any) -> None:
+        first = _first_leaf(experience)
+        if len(first.shape) < 2:
+            raise VaultStructureError(
+                f"append() takes leaves shaped [rows, time, ...], got shape {tuple(first.shape)}"
+            )
+        self.experience = experience
+        self.rows = int(first.shape[0])
+        self.time_len = int(first.shape[1])
+
+
+def _check_episode_leaves(
+    episodes: dict[str, str | None], names: list[str], values: list[Any], skip: int
+) -> dict[str, Any] | None:
+    """The manifest's ``episodes`` entry, or None; every named leaf must be a scalar leaf."""
+    if episodes.get("done") is None:
+        extra = [k for k, v in episodes.items() if v is not None]
+        if extra:
+            raise VaultStructureError(f"{extra} given without done_leaf: give done_leaf too")
+        return None
+    problems = []
+    for role, name in episodes.items():
+        if name is None:
+            continue
+        if name not in names:
+            problems.append(f"{role}_leaf {name!r}: no such leaf; leaves: {names}")
+            continue
+        shape = tuple(values[names.index(name)].shape[skip:])
+        if shape:
+            problems.append(f"{role}_leaf {name!r}: expected one value per timestep, got {shape}")
+    if problems:
+        raise VaultStructureError("bad episode leaves", problems)
+    return dict(episodes)
+
+
 def _timestep_of(experience: Any) -> tuple[Any, int]:
     """One timestep (``x[0, 0]`` of every leaf) and the row count of a ``[B, T, ...]`` tree."""
     import jax
@@ -204,6 +254,9 @@ class Vault:
         level: int | None = None,
         chunk: dict[str, Sequence[int]] | None = None,
         metadata: dict[str, Any] | None = None,
+        done_leaf: str | None = None,
+        truncated_leaf: str | None = None,
+        reward_leaf: str | None = None,
     ) -> Vault:
         """Create an empty vault at ``location`` shaped like a buffer state.
 
@@ -216,6 +269,8 @@ class Vault:
         ``None``; every chunk also gets a ``crc32c`` checksum.
         ``chunk`` maps leaf paths to chunk shapes ``[rows, time, ...]`` to override the
         default (whole frames x about 4 MiB of timesteps).
+        ``done_leaf`` (a leaf path such as ``"done"``; optionally ``truncated_leaf`` and
+        ``reward_leaf``) turns on the episode index: see :meth:`episodes`.
         """
         root = kvstore_spec(location)
         ctx = _context(root)
@@ -225,9 +280,20 @@ class Vault:
         if root["driver"] == "file":
             Path(root["path"]).mkdir(parents=True, exist_ok=True)
         lock = WriterLock(root, display(root))
+        episodes = {"done": done_leaf, "truncated": truncated_leaf, "reward": reward_leaf}
         try:
             return cls._create_locked(
-                root, ctx, kv, lock, structure_or_state, rows, codec, level, chunk, metadata
+                root,
+                ctx,
+                kv,
+                lock,
+                structure_or_state,
+                rows,
+                codec,
+                level,
+                chunk,
+                metadata,
+                episodes,
             )
         except BaseException:
             lock.release()
@@ -246,6 +312,7 @@ class Vault:
         level: int | None,
         chunk: dict[str, Sequence[int]] | None,
         metadata: dict[str, Any] | None,
+        episodes: dict[str, str | None],
     ) -> Vault:
         if kv.read(MANIFEST_KEY).result().state == "value":  # created by the lock's holder
             raise VaultExistsError(f"a Zarr node already exists at {display(root)}")
@@ -262,6 +329,7 @@ class Vault:
         values = _structure.leaves(example, node)
         if codec != "auto":
             codec_chain(codec, level)  # validate the name before anything is created
+        episodes_meta = _check_episode_leaves(episodes, names, values, skip)
         chunk = dict(chunk or {})
         unknown = sorted(set(chunk) - set(names))
         if unknown:
@@ -281,6 +349,10 @@ class Vault:
             leaves_meta[-1]["codecs"] = codecs
             meta = array_metadata(n_rows, item_shape, dtype, chunk_shape, codecs)
             futures.append(create_array(root, f"{EXPERIENCE}/{name}", meta, ctx))
+        if episodes_meta is not None:
+            futures += [create_array(root, BOUNDS, index_metadata("bounds"), ctx)]
+            futures += [create_array(root, RETURNS, index_metadata("returns"), ctx)]
+            kv.write(f"episodes/{MANIFEST_KEY}", group_json()).result()
         for fut in futures:
             fut.result()
         for group in _group_paths(names):
@@ -297,7 +369,12 @@ class Vault:
             "leaves": leaves_meta,
             "user_metadata": user,
         }
-        write_commit(kv, {"committed_length": 0, "source_counter": None, "seq": 0, "gaps": []})
+        commit: dict[str, Any] = {"committed_length": 0, "source_counter": None, "seq": 0}
+        commit["gaps"] = []
+        if episodes_meta is not None:
+            manifest["episodes"] = episodes_meta
+            commit["episodes"] = {"count": 0, "open": initial_open(n_rows)}
+        write_commit(kv, commit)
         kv.write(MANIFEST_KEY, group_json({"rlvault": manifest})).result()
         vault = cls.__new__(cls)
         vault._setup(root, ctx, kv, manifest, "a", lock)
@@ -346,6 +423,11 @@ class Vault:
         self._chunk_time = {leaf["name"]: leaf["chunk"][1] for leaf in manifest["leaves"]}
         futures = [open_array(root, f"{EXPERIENCE}/{n}", ctx, mode == "r") for n in self._names]
         self._arrays = [f.result() for f in futures]
+        self._episode_cfg: dict[str, Any] | None = manifest.get("episodes")
+        self._index: list[Any] = []
+        if self._episode_cfg is not None:
+            futures = [open_array(root, key, ctx, mode == "r") for key in (BOUNDS, RETURNS)]
+            self._index = [f.result() for f in futures]
         self._commit: dict[str, Any] = {}
         self.refresh()
 
@@ -367,6 +449,10 @@ class Vault:
         ]  # another process grew these arrays: reopen to see their new shape
         for i, fut in resolved:
             self._arrays[i] = fut.result()
+        count = self._episode_count()
+        if self._index and self._index[0].shape[0] < count:
+            futures = [open_array(self._root, k, self._ctx, read_only) for k in (BOUNDS, RETURNS)]
+            self._index = [f.result() for f in futures]
         return self.committed_length
 
     # ----------------------------------------------------------------------------- properties
@@ -403,7 +489,113 @@ class Vault:
         """Where ``on_overrun="save_surviving"`` recorded lost timesteps."""
         return list(self._commit.get("gaps", []))
 
+    # ----------------------------------------------------------------------------- episodes
+    @property
+    def has_episodes(self) -> bool:
+        """Whether this vault keeps an episode index (created with ``done_leaf``)."""
+        return self._episode_cfg is not None
+
+    @property
+    def episode_leaves(self) -> dict[str, str | None]:
+        """The leaves that delimit episodes: ``{"done", "truncated", "reward"}`` -> path."""
+        cfg = self._episode_cfg or {}
+        return {k: cfg.get(k) for k in ("done", "truncated", "reward")}
+
+    def _episode_count(self) -> int:
+        episodes = self._commit.get("episodes")
+        return int(episodes["count"]) if episodes else 0
+
+    def episodes(self, include_open: bool = False) -> EpisodeTable:
+        """The committed episode index (loaded from the index arrays, no scan of the data).
+
+        Complete episodes in the order they were committed (by write, then row, then time);
+        with ``include_open`` the unfinished last episode of every row is appended
+        (``complete`` false, its length and return so far).
+        """
+        if self._episode_cfg is None:
+            raise VaultReadError(
+                f"{self.location} has no episode index: create the vault with "
+                "done_leaf=... (and optionally truncated_leaf=, reward_leaf=) to keep one"
+            )
+        count = self._episode_count()
+        has_reward = self._episode_cfg.get("reward") is not None
+        if count:
+            bounds = self._result(self._index[0][:count].read(), "bounds", "episodes")
+            returns = self._result(self._index[1][:count].read(), "returns", "episodes")
+            table = EpisodeTable.from_bounds(bounds, returns, has_reward)
+        else:
+            table = EpisodeTable.empty()
+        if include_open:
+            opened = open_table(self._commit["episodes"]["open"], self.committed_length, has_reward)
+            table = EpisodeTable.concat([table, opened])
+        return table
+
+    def read_episode(
+        self, episode: int | EpisodeTable, *, leaves: Sequence[str] | None = None
+    ) -> Any:
+        """One episode's timesteps: the vault's structure with leaves ``[length, ...]``.
+
+        ``episode`` is a position in :meth:`episodes` or a one-row :class:`EpisodeTable`.
+        """
+        if isinstance(episode, EpisodeTable):
+            if len(episode) != 1:
+                raise VaultReadError(f"read_episode takes one episode, got {len(episode)}")
+            row, start, length = int(episode.row[0]), int(episode.start[0]), int(episode.length[0])
+        else:
+            table = self.episodes()
+            if not -len(table) <= int(episode) < len(table):
+                raise VaultReadError(
+                    f"{self.location}: episode {episode} out of range; {len(table)} complete "
+                    "episodes are committed"
+                )
+            one = table[int(episode)]
+            row, start, length = int(one.row[0]), int(one.start[0]), int(one.length[0])
+        data = self.read_numpy(rows=[row], start=start, stop=start + length, leaves=leaves)
+        import jax
+
+        return jax.tree.map(lambda x: x[0], data)
+
+    def iter_episodes(
+        self, table: EpisodeTable | None = None, *, leaves: Sequence[str] | None = None
+    ) -> Iterator[Any]:
+        """Yield every episode of ``table`` (default: all complete ones) as ``read_episode``."""
+        for i in range(len(table if table is not None else self.episodes())):
+            chosen = table[i] if table is not None else self.episodes()[i]
+            yield self.read_episode(chosen, leaves=leaves)
+
     # ----------------------------------------------------------------------------- writing
+    def append(self, experience: Any, *, continues: bool = True) -> int:
+        """Append timesteps given directly as arrays ``[rows, n, ...]`` (numpy or JAX), in
+        the vault's structure; returns ``n``. For data that does not come from a buffer (a
+        Gymnasium loop, another dataset). ``continues=False`` says the rows do not continue
+        their open episodes (the index starts new ones here).
+
+        Blocking; it forgets the buffer write counter, so a later ``write(state)`` saves all
+        that buffer holds (as with ``new_buffer=True``).
+        """
+        self._check_writable()
+        self.flush()
+        snap = _Arrays(experience)
+        values = self._check_state(snap)  # type: ignore[arg-type]
+        parts = [np.asarray(v) for v in values]
+        n = snap.time_len
+        begin = self._tip.committed_length
+        restart = None if continues else True
+        self._append(
+            begin, begin + n, parts if n else [], None, list(self._tip.gaps), False, restart
+        )
+        self._tip = _Tip(begin + n, None, list(self._tip.gaps))
+        return n
+
+    def _check_writable(self) -> None:
+        self._raise_background_error()
+        if self._closed:
+            raise VaultModeError(f"{self.location}: this Vault was closed")
+        if self._mode != "a":
+            raise VaultModeError(f"{self.location} is open read-only; open it with mode='a'")
+        if self._lock is None:
+            self._lock = WriterLock(self._root, self.location)
+
     def write(
         self,
         state: Any,
@@ -428,13 +620,7 @@ class Vault:
         the background is raised by the next ``write``/``flush``/``close``, and nothing after
         the failed write is committed.
         """
-        self._raise_background_error()
-        if self._closed:
-            raise VaultModeError(f"{self.location}: this Vault was closed")
-        if self._mode != "a":
-            raise VaultModeError(f"{self.location} is open read-only; open it with mode='a'")
-        if self._lock is None:
-            self._lock = WriterLock(self._root, self.location)
+        self._check_writable()
         if on_overrun not in ("error", "save_surviving"):
             raise ValueError(f"on_overrun must be 'error' or 'save_surviving', got {on_overrun!r}")
         snap = _Snapshot(state)
@@ -480,7 +666,8 @@ class Vault:
                 part = np.concatenate([data[:, start:], data[:, : stop - snap.time_len]], axis=1)
             parts.append(part)
         self._tip = _Tip(end, snap.counter, gaps)
-        job = functools.partial(self._append, begin, end, parts, snap.counter, gaps)
+        gap = len(gaps) > len(tip.gaps)
+        job = functools.partial(self._append, begin, end, parts, snap.counter, gaps, gap)
         if block:
             self.flush()
             job()
@@ -489,17 +676,51 @@ class Vault:
         return unsaved
 
     def _append(
-        self, begin: int, end: int, parts: list[np.ndarray], counter: int, gaps: list[Any]
+        self,
+        begin: int,
+        end: int,
+        parts: list[np.ndarray],
+        counter: int | None,
+        gaps: list[Any],
+        gap: bool = False,
+        restart: bool | None = None,
     ) -> None:
-        """Data first (every leaf, awaited), then the commit record."""
+        """Data first (every leaf and the episode index, awaited), then the commit record.
+
+        ``gap``: timesteps were lost right before ``begin`` (open episodes lose their start);
+        ``restart``: the data at ``begin`` does not continue the rows' open episodes (they are
+        dropped; new ones start at ``begin``, known to start there when ``restart`` is true).
+        """
+        futures = []
         if parts:
             arrays = self._grow(end)
             futures = [
                 arr[:, begin:end].write(part) for arr, part in zip(arrays, parts, strict=True)
             ]
-            for fut in futures:
-                fut.result()
-        self._write_commit(end, counter, gaps)
+        episodes = self._commit.get("episodes")
+        if self._episode_cfg is not None and episodes is not None:
+            open_eps = episodes["open"]
+            if gap or restart is not None:
+                open_eps = initial_open(self.rows, begin, start_known=bool(restart) and not gap)
+            count = int(episodes["count"])
+            if parts:
+                cfg = self._episode_cfg
+                flag = {k: parts[self._names.index(v)] if v else None for k, v in cfg.items()}
+                done = flag["done"]
+                if done is None:
+                    raise VaultCorruptError(f"{self.location}: episode config lacks 'done'")
+                bounds, returns, open_eps = advance(
+                    open_eps, begin, done, flag["truncated"], flag["reward"]
+                )
+                if len(bounds):
+                    index = self._grow_index(count + len(bounds))
+                    futures.append(index[0][count : count + len(bounds)].write(bounds))
+                    futures.append(index[1][count : count + len(bounds)].write(returns))
+                    count += len(bounds)
+            episodes = {"count": count, "open": open_eps}
+        for fut in futures:
+            fut.result()
+        self._write_commit(end, counter, gaps, episodes)
 
     def _submit(self, job: Any) -> None:
         if self._pool is None:
@@ -565,13 +786,37 @@ class Vault:
             self._arrays[i] = fut.result()
         return self._arrays
 
-    def _write_commit(self, length: int, counter: int, gaps: list[dict[str, int]]) -> None:
-        doc = {
+    def _grow_index(self, count: int) -> list[Any]:
+        """Make the episode-index arrays hold at least ``count`` episodes (25 % headroom)."""
+        if self._index[0].shape[0] < count:
+            wanted = max(count, self._index[0].shape[0] * 5 // 4)
+            target = -(-wanted // INDEX_CHUNK) * INDEX_CHUNK
+            futures = [
+                arr.resize(
+                    exclusive_max=[target] + [None] * (arr.rank - 1),
+                    expand_only=True,
+                    resize_metadata_only=True,
+                )
+                for arr in self._index
+            ]
+            self._index = [f.result() for f in futures]
+        return self._index
+
+    def _write_commit(
+        self,
+        length: int,
+        counter: int | None,
+        gaps: list[dict[str, int]],
+        episodes: dict[str, Any] | None = None,
+    ) -> None:
+        doc: dict[str, Any] = {
             "committed_length": length,
             "source_counter": counter,
             "seq": int(self._commit.get("seq", 0)) + 1,
             "gaps": gaps,
         }
+        if episodes is not None:
+            doc["episodes"] = episodes
         write_commit(self._kv, doc)
         self._commit = doc
 
@@ -711,7 +956,7 @@ class Vault:
             raise VaultReadError(f"{self.location}: rows {bad} out of range [0, {self.rows})")
         return picked
 
-    def _result(self, future: Any, name: str) -> np.ndarray:
+    def _result(self, future: Any, name: str, group: str = EXPERIENCE) -> np.ndarray:
         """A read's value; a chunk that fails its checksum or decoding is VaultCorruptError."""
         try:
             return future.result()
@@ -722,7 +967,7 @@ class Vault:
             found = re.search(r"/c/([0-9/]+)\"", text)
             chunk = f"chunk {found.group(1).replace('/', '.')}" if found else "a chunk"
             raise VaultCorruptError(
-                f"{self.location}: array experience/{name}, {chunk} is corrupt ({text}). "
+                f"{self.location}: array {group}/{name}, {chunk} is corrupt ({text}). "
                 "Its data cannot be trusted; restore the vault from a copy."
             ) from None
 
