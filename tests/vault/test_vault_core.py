@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import subprocess
 import sys
@@ -222,11 +223,34 @@ def test_user_metadata_cannot_overwrite_reserved_keys(tmp_path: Path, rec: Recor
     vault = Vault.create(str(tmp_path / "v"), rec.state, metadata=meta)
     reopened = Vault.open(str(tmp_path / "v"))
     assert reopened.metadata == meta
-    assert reopened.manifest["format_version"] == 1
+    assert reopened.manifest["format_version"] == 2
     assert reopened.rows == ROWS
     assert vault.manifest["rlvault_version"]
     with pytest.raises(VaultMetadataError, match="JSON-serialisable"):
         Vault.create(str(tmp_path / "w"), rec.state, metadata={"x": object()})
+
+
+def test_format_version_1_vaults_still_open_and_newer_ones_are_refused(
+    tmp_path: Path, rec: Recorder
+) -> None:
+    vault = Vault.create(str(tmp_path / "v"), rec.state)
+    rec.add(3)
+    vault.write(rec.state)
+    vault.close()
+    root = tmp_path / "v" / "zarr.json"
+    doc = json.loads(root.read_text())
+    doc["attributes"]["rlvault"]["format_version"] = 1  # version 1: no episode index
+    root.write_text(json.dumps(doc))
+    old = Vault.open(str(tmp_path / "v"), "a")
+    assert old.committed_length == 3 and not old.has_episodes
+    rec.add(2)
+    assert old.write(rec.state) == 2
+    np.testing.assert_array_equal(stored_steps(old), rec.expected(0, 5))
+    old.close()
+    doc["attributes"]["rlvault"]["format_version"] = 3
+    root.write_text(json.dumps(doc))
+    with pytest.raises(VaultCorruptError, match="format_version 3 is not supported"):
+        Vault.open(str(tmp_path / "v"))
 
 
 def test_read_errors_are_typed_and_clear(tmp_path: Path, rec: Recorder) -> None:
@@ -354,7 +378,7 @@ def test_zarr_python_reads_every_leaf(tmp_path: Path, rec: Recorder) -> None:
         check=True,
     ).stdout.splitlines()
     assert out[0] == str(rec.expected(0, 5).tolist())
-    assert out[1] == "(2, 5, 3) 1"
+    assert out[1] == "(2, 5, 3) 2"
 
 
 @pytest.mark.parametrize("codec", ["zstd", "lz4", "blosc", "gzip", None])
