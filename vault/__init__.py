@@ -1,5 +1,6 @@
 """The Vault: a persistent, append-only store of buffer states in Zarr v3 via TensorStore."""
 
+from vault._derive import combine, derive_episodes, derive_slice
 from vault._episodes import EpisodeTable
 from vault._errors import (
     UnsavedDataLostError,
@@ -28,4 +29,7 @@ __all__ = [
     "VaultNotFoundError",
     "VaultReadError",
     "VaultStructureError",
+    "combine",
+    "derive_episodes",
+    "derive_slice",
 ]

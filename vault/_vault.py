@@ -25,6 +25,7 @@ import tensorstore as ts
 from vault import _structure
 from vault._episodes import (
     BOUNDS,
+    FLAG_START_UNKNOWN,
     INDEX_CHUNK,
     RETURNS,
     EpisodeTable,
@@ -568,11 +569,17 @@ class Vault:
         """Append timesteps given directly as arrays ``[rows, n, ...]`` (numpy or JAX), in
         the vault's structure; returns ``n``. For data that does not come from a buffer (a
         Gymnasium loop, another dataset). ``continues=False`` says the rows do not continue
-        their open episodes (the index starts new ones here).
+        their open episodes: those are dropped from the index and new ones start here.
 
         Blocking; it forgets the buffer write counter, so a later ``write(state)`` saves all
         that buffer holds (as with ``new_buffer=True``).
         """
+        return self._append_arrays(experience, None if continues else np.ones(self.rows, bool))
+
+    def _append_arrays(self, experience: Any, restart: np.ndarray | None, lost: int = 0) -> int:
+        """``append`` with, per row, whether a new episode starts here with a known start
+        (``restart``; None: continue the open episodes), after ``lost`` lost timesteps (a gap
+        is recorded)."""
         self._check_writable()
         self.flush()
         snap = _Arrays(experience)
@@ -580,11 +587,11 @@ class Vault:
         parts = [np.asarray(v) for v in values]
         n = snap.time_len
         begin = self._tip.committed_length
-        restart = None if continues else True
-        self._append(
-            begin, begin + n, parts if n else [], None, list(self._tip.gaps), False, restart
-        )
-        self._tip = _Tip(begin + n, None, list(self._tip.gaps))
+        gaps = list(self._tip.gaps) + ([{"at": begin, "lost": int(lost)}] if lost else [])
+        if lost:
+            restart = np.zeros(self.rows, bool)
+        self._append(begin, begin + n, parts if n else [], None, gaps, False, restart)
+        self._tip = _Tip(begin + n, None, gaps)
         return n
 
     def _check_writable(self) -> None:
@@ -683,13 +690,13 @@ class Vault:
         counter: int | None,
         gaps: list[Any],
         gap: bool = False,
-        restart: bool | None = None,
+        restart: np.ndarray | None = None,
     ) -> None:
         """Data first (every leaf and the episode index, awaited), then the commit record.
 
         ``gap``: timesteps were lost right before ``begin`` (open episodes lose their start);
-        ``restart``: the data at ``begin`` does not continue the rows' open episodes (they are
-        dropped; new ones start at ``begin``, known to start there when ``restart`` is true).
+        ``restart`` (per row): the data at ``begin`` does not continue the rows' open episodes
+        (they are dropped; new ones start at ``begin``, whose start is known where true).
         """
         futures = []
         if parts:
@@ -700,8 +707,11 @@ class Vault:
         episodes = self._commit.get("episodes")
         if self._episode_cfg is not None and episodes is not None:
             open_eps = episodes["open"]
-            if gap or restart is not None:
-                open_eps = initial_open(self.rows, begin, start_known=bool(restart) and not gap)
+            if gap:
+                open_eps = initial_open(self.rows, begin, start_known=False)
+            elif restart is not None:
+                open_eps = initial_open(self.rows, begin)
+                open_eps["flags"] = np.where(restart, 0, FLAG_START_UNKNOWN).tolist()
             count = int(episodes["count"])
             if parts:
                 cfg = self._episode_cfg
