@@ -72,7 +72,8 @@ def test_slice_rows_and_time(tmp_path):
     src, data = fill(tmp_path / "src")
     before = digest(tmp_path / "src")
     out = vlt.derive_slice(tmp_path / "src", str(tmp_path / "out"), rows=[2, 0], start=5, stop=33)
-    assert out.rows == 2 and out.committed_length == 28
+    assert out.rows == 2
+    assert out.committed_length == 28
     got = out.read_numpy()
     for k in data:
         np.testing.assert_array_equal(got[k], data[k][[2, 0], 5:33])
@@ -90,7 +91,8 @@ def test_derive_selected_episodes(tmp_path):
     src, data = fill(tmp_path / "src", total=60)
     chosen = src.episodes().select(top_k=5)
     out = vlt.derive_episodes(src, str(tmp_path / "best"), chosen)
-    assert out.rows == 1 and out.committed_length == chosen.transitions
+    assert out.rows == 1
+    assert out.committed_length == chosen.transitions
     order = np.lexsort((chosen.row, chosen.start))
     expect = {
         k: np.concatenate(

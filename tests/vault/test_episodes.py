@@ -87,7 +87,10 @@ def test_hand_built_episodes_across_writes(tmp_path):
     for a, b in ((0, 3), (3, 7), (7, 9)):
         v.append(data(done[:, a:b], trunc[:, a:b], reward[:, a:b], a))
     table = v.episodes()
-    assert [(int(r), int(s), int(n)) for r, s, n in zip(table.row, table.start, table.length)] == [
+    assert [
+        (int(r), int(s), int(n))
+        for r, s, n in zip(table.row, table.start, table.length, strict=True)
+    ] == [
         (0, 0, 1),
         (0, 1, 1),
         (0, 2, 1),
@@ -140,7 +143,8 @@ def test_read_and_iterate_episodes(tmp_path):
     episodes = list(v.iter_episodes())
     assert [e["obs"][:, 0].tolist() for e in episodes] == [[0, 1], [2, 3, 4]]
     only = v.read_episode(v.episodes()[1], leaves=["reward"])
-    assert list(only) == ["reward"] and only["reward"].shape == (3,)
+    assert list(only) == ["reward"]
+    assert only["reward"].shape == (3,)
     with pytest.raises(VaultReadError, match="episode 2 out of range; 2 complete"):
         v.read_episode(2)
 
@@ -241,11 +245,13 @@ def test_table_sort_and_select():
     assert table.select(top_k=2).returns.tolist() == [7.0, 4.0]  # index order kept
     assert table.select(min_length=3, max_return=5).returns.tolist() == [1.0, -2.0]
     picked = table.select(transitions=6, seed=1)
-    assert picked.transitions >= 6 and len(picked) < 4
+    assert picked.transitions >= 6
+    assert len(picked) < 4
     assert picked.start.tolist() == table.select(transitions=6, seed=1).start.tolist()
     assert len(table.select(transitions=0)) == 0
     assert table.select(transitions=10**6).transitions == 17
-    assert table[1:3].row.tolist() == [1, 0] and len(table[np.array([0, 4])]) == 2
+    assert table[1:3].row.tolist() == [1, 0]
+    assert len(table[np.array([0, 4])]) == 2
     assert table.to_records()[1] == {
         "row": 1,
         "start": 0,
@@ -273,12 +279,14 @@ def test_episode_errors(tmp_path):
     with pytest.raises(VaultReadError, match="has no episode index: create the vault with"):
         plain.episodes()
     v = make(tmp_path / "d")
-    assert v.has_episodes and v.episode_leaves == {
+    assert v.has_episodes
+    assert v.episode_leaves == {
         "done": "done",
         "truncated": "trunc",
         "reward": "reward",
     }
-    assert len(v.episodes()) == 0 and len(v.episodes(include_open=True)) == 0
+    assert len(v.episodes()) == 0
+    assert len(v.episodes(include_open=True)) == 0
 
 
 def test_zarr_python_reads_the_index(tmp_path):
