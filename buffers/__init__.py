@@ -7,6 +7,7 @@ never silent zeros.
 """
 
 from buffers import (
+    episode_buffer,
     flat_buffer,
     item_buffer,
     mixer,
@@ -26,6 +27,12 @@ from buffers._errors import (
     LeafMismatch,
     NotReadyError,
     QueueFullError,
+)
+from buffers.episode_buffer import (
+    EpisodeBuffer,
+    EpisodeBufferSample,
+    EpisodeBufferState,
+    make_episode_buffer,
 )
 from buffers.flat_buffer import ExperiencePair, TransitionSample, make_flat_buffer
 from buffers.item_buffer import make_item_buffer
@@ -64,6 +71,9 @@ __all__ = [
     "BatchStructureError",
     "BufferConfigError",
     "BufferError",
+    "EpisodeBuffer",
+    "EpisodeBufferSample",
+    "EpisodeBufferState",
     "ExperiencePair",
     "LeafMismatch",
     "Mixer",
@@ -82,8 +92,10 @@ __all__ = [
     "TrajectoryQueueSample",
     "TrajectoryQueueState",
     "TransitionSample",
+    "episode_buffer",
     "flat_buffer",
     "item_buffer",
+    "make_episode_buffer",
     "make_flat_buffer",
     "make_item_buffer",
     "make_mixer",

@@ -1,0 +1,308 @@
+"""Episode-aware trajectory buffer: sampled windows never cross an episode boundary.
+
+The core ring buffer plus, per slot, its step within its episode (``episode_step``: 0 at the
+first step of an episode) and a sum tree with one leaf per slot. Leaf ``row * T + t`` is 1
+exactly when a sampleable window *ends* at slot ``t`` of that row:
+
+* a full window: ``episode_step >= L - 1`` (the ``L`` steps ending there lie in one episode,
+  so an episode end can only be the window's last step), or
+* with ``pad=True``, a whole episode shorter than ``L``: its last step (the episode ended
+  there), sampled as its ``episode_step + 1`` steps followed by zeros, with ``mask`` false on
+  the padding;
+
+and the window's first step has not been overwritten (it does not straddle the write
+position). Windows start at any offset (not only multiples of ``L``), and sampling is uniform
+over all valid windows.
+
+Costs: ``add`` of ``n`` steps updates ``B * (n + L - 1)`` tree leaves (the new slots, and the
+``L - 1`` oldest slots per row whose windows may have lost their first step):
+``O(B (n + L) log(B T))``. ``sample`` descends the tree once per item: ``O(batch log(B T))``,
+independent of the buffer's contents (no scan). The tree holds float32 counts, exact up to
+2**24 valid windows; beyond that the probabilities are uniform to float32 precision.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable, Mapping
+from typing import Any, Generic
+
+import chex
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from buffers import _sum_tree
+from buffers._pytree import frozen_container, pytree_dataclass
+from buffers._sum_tree import SumTreeState
+from buffers._validation import check, positive_int, validate_batch
+from buffers.trajectory_buffer import (
+    Experience,
+    TrajectoryBuffer,
+    TrajectoryBufferSample,
+    TrajectoryBufferState,
+    advance_indices,
+    check_sequence_args,
+    init,
+    ready_mask,
+    resolve_time_axis,
+    tree_shape_prefix,
+    write_experience,
+)
+
+EpisodeEnd = str | Callable[[Any], Array]
+
+
+@pytree_dataclass
+class EpisodeBufferState(TrajectoryBufferState, Generic[Experience]):
+    """A trajectory buffer state plus episode bookkeeping.
+
+    ``episode_step`` (int32 ``[B, T]``): steps since the slot's episode began;
+    ``last_done`` (bool ``[B]``): whether the newest timestep of each row ended its episode
+    (true initially, so the first step starts one); ``sum_tree_state``: valid window ends.
+    """
+
+    episode_step: Array = dataclasses.field(kw_only=True)
+    last_done: Array = dataclasses.field(kw_only=True)
+    sum_tree_state: SumTreeState = dataclasses.field(kw_only=True)
+
+
+@pytree_dataclass
+class EpisodeBufferSample(TrajectoryBufferSample, Generic[Experience]):
+    """Sampled windows ``[batch, L, ...]``; ``mask`` (bool ``[batch, L]``) is false on the
+    zero padding after a short episode (all true without ``pad``)."""
+
+    mask: Array = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
+
+
+def episode_init(
+    experience: Experience, add_batch_size: int, max_length_time_axis: int
+) -> EpisodeBufferState[Experience]:
+    base = init(experience, add_batch_size, max_length_time_axis)
+    return EpisodeBufferState(
+        experience=base.experience,
+        current_index=base.current_index,
+        is_full=base.is_full,
+        write_counter=base.write_counter,
+        episode_step=jnp.zeros((add_batch_size, max_length_time_axis), jnp.int32),
+        last_done=jnp.ones((add_batch_size,), bool),
+        sum_tree_state=_sum_tree.init(add_batch_size * max_length_time_axis),
+    )
+
+
+def episode_ends(batch: Any, episode_end: EpisodeEnd) -> Array:
+    """The bool ``[B, L]`` flags marking the last step of an episode in ``batch``."""
+    if callable(episode_end):
+        flags = episode_end(batch)
+    elif isinstance(batch, Mapping):
+        flags = batch[episode_end]
+    else:
+        flags = getattr(batch, episode_end)
+    return jnp.asarray(flags).astype(bool)
+
+
+def _steps_within(ends: Array, last_step: Array, last_done: Array) -> Array:
+    """``episode_step`` of ``L`` new timesteps per row, given the flags of each new step and
+    the newest stored step (``last_step``, ``last_done``)."""
+    length = ends.shape[1]
+    starts = jnp.concatenate([last_done[:, None], ends[:, :-1]], axis=1)
+    idx = jnp.arange(length, dtype=jnp.int32)
+    last_start = jax.lax.cummax(jnp.where(starts, idx, -1), axis=1)
+    return jnp.where(last_start >= 0, idx - last_start, last_step[:, None] + 1 + idx)
+
+
+def _window_weights(
+    state: EpisodeBufferState, rows: Array, slots: Array, seq_len: int, pad: bool
+) -> Array:
+    """1.0 where a sampleable window ends at ``(rows, slots)``, else 0.0 (same shapes)."""
+    t_len = state.episode_step.shape[1]
+    filled = jnp.where(state.is_full, t_len, state.current_index)
+    oldest = jnp.where(state.is_full, state.current_index, 0)
+    logical = (slots - oldest) % t_len  # 0 = oldest stored timestep
+    written = logical < filled
+    step = state.episode_step[rows, slots]
+    newest = logical == filled - 1
+    after = state.episode_step[rows, (slots + 1) % t_len]
+    ended = jnp.where(newest, state.last_done[rows], after == 0)
+    span = jnp.minimum(step, seq_len - 1)  # the window's steps before its last
+    ok = (step >= seq_len - 1) | (pad & ended)
+    return (written & ok & (span <= logical)).astype(jnp.float32)
+
+
+def episode_add(
+    state: EpisodeBufferState[Experience],
+    batch: Experience,
+    episode_end: EpisodeEnd,
+    sequence_length: int,
+    pad: bool,
+    device: str,
+) -> EpisodeBufferState[Experience]:
+    """Append ``batch`` (``[B, n, ...]``) and update the windows it completes or invalidates."""
+    b_size, t_len = tree_shape_prefix(state.experience, 2)
+    batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
+    n = tree_shape_prefix(batch, 2)[1]
+    ends = episode_ends(batch, episode_end)
+    check(
+        ends.shape == (b_size, n),
+        f"the episode-end flags must be [{b_size}, {n}] (one per timestep), got {ends.shape}",
+    )
+    newest = (state.current_index - 1) % t_len
+    last_step = state.episode_step[:, newest]
+    steps = _steps_within(ends, last_step, state.last_done)
+    new_slots = (state.current_index + jnp.arange(n, dtype=jnp.int32)) % t_len
+    episode_step = state.episode_step.at[:, new_slots].set(steps, unique_indices=True)
+    state = state.replace(  # type: ignore[attr-defined]
+        experience=write_experience(state.experience, batch, state.current_index, t_len),
+        episode_step=episode_step,
+        last_done=ends[:, -1],
+        **advance_indices(state, n, t_len),
+    )
+    # new slots, then the L - 1 oldest (their windows may have lost their first step)
+    oldest = jnp.where(state.is_full, state.current_index, 0)
+    zone = (oldest + jnp.arange(sequence_length - 1, dtype=jnp.int32)) % t_len
+    slots = jnp.concatenate([new_slots, zone])
+    rows = jnp.broadcast_to(jnp.arange(b_size, dtype=jnp.int32)[:, None], (b_size, slots.shape[0]))
+    slots = jnp.broadcast_to(slots[None], rows.shape)
+    weights = _window_weights(state, rows, slots, sequence_length, pad)
+    tree = _sum_tree.set_batch(state.sum_tree_state, rows * t_len + slots, weights, device=device)
+    return state.replace(sum_tree_state=tree)  # type: ignore[attr-defined]
+
+
+def episode_can_sample(state: EpisodeBufferState[Experience], min_length_time_axis: int) -> Array:
+    """At least ``min_length_time_axis`` steps per row and at least one valid window."""
+    enough = state.is_full | (state.current_index >= min_length_time_axis)
+    return enough & (_sum_tree.total(state.sum_tree_state) > 0)
+
+
+def episode_sample(
+    state: EpisodeBufferState[Experience],
+    rng_key: chex.PRNGKey,
+    batch_size: int,
+    sequence_length: int,
+    min_length_time_axis: int,
+) -> EpisodeBufferSample[Experience]:
+    """``batch_size`` windows drawn uniformly over every valid window (see the module doc)."""
+    valid = ready_mask(episode_can_sample(state, min_length_time_axis), batch_size, "sample")
+    b_size, t_len = tree_shape_prefix(state.experience, 2)
+    leaf = _sum_tree.sample(state.sum_tree_state, rng_key, batch_size, b_size * t_len)
+    rows, ends = leaf // t_len, leaf % t_len
+    span = jnp.minimum(state.episode_step[rows, ends], sequence_length - 1)
+    offsets = jnp.arange(sequence_length, dtype=jnp.int32)
+    times = (ends[:, None] - span[:, None] + offsets) % t_len
+    mask = offsets[None, :] <= span[:, None]
+
+    def take(x: Array) -> Array:
+        got = x[rows[:, None], times]
+        keep = mask.reshape(mask.shape + (1,) * (got.ndim - 2))
+        return jnp.where(keep, got, jnp.zeros((), got.dtype))
+
+    return EpisodeBufferSample(
+        experience=jax.tree.map(take, state.experience), valid=valid, mask=mask & valid[:, None]
+    )
+
+
+def episode_state_from(
+    state: TrajectoryBufferState[Experience],
+    episode_end: EpisodeEnd,
+    sequence_length: int,
+    pad: bool = False,
+    device: str = "cpu",
+) -> EpisodeBufferState[Experience]:
+    """An episode buffer state holding the data of a trajectory-buffer state (for example
+    ``vault.read(...)``): episode steps are rebuilt from its episode-end flags, in time order
+    from its oldest timestep. O(B T) once; the result samples and adds as usual."""
+    b_size, t_len = tree_shape_prefix(state.experience, 2)
+    filled = jnp.where(state.is_full, t_len, state.current_index)
+    oldest = jnp.where(state.is_full, state.current_index, 0)
+    order = (oldest + jnp.arange(t_len, dtype=jnp.int32)) % t_len  # logical -> physical
+    ends = episode_ends(state.experience, episode_end)[:, order]
+    steps = _steps_within(ends, jnp.zeros((b_size,), jnp.int32), jnp.ones((b_size,), bool))
+    episode_step = jnp.zeros((b_size, t_len), jnp.int32).at[:, order].set(steps)
+    last = jnp.maximum(filled - 1, 0)
+    out: EpisodeBufferState[Experience] = EpisodeBufferState(
+        experience=state.experience,
+        current_index=state.current_index,
+        is_full=state.is_full,
+        write_counter=state.write_counter,
+        episode_step=episode_step,
+        last_done=jnp.where(filled > 0, ends[:, last], True),
+        sum_tree_state=_sum_tree.init(b_size * t_len),
+    )
+    rows = jnp.broadcast_to(jnp.arange(b_size, dtype=jnp.int32)[:, None], (b_size, t_len))
+    slots = jnp.broadcast_to(jnp.arange(t_len, dtype=jnp.int32)[None], (b_size, t_len))
+    weights = _window_weights(out, rows, slots, sequence_length, pad)
+    tree = _sum_tree.set_batch(out.sum_tree_state, rows * t_len + slots, weights, device=device)
+    return out.replace(sum_tree_state=tree)  # type: ignore[attr-defined]
+
+
+@frozen_container
+class EpisodeBuffer(TrajectoryBuffer, Generic[Experience]):
+    """A trajectory buffer whose ``sample`` never crosses an episode boundary.
+
+    ``from_state(trajectory_state)`` turns a trajectory-buffer state (for example one read
+    from a vault) into this buffer's state.
+    """
+
+    from_state: Callable[..., Any] = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
+    pad: bool = dataclasses.field(default=False, kw_only=True)
+
+
+def make_episode_buffer(
+    add_batch_size: int,
+    sample_batch_size: int,
+    sample_sequence_length: int,
+    min_length_time_axis: int,
+    max_size: int | None = None,
+    max_length_time_axis: int | None = None,
+    *,
+    episode_end: EpisodeEnd = "done",
+    pad: bool = False,
+    device: str = "cpu",
+) -> EpisodeBuffer:
+    """An episode-aware trajectory buffer (see the module docstring).
+
+    Args:
+        add_batch_size, sample_batch_size, sample_sequence_length, min_length_time_axis,
+        max_size, max_length_time_axis: as :func:`make_trajectory_buffer` (windows may start at
+            any offset, so there is no ``period``).
+        episode_end: the key (or attribute) of the bool leaf that marks an episode's last step
+            in the timesteps given to ``add``, or a function ``batch -> bool [B, n]`` (for
+            example ``lambda b: b["terminated"] | b["truncated"]``).
+        pad: also sample whole episodes shorter than ``sample_sequence_length``, zero-padded
+            after their end with ``mask`` false there (otherwise they are never sampled).
+        device: ``"cpu"`` or an accelerator, for the sum-tree update strategy.
+    """
+    add_batch_size = positive_int("add_batch_size", add_batch_size)
+    sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
+    t_len = resolve_time_axis(add_batch_size, max_size, max_length_time_axis, stacklevel=2)
+    min_len = check_sequence_args(sample_sequence_length, 1, min_length_time_axis, t_len)
+    check(
+        callable(episode_end) or isinstance(episode_end, str),
+        f"episode_end must be a leaf name or a function, got {episode_end!r}",
+    )
+    check(device in ("cpu", "gpu", "tpu"), f"device must be cpu, gpu or tpu, got {device!r}")
+    settings: dict[str, Any] = {"sequence_length": sample_sequence_length, "pad": bool(pad)}
+    return EpisodeBuffer(
+        init=functools.partial(
+            episode_init, add_batch_size=add_batch_size, max_length_time_axis=t_len
+        ),
+        add=functools.partial(episode_add, episode_end=episode_end, device=device, **settings),
+        sample=functools.partial(
+            episode_sample,
+            batch_size=sample_batch_size,
+            sequence_length=sample_sequence_length,
+            min_length_time_axis=min_len,
+        ),
+        can_sample=functools.partial(episode_can_sample, min_length_time_axis=min_len),
+        from_state=functools.partial(
+            episode_state_from, episode_end=episode_end, device=device, **settings
+        ),
+        add_batch_size=add_batch_size,
+        sample_batch_size=sample_batch_size,
+        max_length_time_axis=t_len,
+        min_length_time_axis=min_len,
+        sample_sequence_length=sample_sequence_length,
+        period=1,
+        pad=bool(pad),
+    )
