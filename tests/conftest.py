@@ -292,6 +292,21 @@ KINDS: tuple[BufferKind, ...] = (
         sample_batch=3,
     ),
     BufferKind(
+        "episode",
+        lambda: buffers.make_episode_buffer(
+            add_batch_size=2,
+            sample_batch_size=3,
+            sample_sequence_length=2,
+            min_length_time_axis=2,
+            max_length_time_axis=8,
+            episode_end=lambda b: b["action"] % 3 == 2,  # episodes end now and then
+        ),
+        batch_prefix=(2, 2),
+        adds_to_ready=1,
+        steps_per_add=2,
+        sample_batch=3,
+    ),
+    BufferKind(
         "flat",
         lambda: buffers.make_flat_buffer(max_length=8, min_length=2, sample_batch_size=3),
         batch_prefix=(),
