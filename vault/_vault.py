@@ -564,6 +564,22 @@ class Vault:
             chosen = table[i] if table is not None else self.episodes()[i]
             yield self.read_episode(chosen, leaves=leaves)
 
+    # ----------------------------------------------------------------------------- streaming
+    def as_dataset(self, sample_batch_size: int, sequence_length: int, **options: Any) -> Any:
+        """Batches of sequences streamed from disk with background prefetch, for vaults larger
+        than memory; see :func:`vault._stream.as_dataset` for the options (``shuffle``,
+        ``seed``, ``prefetch``, ``episode_aware``, ``stride``, ``epochs``, ...)."""
+        from vault._stream import as_dataset
+
+        return as_dataset(self, sample_batch_size, sequence_length, **options)
+
+    def iter_windows(self, window: int, **options: Any) -> Any:
+        """Successive (optionally shuffled) windows of ``window`` timesteps as trajectory-buffer
+        states, read ahead in the background; see :func:`vault._stream.iter_windows`."""
+        from vault._stream import iter_windows
+
+        return iter_windows(self, window, **options)
+
     # ----------------------------------------------------------------------------- writing
     def append(self, experience: Any, *, continues: bool = True) -> int:
         """Append timesteps given directly as arrays ``[rows, n, ...]`` (numpy or JAX), in
