@@ -1,7 +1,15 @@
-"""The Vault: a persistent, append-only store of buffer states in Zarr v3 via TensorStore."""
+"""The Vault: a persistent, append-only store of buffer states in Zarr v3 via TensorStore.
 
-from vault._derive import combine, derive_episodes, derive_slice
-from vault._episodes import EpisodeTable
+The error types load at once; ``Vault``, ``EpisodeTable`` and the derive functions load on
+first use (they bring numpy and TensorStore), so ``import vault`` and the ``vault`` command's
+``--help`` stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from vault._errors import (
     UnsavedDataLostError,
     VaultCorruptError,
@@ -14,7 +22,19 @@ from vault._errors import (
     VaultReadError,
     VaultStructureError,
 )
-from vault._vault import Vault
+
+if TYPE_CHECKING:
+    from vault._derive import combine, derive_episodes, derive_slice
+    from vault._episodes import EpisodeTable
+    from vault._vault import Vault
+
+_LAZY = {
+    "Vault": "vault._vault",
+    "EpisodeTable": "vault._episodes",
+    "combine": "vault._derive",
+    "derive_episodes": "vault._derive",
+    "derive_slice": "vault._derive",
+}
 
 __all__ = [
     "EpisodeTable",
@@ -33,3 +53,16 @@ __all__ = [
     "derive_episodes",
     "derive_slice",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vault' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -11,8 +11,8 @@ import tensorstore as ts
 
 from vault._errors import VaultCorruptError, VaultNotFoundError
 from vault._location import child_spec, display
+from vault._schema import FORMAT_VERSION, manifest_problems
 
-FORMAT_VERSION = 2  # 2: optional episode index (episodes/); version 1 vaults still open
 MANIFEST_KEY = "zarr.json"  # the root group's metadata; the manifest lives in its attributes
 COMMIT_KEY = "commit/zarr.json"  # an empty Zarr group whose attributes hold the record
 EXPERIENCE = "experience"
@@ -86,12 +86,21 @@ def array_metadata(
 
 
 def create_array(root: dict[str, Any], name: str, metadata: dict[str, Any], ctx: ts.Context) -> Any:
-    spec = {"driver": "zarr3", "kvstore": child_spec(root, name), "metadata": metadata}
+    spec = {
+        "driver": "zarr3",
+        "kvstore": child_spec(root, name),
+        "metadata": metadata,
+        # every chunk is written, even one equal to the fill value (an all-False `done`
+        # chunk), so that a chunk file missing inside the committed range means a lost chunk
+        "store_data_equal_to_fill_value": True,
+    }
     return ts.open(spec, create=True, context=ctx)
 
 
 def open_array(root: dict[str, Any], name: str, ctx: ts.Context, read_only: bool) -> Any:
-    spec = {"driver": "zarr3", "kvstore": child_spec(root, name)}
+    spec: dict[str, Any] = {"driver": "zarr3", "kvstore": child_spec(root, name)}
+    if not read_only:
+        spec["store_data_equal_to_fill_value"] = True
     return ts.open(spec, context=ctx, read=True, write=not read_only)
 
 
@@ -146,7 +155,12 @@ def load_manifest(kv: Any, root: dict[str, Any]) -> dict[str, Any]:
             f"{display(root)}: manifest format_version {version!r} is not supported by this "
             f"rlvault (reads versions <= {FORMAT_VERSION}); upgrade rlvault"
         )
-    for field in ("rows", "structure", "leaves"):
-        if field not in manifest:
-            raise VaultCorruptError(f"{display(root)}: manifest lacks {field!r}")
+    problems = manifest_problems(manifest)
+    if problems:
+        raise VaultCorruptError(
+            f"{display(root)}: the manifest ({MANIFEST_KEY}) is malformed: "
+            + "; ".join(problems)
+            + f". Run `vault verify {display(root)}` for a full report; restore the vault "
+            "from a copy."
+        )
     return manifest

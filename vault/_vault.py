@@ -47,6 +47,7 @@ from vault._errors import (
 )
 from vault._location import display, kvstore_spec
 from vault._lock import WriterLock
+from vault._schema import FILL_CHUNKS_KEY
 from vault._store import (
     COMMIT_KEY,
     EXPERIENCE,
@@ -331,6 +332,14 @@ class Vault:
         if codec != "auto":
             codec_chain(codec, level)  # validate the name before anything is created
         episodes_meta = _check_episode_leaves(episodes, names, values, skip)
+        unsupported = [
+            f"experience/{name}: dtype {np.dtype(value.dtype).name} is not supported (bool, "
+            "integer and floating-point leaves are)"
+            for name, value in zip(names, values, strict=True)
+            if np.dtype(getattr(value, "dtype", np.asarray(value).dtype)).kind not in "biuf"
+        ]
+        if unsupported:
+            raise VaultStructureError("leaves of unsupported dtypes", unsupported)
         chunk = dict(chunk or {})
         unknown = sorted(set(chunk) - set(names))
         if unknown:
@@ -369,6 +378,7 @@ class Vault:
             "structure": node,
             "leaves": leaves_meta,
             "user_metadata": user,
+            FILL_CHUNKS_KEY: True,
         }
         commit: dict[str, Any] = {"committed_length": 0, "source_counter": None, "seq": 0}
         commit["gaps"] = []

@@ -465,3 +465,19 @@ def test_many_small_writes_use_no_more_disk_than_one_bulk_write(tmp_path: Path) 
     assert bulk.write(bulk_state, new_buffer=True) == 400
     np.testing.assert_array_equal(small.read_numpy()["x"], bulk.read_numpy()["x"])
     assert _disk_bytes(tmp_path / "small") <= 1.1 * _disk_bytes(tmp_path / "bulk")
+
+
+def test_unsupported_dtypes_and_malformed_manifests_are_typed_errors(tmp_path: Path) -> None:
+    with pytest.raises(VaultStructureError, match="leaves of unsupported dtypes") as err:
+        Vault.create(str(tmp_path / "c"), {"c": np.complex64(0), "x": np.float32(0)}, rows=1)
+    assert err.value.problems == [
+        "experience/c: dtype complex64 is not supported (bool, integer and floating-point "
+        "leaves are)"
+    ]
+    Vault.create(str(tmp_path / "v"), {"x": np.float32(0)}, rows=1).close()
+    root = tmp_path / "v" / "zarr.json"
+    doc = json.loads(root.read_text())
+    del doc["attributes"]["rlvault"]["leaves"][0]["name"]
+    root.write_text(json.dumps(doc))
+    with pytest.raises(VaultCorruptError, match=re.escape("leaves[0]: name must be a string")):
+        Vault.open(str(tmp_path / "v"))

@@ -1,0 +1,215 @@
+"""``vault ls``, ``info``, ``show``; exit codes and one-line errors shared by every command."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _cli_vaults import ROWS, Cli, build, one_error_line
+
+from vault import Vault
+from vault.cli._facts import disk_bytes
+
+COMMANDS = [
+    "ls",
+    "info",
+    "show",
+    "stats",
+    "verify",
+    "episodes",
+    "plot",
+    "slice",
+    "subsample",
+    "combine",
+    "export",
+]
+
+
+def test_version_and_help(cli: Cli) -> None:
+    assert re.fullmatch(r"rlvault \S+\n", cli("--version").stdout)
+    top = cli("--help").stdout
+    for name in COMMANDS:
+        assert name in top
+        assert "--json" in cli(name, "--help").stdout, name
+
+
+def test_usage_errors_exit_1(cli: Cli, tmp_path: Path) -> None:
+    result = cli("show", tmp_path, "--bogus", code=1)
+    assert "No such option" in result.output
+    cli("frobnicate", code=1)
+    cli("info", code=1)  # missing argument
+
+
+def test_ls_lists_every_vault_and_broken_ones(cli: Cli, tmp_path: Path) -> None:
+    a = build(tmp_path / "runs" / "a", writes=(5,), episodes=False)
+    build(tmp_path / "runs" / "deep" / "b", writes=(4, 6))
+    broken = tmp_path / "runs" / "c"
+    build(broken, writes=(3,))
+    (broken / "zarr.json").write_text("{not json")
+    (tmp_path / "runs" / "not_a_vault").mkdir()
+    (tmp_path / "runs" / "not_a_vault" / "x.txt").write_text("hello")
+    entries = cli.json("ls", tmp_path / "runs")
+    assert [Path(e["path"]).relative_to(tmp_path / "runs").as_posix() for e in entries] == [
+        "a",
+        "c",
+        "deep/b",
+    ]
+    first, bad, deep = entries
+    assert first["rows"] == ROWS
+    assert first["committed"] == 5
+    assert first["episodes"] is None
+    raw = sum(v[0, 0].nbytes for v in a.values()) * ROWS * 5
+    assert first["raw_bytes"] == raw
+    assert first["disk_bytes"] == disk_bytes(tmp_path / "runs" / "a") > 0
+    assert first["format_version"] >= 2
+    assert first["created"].startswith("20")
+    assert "corrupt manifest" in bad["error"]
+    assert deep["committed"] == 10
+    assert deep["episodes"] == len(Vault.open(deep["path"]).episodes())
+    text = cli("ls", tmp_path / "runs").stdout
+    assert "deep/b" in text
+    assert "corrupt manifest" in text
+    assert "no vaults under" in cli("ls", tmp_path / "runs" / "not_a_vault").stdout
+    assert "no such file" in one_error_line(cli("ls", tmp_path / "nowhere", code=2))
+
+
+def test_info_structure_sizes_metadata_writer(
+    cli: Cli, vault_dir: tuple[Path, dict[str, np.ndarray]]
+) -> None:
+    path, data = vault_dir
+    doc = cli.json("info", path)
+    leaves = {leaf["name"]: leaf for leaf in doc["leaves"]}
+    assert list(leaves) == ["done", "info/step", "obs", "reward", "trunc"]
+    assert leaves["obs"]["shape"] == [ROWS, 42, 2]
+    assert leaves["obs"]["dtype"] == "float32"
+    assert leaves["obs"]["chunk"] == [1, 8, 2]
+    assert leaves["obs"]["codecs"] == "blosc(zstd-1, shuffle) + crc32c"
+    assert leaves["done"]["codecs"] == "zstd-3 + crc32c"
+    assert leaves["obs"]["raw_bytes"] == data["obs"].nbytes
+    assert doc["raw_bytes"] == sum(v.nbytes for v in data.values())
+    assert doc["disk_bytes"] == disk_bytes(path)
+    assert doc["ratio"] == pytest.approx(doc["raw_bytes"] / doc["disk_bytes"])
+    assert doc["episodes"] == len(Vault.open(str(path)).episodes())
+    assert doc["episode_leaves"] == {"done": "done", "truncated": "trunc", "reward": "reward"}
+    assert doc["writer"] == {"held": False, "holder": None}
+    text = cli("info", path).stdout
+    for word in ("obs", "step", "float32 [3, 42, 2]", "chunk [1, 8, 2]", "compression"):
+        assert word in text
+    with Vault.open(str(path), mode="a"):
+        held = cli.json("info", path)["writer"]
+        assert held["held"] is True
+        assert held["holder"]["pid"] == os.getpid()
+        assert f"yes: pid {os.getpid()}" in cli("info", path).stdout
+    assert cli.json("info", path)["writer"]["held"] is False
+
+
+def test_info_user_metadata(cli: Cli, tmp_path: Path) -> None:
+    build(tmp_path / "m", writes=(2,), episodes=False, metadata={"env": "Pong", "seed": 3})
+    assert cli.json("info", tmp_path / "m")["user_metadata"] == {"env": "Pong", "seed": 3}
+    text = cli("info", tmp_path / "m").stdout
+    assert '"env": "Pong"' in text
+    assert "no episode index" in text
+
+
+def test_show_small_selection_prints_like_numpy(
+    cli: Cli, vault_dir: tuple[Path, dict[str, np.ndarray]]
+) -> None:
+    path, data = vault_dir
+    out = cli("show", path, "--leaf", "obs", "--rows", "1", "--time", "2:5").stdout
+    expected = np.array2string(data["obs"][1:2, 2:5], separator=" ")
+    assert expected in out
+    assert "obs  float32 [1, 3, 2]" in out
+    out = cli("show", path, "-l", "info/step", "-r", "0,2", "-t", "-3:").stdout
+    assert np.array2string(data["info/step"][[0, 2], 39:42], separator=" ") in out
+
+
+@pytest.mark.parametrize(("rows", "time"), [(None, None), ("0:5", "5:150"), ("2,5,7", "-180:")])
+def test_show_large_leaf_is_summarised_exactly_like_numpy(
+    cli: Cli, tmp_path: Path, rows: str | None, time: str | None
+) -> None:
+    data = build(tmp_path / "big", rows=8, writes=(150, 50), episodes=False)
+    args = ["show", tmp_path / "big", "--leaf", "obs"]
+    args += ["--rows", rows] if rows else []
+    args += ["--time", time] if time else []
+    out = cli(*args).stdout
+    picked = {None: slice(None), "0:5": slice(0, 5), "2,5,7": [2, 5, 7]}[rows]
+    span = {None: slice(None), "5:150": slice(5, 150), "-180:": slice(20, 200)}[time]
+    full = data["obs"][picked, span]
+    assert full.size > 1000
+    expected = np.array2string(full, separator=" ", max_line_width=200)
+    assert "..." in expected
+    assert expected in out
+
+
+def test_show_json_values(cli: Cli, vault_dir: tuple[Path, dict[str, np.ndarray]]) -> None:
+    path, data = vault_dir
+    doc = cli.json("show", path, "--leaf", "reward", "--leaf", "done", "--time", "0:10")
+    assert doc["time"] == [0, 10]
+    assert doc["rows"] == [0, 1, 2]
+    np.testing.assert_array_equal(doc["leaves"]["reward"]["values"], data["reward"][:, :10])
+    np.testing.assert_array_equal(doc["leaves"]["done"]["values"], data["done"][:, :10])
+    assert doc["leaves"]["reward"]["shape"] == [3, 10]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--time", "5:2"], "--time '5:2' is outside [0, 42)"),
+        (["--time", "x"], "--time must look like"),
+        (["--rows", "7"], "--rows '7': rows must be in [0, 3)"),
+        (["--rows", "a,b"], "--rows must look like"),
+        (["--rows", "1:1"], "--rows '1:1' selects no rows"),
+        (["--leaf", "nope"], "unknown leaves ['nope']"),
+    ],
+)
+def test_show_bad_selections(
+    cli: Cli, vault_dir: tuple[Path, dict[str, np.ndarray]], args: list[str], message: str
+) -> None:
+    line = one_error_line(cli("show", vault_dir[0], *args, code=1))
+    assert message in line
+
+
+@pytest.mark.parametrize("command", ["info", "show", "stats", "verify", "episodes", "export"])
+def test_missing_and_not_a_vault_exit_2(cli: Cli, tmp_path: Path, command: str) -> None:
+    extra = ["--out", tmp_path / "o.npz"] if command == "export" else []
+    line = one_error_line(cli(command, tmp_path / "nowhere", *extra, code=2))
+    assert f"no vault at {tmp_path / 'nowhere'}" in line
+    (tmp_path / "empty").mkdir()
+    one_error_line(cli(command, tmp_path / "empty", *extra, code=2))
+    (tmp_path / "zarr").mkdir()
+    (tmp_path / "zarr" / "zarr.json").write_text(json.dumps({"zarr_format": 3}))
+    assert "not an rlvault vault" in one_error_line(cli(command, tmp_path / "zarr", *extra, code=2))
+
+
+@pytest.mark.parametrize("command", ["info", "show", "stats", "episodes", "plot", "export"])
+def test_corrupt_manifest_exits_3_in_one_line(cli: Cli, tmp_path: Path, command: str) -> None:
+    path = tmp_path / "v"
+    build(path, writes=(4,))
+    doc = json.loads((path / "zarr.json").read_text())
+    (path / "zarr.json").write_text(json.dumps(doc)[:-20])
+    extra = ["--out", tmp_path / "o.png"] if command in ("plot", "export") else []
+    line = one_error_line(cli(command, path, *extra, code=3))
+    assert "zarr.json is not valid JSON" in line
+    doc["attributes"]["rlvault"]["leaves"][0] = {"shape": []}  # valid JSON, broken schema
+    (path / "zarr.json").write_text(json.dumps(doc))
+    line = one_error_line(cli(command, path, *extra, code=3))
+    assert "the manifest (zarr.json) is malformed: leaves[0]: name must be a string" in line
+    assert f"vault verify {path}" in line
+
+
+def test_corrupt_chunk_exits_3_in_one_line(
+    cli: Cli, vault_dir: tuple[Path, dict[str, np.ndarray]]
+) -> None:
+    path, _ = vault_dir
+    chunk = path / "experience" / "obs" / "c" / "1" / "2" / "0"
+    raw = bytearray(chunk.read_bytes())
+    raw[-6] ^= 0x10
+    chunk.write_bytes(bytes(raw))
+    line = one_error_line(cli("show", path, "--leaf", "obs", "--rows", "1", code=3))
+    assert "experience/obs, chunk 1.2.0 is corrupt" in line
+    line = one_error_line(cli("stats", path, code=3))
+    assert "experience/obs, chunk 1.2.0" in line

@@ -1,0 +1,138 @@
+"""``vault verify`` and ``vault stats``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from vault.cli._common import (
+    EXIT_CORRUPT,
+    JsonOpt,
+    PathArg,
+    emit_json,
+    exit_with,
+    number,
+    open_vault,
+    progress_bar,
+    stdout,
+)
+
+
+def verify(path: PathArg, json_out: JsonOpt = False) -> None:
+    """Check the manifest, commit record, every chunk's checksum and the episode index.
+
+    Exit 0 when the vault is sound, 3 when any problem was found (each one is listed with
+    its place), 2 when there is no vault at PATH.
+    """
+    from vault._verify import verify as run_verify
+
+    with progress_bar("verifying chunks") as progress:
+        report = run_verify(path, progress=progress)
+    if json_out:
+        emit_json(report.to_dict())
+    else:
+        _render_report(report)
+    if not report.ok:
+        exit_with(EXIT_CORRUPT)
+
+
+def _render_report(report: Any) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = stdout()
+    for title, items, style in (
+        ("problems", report.problems, "red"),
+        ("warnings", report.warnings, "yellow"),
+    ):
+        if not items:
+            continue
+        table = Table(title=f"{len(items)} {title}", title_justify="left", title_style=style)
+        table.add_column("place", overflow="fold")
+        table.add_column(title[:-1], overflow="fold")
+        for item in items:
+            table.add_row(escape(item.place), escape(item.message))
+        console.print(table)
+    checked = f"{report.chunks_checked} chunks checked"
+    if report.episodes_checked is not None:
+        checked += f", {report.episodes_checked} episodes checked"
+    length = report.committed_length
+    head = f"{escape(report.location)}: {'-' if length is None else length} committed timesteps"
+    if report.ok:
+        console.print(f"[green]sound[/green]: {head}, {checked}")
+    else:
+        console.print(f"[red]corrupt[/red]: {head}, {checked}, {len(report.problems)} problems")
+
+
+def stats(
+    path: PathArg,
+    leaf: Annotated[
+        list[str] | None,
+        typer.Option("--leaf", "-l", help="Leaf path (repeatable); default: every leaf."),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Per-leaf min / max / mean / std and NaN / Inf counts, streamed chunk by chunk; episode
+    return and length statistics when the vault keeps an episode index."""
+    from vault._stats import episode_stats, leaf_stats
+
+    vault = open_vault(path)
+    with progress_bar("computing statistics", bytes_unit=True) as progress:
+        leaves = leaf_stats(vault, leaves=leaf, progress=progress)
+    episodes = None
+    if getattr(vault, "has_episodes", False):
+        episodes = episode_stats(vault.episodes(include_open=True))
+    doc = {
+        "path": vault.location,
+        "committed": vault.committed_length,
+        "rows": vault.rows,
+        "leaves": [s.to_dict() for s in leaves],
+        "episodes": episodes,
+    }
+    if json_out:
+        emit_json(doc)
+        return
+    _render_stats(doc)
+
+
+def _render_stats(doc: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    console = stdout()
+    table = Table(
+        title=f"{doc['path']}: {doc['rows']} rows x {doc['committed']} timesteps",
+        title_justify="left",
+    )
+    for col in ("leaf", "dtype", "count", "min", "max", "mean", "std", "NaN", "Inf"):
+        table.add_column(col, justify="left" if col in ("leaf", "dtype") else "right")
+    for s in doc["leaves"]:
+        table.add_row(
+            s["name"],
+            s["dtype"],
+            str(s["count"]),
+            number(s["min"]),
+            number(s["max"]),
+            number(s["mean"]),
+            number(s["std"]),
+            str(s["nan"]),
+            str(s["inf"]),
+        )
+    console.print(table)
+    episodes = doc["episodes"]
+    if episodes is None:
+        return
+    console.print(
+        f"episodes: {episodes['complete']} complete ({episodes['truncated']} truncated), "
+        f"{episodes['open']} open"
+    )
+    table = Table()
+    for col in ("", "min", "max", "mean", "std"):
+        table.add_column(col, justify="right" if col else "left")
+    for key in ("return", "length"):
+        s = episodes[key]
+        if s is None:
+            table.add_row(key, "-", "-", "-", "-")
+        else:
+            table.add_row(key, *(number(s[k]) for k in ("min", "max", "mean", "std")))
+    console.print(table)

@@ -1,0 +1,236 @@
+"""Shared CLI plumbing: consoles, exit codes, JSON output, range parsing, progress bars.
+
+Only the standard library, typer and rich are imported here; numpy, TensorStore and the vault
+itself are imported inside the functions that need them, so ``vault --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from vault import Vault
+
+PathArg = Annotated[
+    str, typer.Argument(metavar="PATH", help="Vault path or URL.", show_default=False)
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+EXIT_OK = 0
+EXIT_OTHER = 1
+EXIT_NOT_FOUND = 2
+EXIT_CORRUPT = 3
+EXIT_INTERRUPTED = 130
+
+
+class CliError(Exception):
+    """A failure to report as one line on stderr with an exit code (no traceback)."""
+
+    def __init__(self, message: str, code: int = EXIT_OTHER) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def fail(message: str, code: int = EXIT_OTHER) -> NoReturn:
+    raise CliError(message, code)
+
+
+def stdout() -> Console:
+    return Console(highlight=False)
+
+
+def stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def one_line(err: BaseException | str) -> str:
+    return " ".join(str(err).split())
+
+
+def say_error(message: str) -> None:
+    """``vault: <message>`` on stderr, as plain text (no markup, one line)."""
+    sys.stderr.write(f"vault: {one_line(message)}\n")
+    sys.stderr.flush()
+
+
+def exit_code_of(err: BaseException) -> int | None:
+    """The exit code for a library error, or ``None`` for an unexpected exception."""
+    if isinstance(err, CliError):
+        return err.code
+    errors = sys.modules.get("vault._errors")
+    if errors is not None:
+        if isinstance(err, errors.VaultNotFoundError):
+            return EXIT_NOT_FOUND
+        if isinstance(err, errors.VaultCorruptError):
+            return EXIT_CORRUPT
+        if isinstance(err, errors.VaultError):
+            return EXIT_OTHER
+    if isinstance(err, FileNotFoundError):
+        return EXIT_NOT_FOUND
+    if isinstance(err, OSError):
+        return EXIT_OTHER
+    return None
+
+
+def plain(value: Any) -> Any:
+    """``value`` with numpy scalars/arrays as Python values and NaN/Inf as ``None`` (JSON)."""
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    if hasattr(value, "tolist"):
+        return plain(value.tolist())
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def emit_json(doc: Any) -> None:
+    sys.stdout.write(json.dumps(plain(doc), indent=2, allow_nan=False) + "\n")
+
+
+def human_bytes(n: int | float | None) -> str:
+    if n is None:
+        return "-"
+    if n < 1024:
+        return f"{int(n)} B"
+    size, unit = float(n) / 1024, "KiB"
+    for bigger in ("MiB", "GiB", "TiB"):
+        if size < 1024:
+            break
+        size, unit = size / 1024, bigger
+    return f"{size:.1f} {unit}"
+
+
+def number(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def parse_span(text: str | None, length: int, what: str) -> tuple[int, int]:
+    """``"a:b"`` (either side optional, negative counts from the end) or ``"n"`` (just ``n``)
+    as a half-open range inside ``[0, length)``."""
+    if text is None:
+        return 0, length
+    raw = text.strip()
+    try:
+        if ":" in raw:
+            lo_text, _, hi_text = raw.partition(":")
+            lo = int(lo_text) if lo_text.strip() else 0
+            hi = int(hi_text) if hi_text.strip() else length
+            lo = lo + length if lo < 0 else lo
+            hi = hi + length if hi < 0 else hi
+        else:
+            lo = int(raw)
+            lo = lo + length if lo < 0 else lo
+            hi = lo + 1
+    except ValueError:
+        fail(f"{what} must look like 'a:b', 'a:', ':b' or 'n' (integers), got {text!r}")
+    if not 0 <= lo <= hi <= length:
+        fail(f"{what} {text!r} is outside [0, {length})")
+    return lo, hi
+
+
+def parse_rows(text: str | None, rows: int) -> list[int] | None:
+    """``"0,2,5"``, ``"1:3"`` or ``"4"`` as a list of row indices (``None``: every row)."""
+    if text is None:
+        return None
+    if ":" in text:
+        lo, hi = parse_span(text, rows, "--rows")
+        if lo == hi:
+            fail(f"--rows {text!r} selects no rows")
+        return list(range(lo, hi))
+    try:
+        picked = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        fail(f"--rows must look like '0,2,5' or '1:3', got {text!r}")
+    picked = [r + rows if r < 0 else r for r in picked]
+    bad = [r for r in picked if not 0 <= r < rows]
+    if bad or not picked:
+        fail(f"--rows {text!r}: rows must be in [0, {rows})")
+    return picked
+
+
+def open_vault(path: str) -> Vault:
+    """Open a vault read-only; a malformed manifest or array metadata is VaultCorruptError."""
+    from vault import Vault, VaultCorruptError, VaultError
+
+    try:
+        return Vault.open(path)
+    except VaultError:
+        raise
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as err:
+        if isinstance(err, ValueError) and str(err).startswith("unsupported vault location"):
+            fail(str(err))
+        raise VaultCorruptError(
+            f"{path}: malformed vault metadata ({type(err).__name__}: {one_line(err)}); "
+            f"run `vault verify {path}` for every problem"
+        ) from None
+
+
+ProgressFn = Callable[[int, int], None]
+
+
+@contextlib.contextmanager
+def progress_bar(description: str, *, bytes_unit: bool = False) -> Iterator[ProgressFn]:
+    """A rich progress bar on stderr fed ``(done, total)``; nothing when stderr is not a
+    terminal (scripts and pipes get clean output)."""
+    console = stderr()
+    if not console.is_terminal:
+        yield _ignore
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+    )
+
+    counter = DownloadColumn() if bytes_unit else MofNCompleteColumn()
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        counter,
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    )
+    task = bar.add_task(description, total=None)
+
+    def update(done: int, total: int) -> None:
+        bar.update(task, completed=done, total=total)
+
+    with bar:
+        yield update
+
+
+@contextlib.contextmanager
+def spinner(description: str) -> Iterator[None]:
+    """An indeterminate progress indicator on stderr (terminals only)."""
+    console = stderr()
+    if not console.is_terminal:
+        yield
+        return
+    with console.status(description):
+        yield
+
+
+def _ignore(done: int, total: int) -> None:
+    del done, total
+
+
+def exit_with(code: int) -> NoReturn:
+    raise typer.Exit(code)

@@ -1,0 +1,127 @@
+"""``vault episodes`` and ``vault plot``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from vault.cli._common import (
+    JsonOpt,
+    PathArg,
+    emit_json,
+    fail,
+    number,
+    open_vault,
+    progress_bar,
+    stdout,
+)
+
+SORT_KEYS = ("return", "length", "row", "start")
+
+
+def require_episodes(vault: Any) -> None:
+    if not getattr(vault, "has_episodes", False):
+        fail(
+            f"{vault.location} keeps no episode index (create the vault with done_leaf=... "
+            "so that the writer records episodes)"
+        )
+
+
+def episodes(
+    path: PathArg,
+    sort: Annotated[
+        str | None,
+        typer.Option("--sort", "-s", help="Sort by return, length, row or start."),
+    ] = None,
+    ascending: Annotated[
+        bool, typer.Option("--ascending", help="Sort smallest first (default: largest first).")
+    ] = False,
+    head: Annotated[
+        int, typer.Option("--head", "-n", help="Show the first N episodes; 0 shows all.", min=0)
+    ] = 20,
+    include_open: Annotated[
+        bool, typer.Option("--open", help="Include each row's unfinished last episode.")
+    ] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """The episode table: row, start, length, return, truncated, complete."""
+    if sort is not None and sort not in SORT_KEYS:
+        fail(f"--sort must be one of {', '.join(SORT_KEYS)}, got {sort!r}")
+    vault = open_vault(path)
+    require_episodes(vault)
+    table = vault.episodes(include_open=include_open)
+    total = len(table)
+    if sort is not None:
+        table = table.sort(by=sort, descending=not ascending)
+    shown = table if head == 0 else table[: min(head, total)]
+    records = shown.to_records()
+    if json_out:
+        emit_json({"path": vault.location, "episodes": total, "records": records})
+        return
+    _render_table(vault.location, records, total)
+
+
+def _render_table(location: str, records: list[dict[str, Any]], total: int) -> None:
+    from rich.table import Table
+
+    table = Table(title=f"{location}: {total} episodes", title_justify="left")
+    for col in ("row", "start", "length", "return", "truncated", "complete"):
+        table.add_column(col, justify="right")
+    for r in records:
+        table.add_row(
+            str(r["row"]),
+            str(r["start"]),
+            str(r["length"]),
+            number(r["return"], 6),
+            "yes" if r["truncated"] else "no",
+            "yes" if r["complete"] else "open",
+        )
+    console = stdout()
+    console.print(table)
+    if len(records) < total:
+        console.print(f"... {total - len(records)} more (--head 0 shows all)")
+
+
+def plot(
+    path: PathArg,
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="PNG file to write.", show_default=False)
+    ],
+    reward: Annotated[
+        str | None,
+        typer.Option("--reward", help="Reward leaf (default: the vault's, or 'reward')."),
+    ] = None,
+    max_rows: Annotated[
+        int, typer.Option("--max-rows", help="Rows drawn as their own line.", min=1)
+    ] = 8,
+    json_out: JsonOpt = False,
+) -> None:
+    """One figure: return histogram, episode-length histogram and reward over time per row."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        fail("vault plot needs matplotlib: pip install 'rlvault[plot]'")
+    from vault.cli import _plot
+
+    if out.suffix.lower() != ".png":
+        fail(f"--out must name a .png file, got {out}")
+    vault = open_vault(path)
+    table = vault.episodes() if getattr(vault, "has_episodes", False) else None
+    leaf = _plot.reward_leaf(vault, reward)
+    with progress_bar("reading rewards", bytes_unit=True) as progress:
+        curve = _plot.reward_curve(vault, leaf, progress=progress) if leaf else None
+    size = _plot.draw(vault, table, leaf, curve, out, max_rows=max_rows)
+    doc = {
+        "path": vault.location,
+        "out": str(out),
+        "width": size[0],
+        "height": size[1],
+        "reward_leaf": leaf,
+        "rows_drawn": min(max_rows, vault.rows) if leaf else 0,
+    }
+    if json_out:
+        emit_json(doc)
+    else:
+        stdout().print(f"wrote {out} ({size[0]}x{size[1]} px)")

@@ -1,0 +1,175 @@
+"""``vault export``: a selection of a vault as ``.npz`` or as a folder of ``.npy`` files.
+
+Leaves are copied a block of time-chunks at a time into ``.npy`` files on disk (memory
+stays bounded); ``npz`` then zips those files. The result is built under a hidden temporary
+name next to the destination and renamed at the end: it is complete or absent.
+
+* ``npz``: one array per leaf path (``obs``, ``info/r``) plus ``__manifest__``, a 0-d string
+  array with the vault's manifest and the selection as JSON (``np.load`` without pickle).
+* ``npy``: a folder with ``<leaf path>.npy`` (memory-mappable with ``np.load(mmap_mode="r")``)
+  and ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import math
+import os
+import shutil
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from vault.cli._common import (
+    JsonOpt,
+    PathArg,
+    emit_json,
+    fail,
+    open_vault,
+    parse_rows,
+    parse_span,
+    progress_bar,
+)
+from vault.cli._common import stdout as console
+
+FORMATS = ("npz", "npy")
+MANIFEST_NAME = "__manifest__"
+BLOCK_BYTES = 64 << 20
+
+
+def export(
+    path: PathArg,
+    out: Annotated[Path, typer.Option("--out", "-o", help="File (npz) or folder (npy) to write.")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="npz or npy.")] = "npz",
+    leaf: Annotated[
+        list[str] | None,
+        typer.Option("--leaf", "-l", help="Leaf path (repeatable); default: every leaf."),
+    ] = None,
+    rows: Annotated[
+        str | None, typer.Option("--rows", "-r", help="Rows: '0,2' or '0:4'; default: all.")
+    ] = None,
+    time: Annotated[
+        str | None, typer.Option("--time", "-t", help="Time range 'a:b' (negative: from the end).")
+    ] = None,
+    compress: Annotated[bool, typer.Option(help="Deflate the npz members.")] = False,
+    json_out: JsonOpt = False,
+) -> None:
+    """Export a selection of a vault to numpy files (one array per leaf, rows x time x ...)."""
+    if fmt not in FORMATS:
+        fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if out.exists():
+        fail(f"{out} already exists; choose a new destination (nothing is ever overwritten)")
+    vault = open_vault(path)
+    names = list(leaf) if leaf else vault.leaf_names
+    unknown = [n for n in names if n not in vault.leaf_names]
+    if unknown:
+        fail(f"{vault.location}: unknown leaves {unknown}; the vault has {vault.leaf_names}")
+    picked = parse_rows(rows, vault.rows)
+    lo, hi = parse_span(time, vault.committed_length, "--time")
+    header = {
+        "source": vault.location,
+        "rows": picked if picked is not None else list(range(vault.rows)),
+        "time": [lo, hi],
+        "leaves": names,
+        "manifest": vault.manifest,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with _staged(out) as tmp, progress_bar("exporting", bytes_unit=True) as progress:
+        folder = tmp if fmt == "npy" else tmp.with_name(tmp.name + ".d")
+        try:
+            files = _write_npy(vault, names, picked, lo, hi, folder, progress)
+            if fmt == "npy":
+                (folder / "manifest.json").write_text(json.dumps(header, indent=1))
+            else:
+                _zip(files, header, tmp, compress)
+        finally:
+            if fmt == "npz":
+                shutil.rmtree(folder, ignore_errors=True)
+    doc: dict[str, Any] = {"path": vault.location, "out": str(out), "format": fmt}
+    doc["leaves"] = names
+    doc["bytes"] = sum(f.stat().st_size for f in _files(out))
+    if json_out:
+        emit_json(doc)
+    else:
+        console().print(f"wrote {out} ({fmt}, {len(names)} leaves, {doc['bytes']} bytes)")
+
+
+def _files(out: Path) -> list[Path]:
+    return [out] if out.is_file() else [p for p in out.rglob("*") if p.is_file()]
+
+
+@contextlib.contextmanager
+def _staged(out: Path) -> Iterator[Path]:
+    """A hidden temporary path next to ``out``, renamed to ``out`` on success and removed
+    on any failure or interruption."""
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        yield tmp
+        os.replace(tmp, out)
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp.exists():
+            tmp.unlink()
+
+
+def _write_npy(
+    vault: Any,
+    names: list[str],
+    rows: list[int] | None,
+    lo: int,
+    hi: int,
+    folder: Path,
+    progress: Any,
+) -> dict[str, Path]:
+    import numpy as np
+
+    from vault._stats import time_blocks
+
+    meta = {x["name"]: x for x in vault.manifest["leaves"]}
+    n_rows = vault.rows if rows is None else len(rows)
+    step = {
+        n: n_rows * math.prod(meta[n]["shape"]) * np.dtype(meta[n]["dtype"]).itemsize for n in names
+    }
+    total = sum(step[n] for n in names) * (hi - lo)
+    done = 0
+    progress(done, total)
+    files = {}
+    for name in names:
+        target = folder / f"{name}.npy"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shape = (n_rows, hi - lo, *meta[name]["shape"])
+        dtype = np.dtype(meta[name]["dtype"])
+        files[name] = target
+        if math.prod(shape) == 0:
+            np.save(target, np.empty(shape, dtype))
+            continue
+        array = np.lib.format.open_memmap(target, mode="w+", dtype=dtype, shape=shape)
+        edges = time_blocks(hi - lo, int(meta[name]["chunk"][1]), step[name], BLOCK_BYTES)
+        for t0, t1 in itertools.pairwise(edges):
+            block = vault.read_numpy(rows=rows, start=lo + t0, stop=lo + t1, leaves=[name])
+            array[:, t0:t1] = block[name]
+            done += step[name] * (t1 - t0)
+            progress(done, total)
+        array.flush()
+        del array
+    return files
+
+
+def _zip(files: dict[str, Path], header: dict[str, Any], target: Path, compress: bool) -> None:
+    import io
+
+    import numpy as np
+
+    method = zipfile.ZIP_DEFLATED if compress else zipfile.ZIP_STORED
+    with zipfile.ZipFile(target, "w", compression=method, allowZip64=True) as zf:
+        for name, path in files.items():
+            zf.write(path, arcname=f"{name}.npy")
+        buf = io.BytesIO()
+        np.save(buf, np.array(json.dumps(header)), allow_pickle=False)
+        zf.writestr(f"{MANIFEST_NAME}.npy", buf.getvalue())
