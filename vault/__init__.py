@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from vault._derive import combine, derive_episodes, derive_slice
     from vault._episodes import EpisodeTable
     from vault._vault import Vault
+    from vault._verify import VerifyReport, verify
 
 _LAZY = {
     "Vault": "vault._vault",
@@ -34,6 +35,8 @@ _LAZY = {
     "combine": "vault._derive",
     "derive_episodes": "vault._derive",
     "derive_slice": "vault._derive",
+    "verify": "vault._verify",
+    "VerifyReport": "vault._verify",
 }
 
 __all__ = [
@@ -49,9 +52,11 @@ __all__ = [
     "VaultNotFoundError",
     "VaultReadError",
     "VaultStructureError",
+    "VerifyReport",
     "combine",
     "derive_episodes",
     "derive_slice",
+    "verify",
 ]
 
 

@@ -25,7 +25,7 @@ def verify(path: PathArg, json_out: JsonOpt = False) -> None:
     Exit 0 when the vault is sound, 3 when any problem was found (each one is listed with
     its place), 2 when there is no vault at PATH.
     """
-    from vault._verify import verify as run_verify
+    from vault import verify as run_verify
 
     with progress_bar("verifying chunks") as progress:
         report = run_verify(path, progress=progress)
