@@ -242,7 +242,8 @@ def test_format_version_1_vaults_still_open_and_newer_ones_are_refused(
     doc["attributes"]["rlvault"]["format_version"] = 1  # version 1: no episode index
     root.write_text(json.dumps(doc))
     old = Vault.open(str(tmp_path / "v"), "a")
-    assert old.committed_length == 3 and not old.has_episodes
+    assert old.committed_length == 3
+    assert not old.has_episodes
     rec.add(2)
     assert old.write(rec.state) == 2
     np.testing.assert_array_equal(stored_steps(old), rec.expected(0, 5))
@@ -471,8 +472,10 @@ def test_unsupported_dtypes_and_malformed_manifests_are_typed_errors(tmp_path: P
     with pytest.raises(VaultStructureError, match="leaves of unsupported dtypes") as err:
         Vault.create(str(tmp_path / "c"), {"c": np.complex64(0), "x": np.float32(0)}, rows=1)
     assert err.value.problems == [
-        "experience/c: dtype complex64 is not supported (bool, integer and floating-point "
-        "leaves are)"
+        (
+            "experience/c: dtype complex64 is not supported (bool, integer and floating-point "
+            "leaves are)"
+        )
     ]
     Vault.create(str(tmp_path / "v"), {"x": np.float32(0)}, rows=1).close()
     root = tmp_path / "v" / "zarr.json"
