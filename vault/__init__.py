@@ -26,12 +26,16 @@ from vault._errors import (
 if TYPE_CHECKING:
     from vault._derive import combine, derive_episodes, derive_slice
     from vault._episodes import EpisodeTable
+    from vault._stream import DatasetStream, StreamBatch, WindowStream
     from vault._vault import Vault
     from vault._verify import VerifyReport, verify
 
 _LAZY = {
     "Vault": "vault._vault",
     "EpisodeTable": "vault._episodes",
+    "DatasetStream": "vault._stream",
+    "StreamBatch": "vault._stream",
+    "WindowStream": "vault._stream",
     "combine": "vault._derive",
     "derive_episodes": "vault._derive",
     "derive_slice": "vault._derive",
@@ -40,7 +44,9 @@ _LAZY = {
 }
 
 __all__ = [
+    "DatasetStream",
     "EpisodeTable",
+    "StreamBatch",
     "UnsavedDataLostError",
     "Vault",
     "VaultCorruptError",
@@ -53,6 +59,7 @@ __all__ = [
     "VaultReadError",
     "VaultStructureError",
     "VerifyReport",
+    "WindowStream",
     "combine",
     "derive_episodes",
     "derive_slice",

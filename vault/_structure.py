@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
@@ -131,26 +132,27 @@ def _import(ref: str) -> Any:
 
 def build(node: dict[str, Any], values: list[Any]) -> Any:
     """Rebuild a tree of ``node``'s structure from ``values`` (consumed in leaf order)."""
-    it = iter(values)
+    return _build(node, iter(values))
 
-    def rec(n: dict[str, Any]) -> Any:
-        kind = n["kind"]
-        if kind == "leaf":
-            return next(it)
-        if kind == "none":
-            return None
-        children = [rec(c) for c in n["children"]]
-        if kind == "dict":
-            return dict(zip(n["keys"], children, strict=True))
-        if kind == "tuple":
-            return tuple(children)
-        if kind == "list":
-            return children
-        fields = dict(zip(n["fields"], children, strict=True))
-        try:
-            return _import(n["class"])(**fields)
-        except (ImportError, AttributeError, TypeError, ValueError):  # class moved or changed:
-            # give the fields back as a dict rather than fail the read
-            return fields
 
-    return rec(node)
+def _build(n: dict[str, Any], it: Iterator[Any]) -> Any:
+    # A module-level recursion (not a closure): a recursive closure is a reference cycle that
+    # would keep ``values``, and so every array just read, alive until the cyclic GC runs.
+    kind = n["kind"]
+    if kind == "leaf":
+        return next(it)
+    if kind == "none":
+        return None
+    children = [_build(c, it) for c in n["children"]]
+    if kind == "dict":
+        return dict(zip(n["keys"], children, strict=True))
+    if kind == "tuple":
+        return tuple(children)
+    if kind == "list":
+        return children
+    fields = dict(zip(n["fields"], children, strict=True))
+    try:
+        return _import(n["class"])(**fields)
+    except (ImportError, AttributeError, TypeError, ValueError):  # class moved or changed:
+        # give the fields back as a dict rather than fail the read
+        return fields

@@ -1,0 +1,855 @@
+"""Streaming reads for vaults larger than memory: batches of sequences, and sub-buffer windows.
+
+:func:`as_dataset` cuts the data into *blocks*: a group of rows (all of them unless that makes
+a block too big) x a range of timesteps made of whole time chunks, so a block costs what its
+bytes cost to decode. It reads blocks ahead of the consumer with TensorStore's asynchronous
+reads (decoding runs on TensorStore's threads, outside the GIL) and cuts batches of sequences
+out of the resident blocks on one background thread, which hands them over through a bounded
+queue. Memory is about ``(1 + prefetch) x interleave`` blocks plus a few batches, whatever the
+size of the vault.
+
+Which sequences an epoch yields: every start ``(row, t)`` with ``t % stride == 0`` whose window
+``[t, t + sequence_length)`` lies inside the committed data, does not straddle a recorded gap
+(:attr:`Vault.gaps`: the data on either side is not consecutive) and, with
+``episode_aware=True``, holds no episode end (done or truncated) before its last step. Each
+such start is yielded exactly once per epoch. The block of time range ``[b*B, (b+1)*B)`` owns
+the starts in ``[b*B - (L-1), (b+1)*B - (L-1))`` of its rows (``L`` is the sequence length), so
+it needs the ``L - 1`` timesteps before it (its *head*): they are copied from the block before
+it when that one was read just before (always without shuffling), else read from disk.
+
+Shuffling (``shuffle=True``) permutes, per epoch, the order of *runs* of ``run_blocks``
+consecutive blocks; ``interleave`` runs are read side by side and each batch is drawn from one
+block of each, in random order. Only the first block of a run reads its head from disk, so a
+run of several blocks keeps that extra decoding small. Everything random comes from
+``numpy.random.default_rng([seed, epoch, ...])`` on the one producer thread, so the batches and
+their order depend only on the arguments, never on thread timing.
+
+:func:`iter_windows` yields successive (or shuffled) windows of ``window`` timesteps as
+trajectory-buffer states, reading the next ones in the background.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import functools
+import itertools
+import math
+import queue
+import sys
+import threading
+import weakref
+from collections.abc import Callable, Generator, Iterator, Sequence
+from typing import Any, Generic, NamedTuple, TypeVar
+
+import numpy as np
+import tensorstore as ts
+
+from vault import _structure
+from vault._errors import VaultReadError
+from vault._vault import Vault, _aligned_empty
+
+T = TypeVar("T")
+
+DEFAULT_BLOCK_BYTES = 32 << 20  # raw bytes of one block (of the leaves read)
+BATCH_QUEUE_BYTES = 4 << 20  # batches cut ahead of the consumer: 2 to 16, about this much
+HEAD_OVERHEAD = 1 / 8  # default run length keeps the extra head decoding below this share
+ZERO_COPY_BYTES = 256 << 10  # batch leaves this large are handed to JAX without a copy
+_POLL_S = 0.05
+
+
+@functools.cache
+def _identity() -> Callable[[Any], Any]:
+    import jax
+
+    return jax.jit(lambda xs: xs)
+
+
+class StreamBatch(NamedTuple):
+    """One batch from :func:`as_dataset`.
+
+    ``experience``: the vault's structure (or ``{path: array}`` when ``leaves`` was given) with
+    leaves ``[batch, sequence_length, ...]``. ``row`` and ``start`` (int64 numpy, ``[batch]``)
+    say where each sequence comes from: ``vault.read_numpy(rows=[row[i]], start=start[i],
+    stop=start[i] + sequence_length)``. ``epoch`` counts from 0.
+    """
+
+    experience: Any
+    row: np.ndarray
+    start: np.ndarray
+    epoch: int
+
+
+# --------------------------------------------------------------------------------------------
+# A background producer behind an iterator
+# --------------------------------------------------------------------------------------------
+
+_END = object()
+
+
+class _Failure:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _pump(
+    items: Generator[Any, None, None],
+    out: queue.SimpleQueue[Any],
+    slots: threading.Semaphore,
+    stop: threading.Event,
+) -> None:
+    """Run ``items`` on this thread, at most ``slots`` items ahead of the consumer."""
+    try:
+        while True:
+            while not slots.acquire(timeout=_POLL_S):
+                if stop.is_set():
+                    return
+            if stop.is_set():
+                return
+            try:
+                item = next(items)
+            except StopIteration:
+                out.put(_END)
+                return
+            out.put(item)
+    except BaseException as err:  # handed to the consumer, raised by its next()
+        out.put(_Failure(err))
+    finally:
+        items.close()
+
+
+class Stream(Generic[T]):
+    """An iterator whose items are produced ahead on a background thread.
+
+    ``depth`` items at most are produced ahead of the consumer (``depth=0``: no thread, items
+    are produced on demand in the caller's thread). An error raised while producing is raised
+    by the consumer's next ``next()``. :meth:`close` (also called by ``with`` and when the
+    stream is garbage-collected) stops the thread and releases what it holds.
+    """
+
+    def __init__(
+        self, items: Generator[T, None, None], depth: int, name: str = "rlvault-stream"
+    ) -> None:
+        self._items: Generator[T, None, None] | None = items
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        if depth > 0:
+            self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            self._slots = threading.Semaphore(depth)
+            self._stop = threading.Event()
+            # The thread holds the generator, the queue and the events, never ``self``: a
+            # stream the consumer drops is collected, and its __del__ stops the thread.
+            self._thread = threading.Thread(
+                target=_pump,
+                args=(items, self._queue, self._slots, self._stop),
+                name=name,
+                daemon=True,
+            )
+            self._items = None
+            self._thread.start()
+            _LIVE.add(self)
+
+    def __iter__(self) -> Stream[T]:
+        return self
+
+    def __next__(self) -> T:
+        if self._closed:
+            raise StopIteration
+        if self._thread is None:
+            items = self._items
+            if items is None:
+                raise StopIteration
+            try:
+                return next(items)
+            except BaseException:  # the end, or an error: either way nothing follows
+                self.close()
+                raise
+        item = self._queue.get()
+        self._slots.release()
+        if item is _END:
+            self.close()
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self.close()
+            raise item.error
+        return item
+
+    def close(self) -> None:
+        """Stop producing (idempotent); the background thread has ended when this returns."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread is None:
+            if self._items is not None:
+                self._items.close()
+                self._items = None
+            return
+        self._stop.set()
+        self._thread.join()
+        while True:  # drop what was produced ahead
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Stream[T]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # At interpreter exit the atexit hook has closed every live stream; a join here, while
+        # the interpreter is finalizing, would fail.
+        if getattr(self, "_closed", True) is False and not sys.is_finalizing():
+            self.close()
+
+
+_LIVE: weakref.WeakSet[Stream[Any]] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_streams() -> None:
+    """Stop every background reader before the interpreter tears down (a daemon thread still
+    inside TensorStore at that point aborts the process)."""
+    for stream in list(_LIVE):
+        stream.close()
+
+
+# --------------------------------------------------------------------------------------------
+# Argument checks
+# --------------------------------------------------------------------------------------------
+
+
+def _int_arg(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise VaultReadError(f"{name} must be an int >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _selection(
+    vault: Vault, rows: Sequence[int] | slice | None, leaves: Sequence[str] | None
+) -> tuple[np.ndarray, list[str]]:
+    """The vault row ids that ``rows`` picks, and the leaf names."""
+    row_ids = np.arange(vault.rows, dtype=np.int64)[vault._row_selection(rows)]
+    if row_ids.size == 0:
+        raise VaultReadError(f"{vault.location}: the row selection {rows!r} is empty")
+    if np.unique(row_ids).size != row_ids.size:
+        raise VaultReadError(f"{vault.location}: rows {row_ids.tolist()} name a row twice")
+    names = vault.leaf_names if leaves is None else [str(n) for n in leaves]
+    unknown = [n for n in names if n not in vault.leaf_names]
+    if unknown:
+        raise VaultReadError(
+            f"{vault.location}: unknown leaves {unknown}; the vault has {vault.leaf_names}"
+        )
+    if len(set(names)) != len(names):
+        raise VaultReadError(f"{vault.location}: leaves {names} name a leaf twice")
+    return row_ids, names
+
+
+def _episode_end_leaves(vault: Vault) -> list[str]:
+    """The done/truncated leaves of a vault with an episode index (else VaultReadError)."""
+    if not getattr(vault, "has_episodes", False):
+        raise VaultReadError(
+            f"{vault.location}: episode_aware=True needs a vault that knows its episode ends, "
+            "created with Vault.create(..., done_leaf=...); this one has no episode index. "
+            "Use episode_aware=False, or derive a vault with the episode leaves named."
+        )
+    ends: dict[str, str | None] = vault.episode_leaves
+    return [n for n in (ends.get("done"), ends.get("truncated")) if n]
+
+
+# --------------------------------------------------------------------------------------------
+# as_dataset
+# --------------------------------------------------------------------------------------------
+
+
+class _Group:
+    """Blocks read side by side into one buffer per leaf ``[slots * block_rows, seg, ...]``:
+    slot ``j`` holds rows ``[j * block_rows, ...)``; in each row, ``head`` timesteps before the
+    block, then the block's timesteps."""
+
+    def __init__(
+        self, epoch: int, index: int, blocks: list[int], last: bool, buffers: list[np.ndarray]
+    ) -> None:
+        self.epoch = epoch
+        self.index = index  # position in the epoch's schedule
+        self.blocks = blocks
+        self.last = last  # the epoch's last group
+        self.buffers = buffers
+        self.futures: list[tuple[str, Any]] = []
+        self.carries: list[tuple[int, int]] = []  # (slot, block whose tail is its head)
+
+
+class _Pending:
+    """A batch being filled (it may take sequences from several groups)."""
+
+    def __init__(self, arrays: list[np.ndarray], size: int) -> None:
+        self.arrays = arrays
+        self.row = np.empty(size, np.int64)
+        self.start = np.empty(size, np.int64)
+        self.fill = 0
+
+
+class _Plan:
+    """Everything :func:`as_dataset` decided, and the producer generator that follows it.
+
+    A block is a group of rows (``block_rows`` of them) x a range of ``block`` timesteps;
+    block ``id`` covers row group ``id // n_time`` and time block ``id % n_time``.
+    """
+
+    def __init__(
+        self,
+        vault: Vault,
+        batch: int,
+        seq: int,
+        *,
+        shuffle: bool,
+        seed: int,
+        prefetch: int,
+        end_leaves: list[str],
+        stride: int,
+        block_timesteps: int | None,
+        block_rows: int | None,
+        interleave: int,
+        run_blocks: int | None,
+        rows: Sequence[int] | slice | None,
+        leaves: Sequence[str] | None,
+        epochs: int | None,
+        drop_remainder: bool,
+        device_put: bool,
+    ) -> None:
+        self.vault = vault
+        self.batch, self.seq, self.head = batch, seq, seq - 1
+        self.shuffle, self.seed, self.prefetch = shuffle, seed, prefetch
+        self.stride, self.interleave = stride, interleave
+        self.epochs, self.drop_remainder, self.device_put = epochs, drop_remainder, device_put
+        self.row_ids, self.names = _selection(vault, rows, leaves)
+        self.structured = leaves is None
+        self.end_leaves = list(end_leaves)
+        self.read_names = self.names + [n for n in self.end_leaves if n not in self.names]
+        self.out_count = len(self.names)
+        self.length = vault.committed_length
+        if self.length < seq:
+            raise VaultReadError(
+                f"{vault.location}: sequences of {seq} timesteps need at least {seq} committed "
+                f"timesteps per row; the vault has {self.length}"
+            )
+        meta = {leaf["name"]: leaf for leaf in vault.manifest["leaves"]}
+        self.items = [tuple(int(d) for d in meta[n]["shape"]) for n in self.read_names]
+        self.dtypes = [np.dtype(meta[n]["dtype"]) for n in self.read_names]
+        self.chunks = [meta[n]["chunk"] for n in self.read_names]
+        self.row_bytes = [
+            math.prod(item) * dt.itemsize for item, dt in zip(self.items, self.dtypes, strict=True)
+        ]
+        self.step_bytes = sum(self.row_bytes)  # one row, one timestep, every leaf read
+        self._choose_blocks(block_timesteps, block_rows, run_blocks)
+        self.gap_at = np.array(
+            [int(g["at"]) for g in vault.gaps if 0 < int(g["at"]) < self.length], np.int64
+        )
+        self.structure = vault.manifest["structure"]
+        self.batch_shapes = [(batch, seq, *item) for item in self.items[: self.out_count]]
+        sizes = [
+            -(-math.prod(shape) * dt.itemsize // 64) * 64
+            for shape, dt in zip(self.batch_shapes, self.dtypes, strict=False)
+        ]
+        self.batch_layout = [0, *itertools.accumulate(sizes)]  # offsets, then the total
+        self.queue_depth = max(2, min(16, BATCH_QUEUE_BYTES // max(1, sum(sizes))))
+        self._steps = np.arange(seq, dtype=np.int64)
+        self._tails: dict[int, list[np.ndarray]] = {}
+        self._issued_blocks: list[int] = []
+
+    def _choose_blocks(
+        self, block_timesteps: int | None, block_rows: int | None, run_blocks: int | None
+    ) -> None:
+        """Block shape (rows x timesteps), counts, and the shuffled runs' length."""
+        n_rows = len(self.row_ids)
+        heaviest = int(np.argmax(self.row_bytes))
+        chunk_time = [int(c[1]) for c in self.chunks]
+        if block_timesteps is None:
+            # About DEFAULT_BLOCK_BYTES, a whole number of the heaviest leaf's time chunks (of
+            # every leaf's, when that costs at most twice the target).
+            total = max(1, n_rows * self.step_bytes)
+            align = chunk_time[heaviest]
+            if math.lcm(*chunk_time) * total <= 2 * DEFAULT_BLOCK_BYTES:
+                align = math.lcm(*chunk_time)
+            steps = max(1, round(DEFAULT_BLOCK_BYTES / total / align)) * align
+            self.block = -(-max(steps, self.seq) // align) * align
+        else:
+            self.block = _int_arg("block_timesteps", block_timesteps, 1)
+            if self.block < self.seq:
+                raise VaultReadError(
+                    f"block_timesteps ({self.block}) must be >= sequence_length ({self.seq})"
+                )
+        if block_rows is None:
+            per_row = max(1, self.block * self.step_bytes)
+            block_rows = n_rows
+            if n_rows * per_row > 2 * DEFAULT_BLOCK_BYTES:  # many rows: split them
+                block_rows = max(1, DEFAULT_BLOCK_BYTES // per_row)
+                chunk_rows = int(self.chunks[heaviest][0])
+                if block_rows >= chunk_rows:
+                    block_rows -= block_rows % chunk_rows  # whole chunks of the heaviest leaf
+        self.block_rows = min(_int_arg("block_rows", block_rows, 1), n_rows)
+        self.n_time = -(-self.length // self.block)
+        self.n_row_groups = -(-n_rows // self.block_rows)
+        self.n_blocks = self.n_time * self.n_row_groups
+        self.seg = self.head + min(self.block, self.length)
+        if run_blocks is None:
+            dominant = chunk_time[heaviest]
+            wasted = -(-self.head // dominant) * dominant if self.head else 0
+            run_blocks = max(1, math.ceil(wasted / (HEAD_OVERHEAD * self.block)))
+        self.run_blocks = _int_arg("run_blocks", run_blocks, 1)
+
+    # ------------------------------------------------------------------------- schedule
+    def _schedule(self, epoch: int) -> list[list[int]]:
+        """The groups of blocks of one epoch, in reading order."""
+        k, nt = self.interleave, self.n_time
+        if not self.shuffle:  # row group by row group, each in time order
+            return [list(range(i, min(i + k, self.n_blocks))) for i in range(0, self.n_blocks, k)]
+        run = self.run_blocks
+        runs = [
+            list(range(g * nt + s, g * nt + min(s + run, nt)))
+            for g in range(self.n_row_groups)
+            for s in range(0, nt, run)
+        ]
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(runs))
+        pending = collections.deque(runs[int(i)] for i in order)
+        lanes: list[collections.deque[int]] = []
+        groups: list[list[int]] = []
+        while True:
+            lanes = [lane for lane in lanes if lane]
+            while len(lanes) < k and pending:
+                lanes.append(collections.deque(pending.popleft()))
+            if not lanes:
+                return groups
+            groups.append([lane.popleft() for lane in lanes])
+
+    def _groups(self) -> Iterator[tuple[int, int, list[int], bool]]:
+        epoch = 0
+        while self.epochs is None or epoch < self.epochs:
+            groups = self._schedule(epoch)
+            for i, blocks in enumerate(groups):
+                yield epoch, i, blocks, i == len(groups) - 1
+            epoch += 1
+
+    # ------------------------------------------------------------------------- reading
+    def _rows_of(self, block: int) -> tuple[int, int]:
+        """The block's rows: ``row_ids[first : first + count]``."""
+        first = block // self.n_time * self.block_rows
+        return first, min(self.block_rows, len(self.row_ids) - first)
+
+    def _times_of(self, block: int) -> tuple[int, int]:
+        lo = block % self.n_time * self.block
+        return lo, min(lo + self.block, self.length)
+
+    def _read_into(self, group: _Group, j: int, block: int, col: int, lo: int, hi: int) -> None:
+        """Read timesteps ``[lo, hi)`` of the block's rows into slot ``j`` from column ``col``."""
+        first, count = self._rows_of(block)
+        ids = self.row_ids[first : first + count]
+        contiguous = ids[-1] - ids[0] == count - 1 and bool(np.all(np.diff(ids) == 1))
+        rows: Any = slice(int(ids[0]), int(ids[-1]) + 1) if contiguous else ids.tolist()
+        names, views = self.vault._views(rows, lo, hi, None, None, self.read_names)
+        r0 = j * self.block_rows
+        for buf, view, name in zip(group.buffers, views, names, strict=True):
+            fut = ts.array(buf[r0 : r0 + count, col : col + hi - lo]).write(view)
+            group.futures.append((name, fut))
+
+    def _issue(self, epoch: int, index: int, blocks: list[int], last: bool) -> _Group:
+        buffers = [
+            _aligned_empty((len(blocks) * self.block_rows, self.seg, *item), dt)
+            for item, dt in zip(self.items, self.dtypes, strict=True)
+        ]
+        group = _Group(epoch, index, blocks, last, buffers)
+        previous = set(self._issued_blocks)
+        for j, b in enumerate(blocks):
+            lo, hi = self._times_of(b)
+            self._read_into(group, j, b, self.head, lo, hi)
+            if lo == 0 or self.head == 0:
+                continue
+            if b - 1 in blocks or b - 1 in previous:
+                group.carries.append((j, b - 1))  # copied once the reads are done
+            else:
+                self._read_into(group, j, b, 0, lo - self.head, lo)
+        self._issued_blocks = list(blocks)
+        return group
+
+    def _complete(self, group: _Group) -> None:
+        """Wait for the group's reads; fill the heads carried over; keep the new tails."""
+        for name, fut in group.futures:
+            self.vault._result(fut, name)
+        group.futures.clear()
+        h, rb = self.head, self.block_rows
+        tails = {}
+        for j, b in enumerate(group.blocks):
+            if h and self._times_of(b)[1] < self.length:  # a full block: its tail is a head
+                count = self._rows_of(b)[1]
+                end = h + self.block
+                tails[b] = [buf[j * rb : j * rb + count, end - h : end] for buf in group.buffers]
+        for j, prev in group.carries:
+            source = tails.get(prev) or self._tails[prev]
+            for buf, part in zip(group.buffers, source, strict=True):
+                buf[j * rb : j * rb + part.shape[0], :h] = part
+        # Copies: the next group may need them after this group's buffers are released.
+        self._tails = {b: [np.array(p) for p in parts] for b, parts in tails.items()}
+
+    def _cancel(self, groups: collections.deque[_Group]) -> None:
+        for group in groups:
+            for _, fut in group.futures:
+                fut.cancel()
+        groups.clear()
+
+    # ------------------------------------------------------------------------- sequences
+    def _starts(self, group: _Group) -> np.ndarray:
+        """Where each valid sequence of the group starts: flat indices into its buffers (seen
+        as ``[slots * block_rows * seg]``), slot by slot in time order (every row at ``t``,
+        then ``t + 1``), or permuted with ``shuffle``."""
+        h, seg, rb = self.head, self.seg, self.block_rows
+        bases = []
+        for j, b in enumerate(group.blocks):
+            lo, hi = self._times_of(b)
+            s_lo = max(0, lo - h)
+            t = np.arange(s_lo, hi - h, dtype=np.int64)
+            col = h + (t - lo)  # column of each start in the slot's rows
+            row_off = (j * rb + np.arange(self._rows_of(b)[1], dtype=np.int64)) * seg
+            keep = None
+            if self.stride > 1:
+                keep = t % self.stride == 0
+            for a in self.gap_at:  # a window [t, t + seq) must not contain the seam a-1 | a
+                apart = (t + h < a) | (t >= a)
+                keep = apart if keep is None else keep & apart
+            mask = None if keep is None else np.broadcast_to(keep, (row_off.size, t.size))
+            if self.end_leaves and h:
+                free = self._end_free(group, j, b, int(col[0]), t.size)
+                mask = free if mask is None else mask & free
+            if mask is None:
+                bases.append((col[:, None] + row_off[None, :]).ravel())
+            else:
+                q, r = np.nonzero(mask.T)
+                bases.append(row_off[r] + col[q])
+        base = np.concatenate(bases)
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, group.epoch, group.index, 1])
+            base = base[rng.permutation(base.size)]
+        return base
+
+    def _origin(self, group: _Group, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The vault row and start time of the sequences at flat indices ``base``."""
+        q, col = np.divmod(base, self.seg)
+        j, r = np.divmod(q, self.block_rows)
+        block = np.asarray(group.blocks, np.int64)[j]
+        group_of, time_of = np.divmod(block, self.n_time)
+        rows = self.row_ids[group_of * self.block_rows + r]
+        return rows, time_of * self.block - self.head + col
+
+    def _end_free(self, group: _Group, j: int, block: int, first: int, count: int) -> np.ndarray:
+        """``[rows, count]``: no episode end in the first ``seq - 1`` steps of the windows that
+        start at columns ``first, first + 1, ...`` of slot ``j``."""
+        h, r0 = self.head, j * self.block_rows
+        n_rows = self._rows_of(block)[1]
+        flags = np.zeros((n_rows, count + h - 1), bool)
+        for name in self.end_leaves:
+            buf = group.buffers[self.read_names.index(name)]
+            part = buf[r0 : r0 + n_rows, first : first + count + h - 1]
+            flags |= part.reshape(part.shape[0], part.shape[1], -1).any(axis=2)
+        csum = np.zeros((flags.shape[0], flags.shape[1] + 1), np.int64)
+        np.cumsum(flags, axis=1, out=csum[:, 1:])
+        return np.asarray(csum[:, h : h + count] == csum[:, :count])
+
+    def _new_batch(self) -> _Pending:
+        """Output arrays of one batch, carved 64-byte aligned out of one allocation (JAX adopts
+        aligned buffers without a copy)."""
+        raw = np.empty(self.batch_layout[-1] + 64, np.uint8)
+        first = (-raw.ctypes.data) % 64
+        arrays = [
+            np.ndarray(shape, dt, raw, first + o)
+            for o, shape, dt in zip(
+                self.batch_layout, self.batch_shapes, self.dtypes[: self.out_count], strict=False
+            )
+        ]
+        return _Pending(arrays, self.batch)
+
+    def _fill(self, pending: _Pending, flat: list[np.ndarray], base: np.ndarray) -> None:
+        """Copy the sequences starting at ``base`` (of the group's buffers ``flat``, seen as
+        ``[rows * width, ...]``) into the pending batch."""
+        idx = base[:, None] + self._steps if self.seq > 1 else base[:, None]
+        lo, hi = pending.fill, pending.fill + base.size
+        for out, leaf in zip(pending.arrays, flat, strict=True):
+            np.take(leaf, idx, axis=0, out=out[lo:hi], mode="clip")
+
+    def _finish(self, pending: _Pending, epoch: int) -> StreamBatch:
+        n = pending.fill
+        arrays: list[Any] = [a[:n] for a in pending.arrays]
+        if self.device_put:
+            arrays = self._to_device(arrays)
+        if self.structured:
+            experience = _structure.build(self.structure, arrays)
+            # build() leaves its argument referenced from a reference cycle until the cyclic
+            # GC runs; emptying it lets the batch's memory go as soon as the consumer drops it.
+            arrays.clear()
+        else:
+            experience = dict(zip(self.names, arrays, strict=True))
+        return StreamBatch(experience, pending.row[:n], pending.start[:n], epoch)
+
+    def _to_device(self, arrays: list[np.ndarray]) -> list[Any]:
+        """JAX arrays of a batch. ``jax.device_put`` adopts a large leaf without a copy on CPU
+        but costs about 15 us per leaf; small leaves go through one jitted identity instead
+        (JAX's C++ dispatch: one call for all of them, at the price of copying them)."""
+        import jax
+
+        out: list[Any] = list(arrays)
+        small = [i for i, a in enumerate(arrays) if a.nbytes < ZERO_COPY_BYTES]
+        large = [i for i, a in enumerate(arrays) if a.nbytes >= ZERO_COPY_BYTES]
+        if large:
+            moved = jax.device_put([arrays[i] for i in large])
+            for i, x in zip(large, moved, strict=True):
+                out[i] = x
+        if small:
+            for i, x in zip(small, _identity()([arrays[i] for i in small]), strict=True):
+                out[i] = x
+        return out
+
+    # ------------------------------------------------------------------------- producer
+    def batches(self) -> Generator[StreamBatch, None, None]:
+        groups = self._groups()
+        inflight: collections.deque[_Group] = collections.deque()
+
+        def issue_next() -> bool:
+            nxt = next(groups, None)
+            if nxt is None:
+                return False
+            inflight.append(self._issue(*nxt))
+            return True
+
+        pending: _Pending | None = None
+        epoch_batches = 0
+        try:
+            while inflight or issue_next():
+                group = inflight.popleft()
+                while len(inflight) < self.prefetch and issue_next():
+                    pass  # the next groups decode while this one is cut into batches
+                self._complete(group)
+                base = self._starts(group)
+                row, start = self._origin(group, base)
+                flat = [buf.reshape(-1, *buf.shape[2:]) for buf in group.buffers[: self.out_count]]
+                pos = 0
+                while pos < base.size:
+                    if pending is None:
+                        pending = self._new_batch()
+                    take = min(self.batch - pending.fill, base.size - pos)
+                    self._fill(pending, flat, base[pos : pos + take])
+                    fill = slice(pending.fill, pending.fill + take)
+                    pending.row[fill] = row[pos : pos + take]
+                    pending.start[fill] = start[pos : pos + take]
+                    pending.fill += take
+                    pos += take
+                    if pending.fill == self.batch:
+                        batch, pending = self._finish(pending, group.epoch), None
+                        epoch_batches += 1
+                        yield batch
+                del group.buffers[:], flat[:]  # release the block before the next is read
+                if group.last:
+                    if pending is not None and not self.drop_remainder:
+                        epoch_batches += 1
+                        yield self._finish(pending, group.epoch)
+                    pending = None
+                    if epoch_batches == 0 and self.epochs is None:
+                        raise VaultReadError(
+                            f"{self.vault.location}: an epoch yields no batch of "
+                            f"{self.batch} (too few valid sequences of {self.seq} timesteps); "
+                            "repeating forever would never yield one"
+                        )
+                    epoch_batches = 0
+        finally:
+            self._cancel(inflight)
+
+
+class DatasetStream(Stream[StreamBatch]):
+    """The iterator :func:`as_dataset` returns, with the layout it chose (ints, for memory
+    planning): ``block_timesteps``, ``block_rows``, ``block_bytes`` (raw bytes of one block
+    of the selected leaves), ``run_blocks``, ``interleave``, ``prefetch`` and ``length`` (the
+    committed timesteps per row it streams)."""
+
+    def __init__(self, plan: _Plan) -> None:
+        super().__init__(plan.batches(), plan.queue_depth if plan.prefetch else 0)
+        self.block_timesteps = plan.block
+        self.block_rows = plan.block_rows
+        self.block_bytes = plan.block * plan.block_rows * plan.step_bytes
+        self.run_blocks = plan.run_blocks
+        self.interleave = plan.interleave
+        self.prefetch = plan.prefetch
+        self.length = plan.length
+
+
+def as_dataset(
+    vault: Vault,
+    sample_batch_size: int,
+    sequence_length: int,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    prefetch: int = 2,
+    episode_aware: bool = False,
+    stride: int = 1,
+    block_timesteps: int | None = None,
+    block_rows: int | None = None,
+    interleave: int = 1,
+    run_blocks: int | None = None,
+    rows: Sequence[int] | slice | None = None,
+    leaves: Sequence[str] | None = None,
+    epochs: int | None = 1,
+    drop_remainder: bool = True,
+    device_put: bool = True,
+) -> DatasetStream:
+    """Batches of sequences streamed from disk, for vaults larger than memory.
+
+    Yields :class:`StreamBatch` items: ``experience`` has leaves ``[sample_batch_size,
+    sequence_length, ...]`` (JAX arrays with ``device_put``, else numpy), plus the ``row`` and
+    ``start`` of every sequence. An epoch yields every valid start exactly once (see the
+    module docstring: inside the committed length as of this call, ``t % stride == 0``, not
+    across a recorded gap, and with ``episode_aware`` no episode end before a window's last
+    step); with ``drop_remainder`` the last incomplete batch of each epoch is dropped, else
+    yielded smaller. ``epochs=None`` repeats forever, reshuffling each epoch.
+
+    Args:
+        shuffle: permute, per epoch, the order of runs of blocks and the order of sequences
+            inside the resident blocks (without: block by block in time order, and inside a
+            block all its rows at ``t``, then ``t + 1``).
+        seed: the same seed gives the same batches in the same order.
+        prefetch: groups of blocks read ahead while the current one is cut into batches
+            (0: read on demand, no background thread).
+        episode_aware: needs a vault with an episode index (``done_leaf`` given at creation),
+            else :class:`VaultReadError`.
+        stride: only starts ``t`` with ``t % stride == 0`` (``sequence_length``: windows that
+            do not overlap).
+        block_timesteps, block_rows: the block shape (default: about 32 MiB of the selected
+            leaves, a whole number of the largest leaf's time chunks, all selected rows unless
+            that is more than twice the target). Without ``shuffle``, row groups come one
+            after the other.
+        interleave: blocks resident together; each batch is drawn from all of them.
+            More decorrelates batches, at ``interleave`` times the memory.
+        run_blocks: with ``shuffle``, consecutive blocks read in a row before jumping
+            elsewhere (default: enough that re-reading the first block's head costs at most
+            1/8 more decoding; 1 when ``sequence_length`` is 1).
+        rows, leaves: as :meth:`Vault.read_numpy` (``leaves`` gives a dict ``{path: array}``).
+
+    Memory: about ``(1 + prefetch) * interleave`` blocks (``DatasetStream.block_bytes`` is
+    one), TensorStore's buffers for the chunks being decoded, and 2 to 16 batches (about
+    4 MiB) cut ahead of the consumer. The returned :class:`DatasetStream` is an iterator and a
+    context manager; ``close()`` (or leaving the ``with`` block, or dropping it) stops its
+    thread. Errors met while reading (for example :class:`VaultCorruptError`) are raised by
+    ``next()``.
+    """
+    batch = _int_arg("sample_batch_size", sample_batch_size, 1)
+    seq = _int_arg("sequence_length", sequence_length, 1)
+    if epochs is not None:
+        epochs = _int_arg("epochs", epochs, 0)
+    plan = _Plan(
+        vault,
+        batch,
+        seq,
+        shuffle=bool(shuffle),
+        seed=_int_arg("seed", seed, 0),
+        prefetch=_int_arg("prefetch", prefetch, 0),
+        end_leaves=_episode_end_leaves(vault) if episode_aware else [],
+        stride=_int_arg("stride", stride, 1),
+        block_timesteps=block_timesteps,
+        block_rows=block_rows,
+        interleave=_int_arg("interleave", interleave, 1),
+        run_blocks=run_blocks,
+        rows=rows,
+        leaves=leaves,
+        epochs=epochs,
+        drop_remainder=bool(drop_remainder),
+        device_put=bool(device_put),
+    )
+    return DatasetStream(plan)
+
+
+# --------------------------------------------------------------------------------------------
+# iter_windows
+# --------------------------------------------------------------------------------------------
+
+
+class WindowStream(Stream[Any]):
+    """The iterator :func:`iter_windows` returns; :meth:`ranges` tells which window is which."""
+
+    def __init__(
+        self,
+        items: Generator[Any, None, None],
+        depth: int,
+        ranges: Callable[[int], list[tuple[int, int]]],
+    ) -> None:
+        super().__init__(items, depth, name="rlvault-windows")
+        self._ranges = ranges
+
+    def ranges(self, epoch: int = 0) -> list[tuple[int, int]]:
+        """The ``(start, stop)`` time ranges of epoch ``epoch``'s windows, in yield order."""
+        return self._ranges(_int_arg("epoch", epoch, 0))
+
+
+def iter_windows(
+    vault: Vault,
+    window: int,
+    *,
+    shuffle: bool = False,
+    seed: int = 0,
+    prefetch: int = 1,
+    capacity: int | None = None,
+    rows: Sequence[int] | slice | None = None,
+    leaves: Sequence[str] | None = None,
+    epochs: int | None = 1,
+    drop_remainder: bool = False,
+) -> WindowStream:
+    """Successive windows ``[t0, t0 + window)`` of the committed data as trajectory-buffer
+    states (``TrajectoryBufferState``, what :meth:`Vault.read` gives), the next ``prefetch``
+    read in the background.
+
+    Each epoch visits every committed timestep (as of this call) exactly once: windows
+    ``[0, w), [w, 2w), ...``, the last one shorter unless ``drop_remainder``; with ``shuffle``
+    in a seeded random order, new each epoch. Every state has a time axis of ``capacity``
+    (default ``window``, so a jitted ``sample`` never retraces); a shorter last window is a
+    state that is not full (``current_index`` = its length). Sequences never span two windows;
+    a window shorter than the buffer's sequence length cannot be sampled (``can_sample`` is
+    false). ``WindowStream.ranges(epoch)`` lists the windows in yield order.
+
+    Memory: ``prefetch + 1`` windows (the consumer's and those read ahead).
+    """
+    window = _int_arg("window", window, 1)
+    prefetch = _int_arg("prefetch", prefetch, 0)
+    seed = _int_arg("seed", seed, 0)
+    if epochs is not None:
+        epochs = _int_arg("epochs", epochs, 0)
+    cap = window if capacity is None else _int_arg("capacity", capacity, 1)
+    if cap < window:
+        raise VaultReadError(
+            f"capacity ({cap}) must be >= window ({window}): a smaller state would drop the "
+            "start of each window"
+        )
+    _selection(vault, rows, leaves)  # fail now, not in the background
+    length = vault.committed_length
+    bounds = [(t, min(t + window, length)) for t in range(0, length, window)]
+    if drop_remainder and bounds and bounds[-1][1] - bounds[-1][0] < window:
+        bounds.pop()
+    if not bounds:
+        raise VaultReadError(
+            f"{vault.location}: no window of {window} timesteps: {length} committed"
+        )
+
+    def ranges(epoch: int) -> list[tuple[int, int]]:
+        if not shuffle:
+            return list(bounds)
+        order = np.random.default_rng([seed, epoch]).permutation(len(bounds))
+        return [bounds[int(i)] for i in order]
+
+    def produce() -> Generator[Any, None, None]:
+        epoch = 0
+        while epochs is None or epoch < epochs:
+            for lo, hi in ranges(epoch):
+                yield vault.read(rows=rows, start=lo, stop=hi, leaves=leaves, capacity=cap)
+            epoch += 1
+
+    return WindowStream(produce(), prefetch, ranges)
