@@ -54,17 +54,7 @@ def derive_slice(
         with _destination(dest) as tmp:
             out = _create_like(src, tmp, len(picked), codec, {"op": "slice", "start": lo})
             known = _starts_known(src, picked, lo)
-            total = hi - lo
-            copied = 0
-            for seg_lo, seg_hi, lost in _segments(src, lo, hi):
-                restart = known if seg_lo == lo else None
-                for t0, t1 in _blocks(src, seg_lo, seg_hi, len(picked)):
-                    block = _tree(src, _read(src, picked, t0, t1))
-                    out._append_arrays(block, restart, lost)
-                    restart, lost = None, 0
-                    copied += t1 - t0
-                    if progress:
-                        progress(copied, total)
+            _copy(src, out, picked, lo, hi, known, progress, 0, hi - lo)
             out.close()
     return Vault.open(dest)
 
@@ -149,20 +139,39 @@ def combine(
             out = _create_like(first, tmp, first.rows, codec, {"op": "combine", "count": len(srcs)})
             copied = 0
             for src in srcs:
-                restart: np.ndarray | None = _starts_known(src, list(range(src.rows)), 0)
-                for seg_lo, seg_hi, lost in _segments(src, 0, src.committed_length):
-                    for t0, t1 in _blocks(src, seg_lo, seg_hi, src.rows):
-                        block = _tree(src, _read(src, None, t0, t1))
-                        out._append_arrays(block, restart, lost)
-                        restart, lost = None, 0
-                        copied += t1 - t0
-                        if progress:
-                            progress(copied, total)
+                known = _starts_known(src, list(range(src.rows)), 0)
+                end = src.committed_length
+                copied = _copy(src, out, None, 0, end, known, progress, copied, total)
             out.close()
     return Vault.open(dest)
 
 
 # ---------------------------------------------------------------------------------- helpers
+def _copy(
+    src: Vault,
+    out: Vault,
+    rows: list[int] | None,
+    lo: int,
+    hi: int,
+    known: np.ndarray,
+    progress: Progress | None,
+    done: int,
+    total: int,
+) -> int:
+    """Append ``rows`` x ``[lo, hi)`` of ``src`` to ``out`` block by block, cut at the
+    source's gaps; rows start new episodes at ``lo`` (``known``: whose start is known)."""
+    restart: np.ndarray | None = known
+    n_rows = src.rows if rows is None else len(rows)
+    for seg_lo, seg_hi, lost in _segments(src, lo, hi):
+        for t0, t1 in _blocks(src, seg_lo, seg_hi, n_rows):
+            out._append_arrays(_tree(src, _read(src, rows, t0, t1)), restart, lost)
+            restart, lost = None, 0
+            done += t1 - t0
+            if progress:
+                progress(done, total)
+    return done
+
+
 @contextlib.contextmanager
 def _opened(source: str | Vault) -> Iterator[Vault]:
     if isinstance(source, Vault):
