@@ -443,15 +443,18 @@ class Vault:
         self.refresh()
 
     def refresh(self) -> int:
-        """Re-read the commit record (see appends by another process); returns the length."""
+        """Re-read the commit record (see appends by another process); returns the length.
+
+        On a writer it first waits for its pending writes (its own commits are the truth)."""
+        if self._pending:
+            self.flush()
         doc = read_commit(self._kv, self._root)
         if doc is None or not isinstance(doc.get("committed_length"), int):
             raise VaultCorruptError(f"{self.location}: missing or invalid {COMMIT_KEY}")
         self._commit = doc
-        if not getattr(self, "_pending", None):
-            self._tip = _Tip(
-                int(doc["committed_length"]), doc.get("source_counter"), list(doc.get("gaps", []))
-            )
+        self._tip = _Tip(
+            int(doc["committed_length"]), doc.get("source_counter"), list(doc.get("gaps", []))
+        )
         stale = [i for i, a in enumerate(self._arrays) if a.shape[1] < self.committed_length]
         read_only = self._mode == "r"
         resolved = [

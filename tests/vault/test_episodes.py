@@ -301,3 +301,22 @@ def test_zarr_python_reads_the_index(tmp_path):
     bounds = group["episodes/bounds"][:count]
     assert group["episodes/bounds"].attrs["fields"] == ["row", "start", "length", "flags"]
     np.testing.assert_array_equal(bounds[:, :3], [[0, 0, 2], [1, 0, 2], [2, 0, 2]])
+
+
+def test_nonblocking_writes_with_refresh_keep_the_index_exact(tmp_path):
+    """refresh() on a writer with writes pending waits for them; the index stays exact."""
+    buf = fbx.make_trajectory_buffer(ROWS, 1, 1, 1, 1, max_length_time_axis=8)
+    add = jax.jit(buf.add)
+    state = buf.init(jax.tree.map(jnp.asarray, EXAMPLE))
+    rng = np.random.default_rng(11)
+    done = rng.random((ROWS, 40)) < 0.3
+    everything = data(done)
+    v = Vault.create(str(tmp_path / "v"), state, done_leaf="done", reward_leaf="reward")
+    for t in range(40):
+        state = add(state, jax.tree.map(lambda x, t=t: x[:, t : t + 1], everything))
+        if t % 5 == 4:
+            v.write(state, block=False)
+            v.refresh()
+    v.close()
+    want = reference(done, np.zeros_like(done), np.ones(done.shape, np.float32))[0]
+    assert as_tuples(Vault.open(str(tmp_path / "v")).episodes()) == want
