@@ -5,7 +5,8 @@ each a float32 ``(32, 32, 3)`` observation plus reward, done and action; sample 
 sequences of length ``L`` (2 and 16). Episodes end with probability 1/50 per step. Both
 buffers are filled the same way; then ``sample`` is timed in a Python loop of jitted calls and
 inside one jitted ``scan``, interleaved (plain, then episode-aware, per repeat), reporting the
-median over repeats and the ratio (episode-aware rate / plain rate; target >= 0.5). The
+median over repeats and the ratio (episode-aware rate / plain rate; target >= 0.5); the scan
+body sums the sampled observations, as a training step consumes them. The
 ``add_128`` row times a donated jitted add of one timestep per row, the same way.
 
 Usage: ``python tools/bench_episode_sampling.py [--quick] [--out FILE.json]``.
@@ -106,9 +107,11 @@ def run(capacity: int, seqs: list[int], repeats: int, n_loop: int, n_scan: int) 
 
                 def body(c: jax.Array, k: jax.Array) -> tuple[jax.Array, None]:
                     s = buf.sample(state, k)
-                    return c + s.experience["action"].sum(), None
+                    # consume the observations too, as a training step would (otherwise XLA
+                    # drops the gather and only the index arithmetic is timed)
+                    return c + s.experience["obs"].sum() + s.experience["action"].sum(), None
 
-                return jax.lax.scan(body, jnp.int32(0), keys)[0]
+                return jax.lax.scan(body, jnp.float32(0), keys)[0]
 
             return jax.jit(many)
 

@@ -38,7 +38,13 @@ Measured, per variant and library (only one library's buffer alive at a time):
   ("after the run") and to a fresh vault;
 * the disk's own sequential write + ``fsync`` bandwidth (and cold read-back) in the same temp
   directory, and the 1/5/15-minute load averages through the run (other work may share the
-  machine).
+  machine);
+* durability (``--durability``; part of the full run, not of ``--quick``, about a minute):
+  what non-blocking recording adds to a training-loop step at the image workload
+  (``tools/bench_recording.py``: median and mean step time with and without
+  ``vault.write(block=False)`` every 250 steps, default codec), and crash-test throughput
+  (``tools/crash_trials.py``: writers SIGKILLed at random moments, then the vault checked and
+  appended to; trials and verified timesteps per second).
 
 Flashbax's Vault is used through its public API with its default compression (gzip level 5);
 it needs a write at least every ``time_axis - 1`` timesteps, which this workload respects.
@@ -48,6 +54,7 @@ Usage::
     python tools/bench_vault.py --quick                   # smoke test, well under a minute
     python tools/bench_vault.py --out results.json        # full configuration, both variants
     python tools/bench_vault.py --variant vector --no-flashbax
+    python tools/bench_vault.py --variant none --durability   # the durability section only
 """
 
 from __future__ import annotations
@@ -170,6 +177,11 @@ TARGET_VECTOR_WRITE_RATIO = 10.0
 TARGET_READ_RATIO = 3.0
 TARGET_PEAK_READ_FRACTION = 1.3
 TARGET_SMALL_WRITE_MS = 5.0
+TARGET_RECORDING_MEDIAN_RATIO = 1.10
+
+# Durability section: the recording loop of tools/bench_recording.py and crash trials.
+DURABILITY_FULL = {"rounds": 6, "steps": 500, "every": 250, "time_axis": 2000, "crash_trials": 20}
+DURABILITY_QUICK = {"rounds": 1, "steps": 100, "every": 50, "time_axis": 200, "crash_trials": 2}
 
 
 def loadavg() -> list[float] | None:
@@ -848,6 +860,41 @@ def run_variant(
     }
 
 
+def run_durability(quick: bool, workdir: Path) -> dict[str, Any]:
+    """Recording overhead (``bench_recording.measure``, default codec) and crash-test
+    throughput (``crash_trials.run_trials``, random SIGKILLs)."""
+    import bench_recording
+    import crash_trials
+
+    cfg = DURABILITY_QUICK if quick else DURABILITY_FULL
+    log(
+        f"== durability: recording {cfg['rounds']} blocks of {cfg['steps']} steps, "
+        f"{cfg['crash_trials']} crash trials"
+    )
+    t0 = time.perf_counter()
+    recording = bench_recording.measure(
+        cfg["rounds"],
+        cfg["steps"],
+        cfg["every"],
+        cfg["time_axis"],
+        ("auto",),
+        workdir=workdir,
+        log=log,
+    )
+    rec = recording["with"]["auto"]
+    log(
+        f"  recording overhead: median {rec['median_ratio']:.3f}x, mean {rec['mean_ratio']:.3f}x "
+        f"({time.perf_counter() - t0:.1f} s)"
+    )
+    t0 = time.perf_counter()
+    crash = crash_trials.run_trials(cfg["crash_trials"], seed=0, fault="random", workdir=workdir)
+    log(
+        f"  crash trials: {crash['trials']} in {crash['seconds']:.1f} s, "
+        f"{crash['failures']} failed ({time.perf_counter() - t0:.1f} s)"
+    )
+    return {"config": dict(cfg), "recording": recording, "crash_trials": crash}
+
+
 def code_provenance() -> dict[str, Any]:
     import vault
 
@@ -1073,6 +1120,42 @@ def build_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                     f"<= {TARGET_SMALL_WRITE_MS:.0f} ms",
                     None if a is None else a <= TARGET_SMALL_WRITE_MS,
                 )
+    durability = result.get("durability")
+    if durability:
+        rec = durability["recording"]["with"]["auto"]
+        every = durability["recording"]["write_every"]
+        add(
+            "durability",
+            f"recording overhead, median step time (image, write every {every} steps)",
+            "x",
+            rec["median_ratio"],
+            None,
+            False,
+            f"<= {TARGET_RECORDING_MEDIAN_RATIO:.2f}x",
+            rec["median_ratio"] <= TARGET_RECORDING_MEDIAN_RATIO,
+        )
+        add("durability", "recording overhead, mean step time", "x", rec["mean_ratio"], None, False)
+        add("durability", "recording, final flush", "s", rec["final_flush_s"], None, False)
+        crash = durability["crash_trials"]
+        add(
+            "durability",
+            "crash trials (SIGKILL at random), failed",
+            "",
+            crash["failures"],
+            None,
+            False,
+            "0",
+            crash["failures"] == 0,
+        )
+        add("durability", "crash trials", "trials/s", crash["trials_per_s"], None, True)
+        add(
+            "durability",
+            "crash trials, timesteps verified",
+            "timesteps/s",
+            crash["timesteps_verified_per_s"],
+            None,
+            True,
+        )
     return rows
 
 
@@ -1107,6 +1190,17 @@ def markdown(result: dict[str, Any]) -> Iterator[str]:
         f"Machine: {result['machine']['cpu_count']} CPUs; load average (1/5/15 min) "
         f"{load['start']} at start, {load['end']} at end."
     )
+    durability = result.get("durability")
+    if durability:
+        rec, crash = durability["recording"], durability["crash_trials"]
+        yield (
+            f"Durability: recording = {rec['rounds']} blocks of {rec['steps_per_block']:,} "
+            "steps of tools/bench_recording.py's loop (16 Atari-like frames added per step, "
+            f"sample 32, MLP SGD step) with `write(block=False)` every {rec['write_every']} "
+            "steps, default codec, taking turns with blocks of the same loop without recording "
+            f"(ratio > 1: slower); {crash['trials']} crash trials (tools/crash_trials.py, SIGKILL "
+            "at random moments; timesteps per row compared after the kills)."
+        )
     yield ""
     yield "| variant | metric | unit | rlvault | flashbax | ratio | target | met |"
     yield "|---|---|---|---:|---:|---:|---|---|"
@@ -1127,7 +1221,19 @@ def markdown(result: dict[str, Any]) -> Iterator[str]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small smoke-test configuration")
-    p.add_argument("--variant", choices=[*VARIANTS, "both"], default="both")
+    p.add_argument(
+        "--variant",
+        choices=[*VARIANTS, "both", "none"],
+        default="both",
+        help="workload of the write/read measurements ('none': skip them)",
+    )
+    p.add_argument(
+        "--durability",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="recording overhead and crash-test throughput (default: on in the full run, off "
+        "with --quick)",
+    )
     p.add_argument("--no-flashbax", action="store_true", help="run rlvault only")
     p.add_argument("--out", type=Path, default=None, help="write the JSON here")
     p.add_argument("--tmpdir", type=Path, default=None, help="parent of the temp directory")
@@ -1159,7 +1265,8 @@ def main(argv: list[str] | None = None) -> int:
     cfg = dataclasses.replace(cfg, fbx_writes=fbx_writes)
     if args.writes is not None:
         cfg = dataclasses.replace(cfg, writes=args.writes)
-    variants = list(VARIANTS) if args.variant == "both" else [args.variant]
+    variants = {"both": list(VARIANTS), "none": []}.get(args.variant, [args.variant])
+    durability = (not args.quick) if args.durability is None else args.durability
     libs = load_libraries(args.no_flashbax)
     load_start = loadavg()
     code_start = code_provenance()
@@ -1174,6 +1281,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{disk['cold_read_mb_s']:,.0f} MB/s ({disk['bytes'] / MB:,.0f} MB)"
         )
         variant_results = [run_variant(v, libs, cfg, workdir) for v in variants]
+        durability_result = run_durability(args.quick, workdir) if durability else None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     code_end = code_provenance()
@@ -1192,6 +1300,8 @@ def main(argv: list[str] | None = None) -> int:
         "disk_bandwidth": disk,
         "variants": variant_results,
     }
+    if durability_result is not None:
+        result["durability"] = durability_result
     result["rows"] = build_rows(result)
     result["targets_missed"] = [
         f"{r['variant']}: {r['metric']}" for r in result["rows"] if r["met"] is False

@@ -619,7 +619,10 @@ class Vault:
         gaps = list(self._tip.gaps) + ([{"at": begin, "lost": int(lost)}] if lost else [])
         if lost:
             restart = np.zeros(self.rows, bool)
-        self._append(begin, begin + n, parts if n else [], None, gaps, False, restart)
+        job = functools.partial(
+            self._append, begin, begin + n, parts if n else [], None, gaps, False, restart
+        )
+        self._run_now(job)
         self._tip = _Tip(begin + n, None, gaps)
         return n
 
@@ -701,15 +704,36 @@ class Vault:
             else:
                 part = np.concatenate([data[:, start:], data[:, : stop - snap.time_len]], axis=1)
             parts.append(part)
-        self._tip = _Tip(end, snap.counter, gaps)
         gap = len(gaps) > len(tip.gaps)
         job = functools.partial(self._append, begin, end, parts, snap.counter, gaps, gap)
+        # The tip moves only once the append has run (blocking) or is queued (non-blocking):
+        # a write that fails or is interrupted (Ctrl-C) leaves it at the last commit, so the
+        # next write of the same buffer appends exactly what is missing.
         if block:
             self.flush()
-            job()
+            self._run_now(job)
         else:
             self._submit(job)
+        self._tip = _Tip(end, snap.counter, gaps)
         return unsaved
+
+    def _run_now(self, job: Any) -> None:
+        try:
+            job()
+        except BaseException as err:
+            commit = self._commit
+            self._tip = _Tip(
+                int(commit["committed_length"]),
+                commit.get("source_counter"),
+                list(commit.get("gaps", [])),
+            )
+            if isinstance(err, Exception) and not isinstance(err, VaultError):
+                raise VaultError(
+                    f"{self.location}: the write failed ({type(err).__name__}: {err}); the "
+                    f"vault is at its last commit ({self.committed_length} timesteps). "
+                    "Writing the same buffer again appends what is missing."
+                ) from err
+            raise
 
     def _append(
         self,
@@ -765,7 +789,8 @@ class Vault:
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="vault-write")
         while len(self._pending) >= self.max_pending:
-            self._pending.popleft().result()  # back-pressure: wait for the oldest
+            self._pending[0].result()  # back-pressure: wait for the oldest
+            self._pending.popleft()  # (only once done: an interrupted wait keeps it listed)
         self._pending.append(self._pool.submit(self._run_background, job))
 
     def _run_background(self, job: Any) -> None:
@@ -794,7 +819,8 @@ class Vault:
     def flush(self) -> None:
         """Wait until every write has been committed; raise a background error if one failed."""
         while self._pending:
-            self._pending.popleft().result()
+            self._pending[0].result()
+            self._pending.popleft()
         self._raise_background_error()
 
     def _grow(self, length: int) -> list[Any]:

@@ -20,6 +20,7 @@ from vault import (
     UnsavedDataLostError,
     Vault,
     VaultCorruptError,
+    VaultError,
     VaultExistsError,
     VaultMetadataError,
     VaultModeError,
@@ -484,3 +485,24 @@ def test_unsupported_dtypes_and_malformed_manifests_are_typed_errors(tmp_path: P
     root.write_text(json.dumps(doc))
     with pytest.raises(VaultCorruptError, match=re.escape("leaves[0]: name must be a string")):
         Vault.open(str(tmp_path / "v"))
+
+
+def test_a_failed_blocking_write_is_a_vault_error_and_the_retry_is_exact(
+    tmp_path: Path, rec: Recorder
+) -> None:
+    vault = Vault.create(str(tmp_path / "v"), rec.state)
+    rec.add(4)
+    assert vault.write(rec.state) == 4
+    chunks = tmp_path / "v" / "experience" / "step" / "c"
+    chunks.rename(tmp_path / "saved")
+    chunks.write_text("not a directory")  # the next data write of this leaf fails
+    rec.add(3)
+    with pytest.raises(VaultError, match=r"the write failed .*at its last commit \(4 timesteps\)"):
+        vault.write(rec.state)
+    assert vault.committed_length == 4
+    chunks.unlink()
+    (tmp_path / "saved").rename(chunks)
+    assert vault.write(rec.state) == 3  # the same state again: exactly what is missing
+    rec.add(2)
+    assert vault.write(rec.state) == 2
+    np.testing.assert_array_equal(stored_steps(vault), rec.expected(0, 9))
