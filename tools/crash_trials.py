@@ -201,7 +201,8 @@ def child(
     if start:
         vault = Vault.open(path, mode="a")
     else:
-        vault = Vault.create(path, state, chunk=chunks(chunk_time))
+        # ``flag`` (true at even timesteps) delimits episodes: the index is checked too
+        vault = Vault.create(path, state, chunk=chunks(chunk_time), done_leaf="flag")
     t = start
     first = True
     while True:
@@ -392,6 +393,14 @@ def _check(path: Path, reported: int) -> dict[str, Any]:
     for leaf in ("code", "obs", "flag"):
         if not np.array_equal(data[leaf], want[leaf]):
             problems.append(f"leaf {leaf}: committed prefix differs from what was added")
+    # The episode index committed with the data: an episode ends at every even timestep.
+    episodes = len(vault.episodes())
+    if episodes != ROWS * ((length + 1) // 2):
+        problems.append(f"{episodes} indexed episodes, expected {ROWS * ((length + 1) // 2)}")
+    from vault import verify
+
+    report = verify(str(path))  # every chunk's checksum, commit vs arrays, index vs flags
+    problems += [f"verify: {p.place}: {p.message}" for p in report.problems]
     # Take over at once (the dead writer's lock is gone) and append again.
     try:
         _append_more(path, length)
