@@ -265,12 +265,13 @@ class Vault:
         ``structure_or_state`` is a buffer state (rows and per-timestep shapes are taken from
         it) or one example timestep with ``rows`` given. ``codec``: ``"auto"`` (default:
         zstd-3 for one-byte leaves such as frames, shuffled blosc-zstd-1 for wider numbers),
-        ``"zstd"``, ``"blosc"``, ``"lz4"`` (blosc-lz4: 3.4x instead of zstd-3's 13.9x on Atari-like
-        frames, but in ``tools/bench_recording.py`` recording cost a CPU-bound training loop
-        1.04x its mean step time instead of 1.28x), ``"gzip"`` or
-        ``None``; every chunk also gets a ``crc32c`` checksum.
+        ``"zstd"``, ``"blosc"``, ``"lz4"`` (blosc-lz4: faster to encode, but 3.4x instead of
+        zstd-3's 13.8x on Atari-like frames, and no cheaper for a training loop in
+        ``tools/bench_recording.py``), ``"gzip"`` or ``None``; every chunk also gets a
+        ``crc32c`` checksum. ``level`` sets the compression level.
         ``chunk`` maps leaf paths to chunk shapes ``[rows, time, ...]`` to override the
-        default (whole frames x about 4 MiB of timesteps).
+        default (whole frames x about 2 MiB of timesteps per row for large items, all rows x
+        about 256 KiB for small ones).
         ``done_leaf`` (a leaf path such as ``"done"``; optionally ``truncated_leaf`` and
         ``reward_leaf``) turns on the episode index: see :meth:`episodes`.
         """
