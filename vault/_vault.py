@@ -574,9 +574,9 @@ class Vault:
         self, table: EpisodeTable | None = None, *, leaves: Sequence[str] | None = None
     ) -> Iterator[Any]:
         """Yield every episode of ``table`` (default: all complete ones) as ``read_episode``."""
-        for i in range(len(table if table is not None else self.episodes())):
-            chosen = table[i] if table is not None else self.episodes()[i]
-            yield self.read_episode(chosen, leaves=leaves)
+        chosen = self.episodes() if table is None else table
+        for i in range(len(chosen)):
+            yield self.read_episode(chosen[i], leaves=leaves)
 
     # ----------------------------------------------------------------------------- streaming
     def as_dataset(self, sample_batch_size: int, sequence_length: int, **options: Any) -> Any:
