@@ -23,7 +23,7 @@ from vault import _structure
 from vault._episodes import EpisodeTable
 from vault._errors import VaultExistsError, VaultReadError, VaultStructureError
 from vault._location import kvstore_spec
-from vault._store import MANIFEST_KEY
+from vault._store import MANIFEST_KEY, leaf_step_bytes
 from vault._vault import Vault
 
 BLOCK_BYTES = 64 << 20
@@ -230,10 +230,7 @@ def _create_like(
 
 def _step_bytes(src: Vault) -> int:
     """Bytes of one timestep of one row, every leaf."""
-    return sum(
-        int(np.prod(leaf["shape"], dtype=np.int64)) * np.dtype(leaf["dtype"]).itemsize
-        for leaf in src.manifest["leaves"]
-    )
+    return sum(leaf_step_bytes(leaf) for leaf in src.manifest["leaves"])
 
 
 def _blocks(src: Vault, lo: int, hi: int, rows: int) -> Iterator[tuple[int, int]]:

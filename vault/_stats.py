@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from vault._store import leaf_step_bytes
+
 Progress = Callable[[int, int], None]
 """Called as ``progress(done, total)`` in bytes of raw (decoded) data."""
 
@@ -145,9 +147,7 @@ def leaf_stats(
         raise VaultReadError(
             f"{vault.location}: unknown leaves {unknown}; the vault has {list(meta)}"
         )
-    step = {
-        n: rows * math.prod(meta[n]["shape"]) * np.dtype(meta[n]["dtype"]).itemsize for n in wanted
-    }
+    step = {n: rows * leaf_step_bytes(meta[n]) for n in wanted}
     total = sum(step[n] * length for n in wanted)
     done = 0
     if progress is not None:

@@ -56,6 +56,11 @@ def codec_chain(codec: str | None, level: int | None) -> list[dict[str, Any]]:
     return chain
 
 
+def leaf_step_bytes(leaf: dict[str, Any]) -> int:
+    """Bytes of one timestep of one row of a manifest leaf (``{"shape", "dtype", ...}``)."""
+    return math.prod(leaf["shape"]) * np.dtype(leaf["dtype"]).itemsize
+
+
 def choose_chunk(rows: int, item_shape: tuple[int, ...], dtype: np.dtype) -> list[int]:
     """Whole frames x a block of timesteps (a power of two).
 

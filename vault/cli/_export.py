@@ -36,6 +36,7 @@ from vault.cli._common import (
     progress_bar,
 )
 from vault.cli._common import stdout as console
+from vault.cli._facts import step_bytes
 
 FORMATS = ("npz", "npy")
 MANIFEST_NAME = "__manifest__"
@@ -133,9 +134,7 @@ def _write_npy(
 
     meta = {x["name"]: x for x in vault.manifest["leaves"]}
     n_rows = vault.rows if rows is None else len(rows)
-    step = {
-        n: n_rows * math.prod(meta[n]["shape"]) * np.dtype(meta[n]["dtype"]).itemsize for n in names
-    }
+    step = {n: n_rows * step_bytes(meta[n]) for n in names}
     total = sum(step[n] for n in names) * (hi - lo)
     done = 0
     progress(done, total)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import math
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,9 +25,9 @@ def disk_bytes(path: str | Path) -> int:
 
 def step_bytes(leaf: dict[str, Any]) -> int:
     """Bytes of one timestep of one row of a manifest leaf."""
-    import numpy as np
+    from vault._store import leaf_step_bytes
 
-    return math.prod(leaf["shape"]) * np.dtype(leaf["dtype"]).itemsize
+    return leaf_step_bytes(leaf)
 
 
 def raw_bytes(manifest: dict[str, Any], committed: int) -> int:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from vault.cli._common import fail
+from vault.cli._facts import step_bytes
 
 MAX_POINTS = 600
 BLOCK_BYTES = 64 << 20
@@ -43,7 +44,7 @@ def reward_curve(vault: Any, leaf: str, progress: Any = None) -> dict[str, Any]:
     width = max(1, math.ceil(length / MAX_POINTS))
     bins = math.ceil(length / width)
     sums = np.zeros((rows, bins), np.float64)
-    step = rows * math.prod(meta["shape"]) * np.dtype(meta["dtype"]).itemsize
+    step = rows * step_bytes(meta)
     edges = time_blocks(length, int(meta["chunk"][1]), step, BLOCK_BYTES)
     for t0, t1 in itertools.pairwise(edges):
         block = vault.read_numpy(start=t0, stop=t1, leaves=[leaf])[leaf]

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from vault.cli._common import PathArg, emit_json, fail, open_vault, parse_rows, parse_span, stdout
+from vault.cli._facts import step_bytes
 
 EDGE = 3  # numpy's default edgeitems
 THRESHOLD = 1000  # numpy's default print threshold
@@ -100,13 +101,9 @@ def _rows_text(rows: list[int]) -> str:
 
 
 def _show_json(vault: Any, names: list[str], rows: list[int], lo: int, hi: int) -> None:
-    import numpy as np
 
     meta = {x["name"]: x for x in vault.manifest["leaves"]}
-    size = sum(
-        len(rows) * (hi - lo) * math.prod(meta[n]["shape"]) * np.dtype(meta[n]["dtype"]).itemsize
-        for n in names
-    )
+    size = sum(len(rows) * (hi - lo) * step_bytes(meta[n]) for n in names)
     if size > JSON_LIMIT_BYTES:
         fail(
             f"the selection is {size} bytes; --json prints every value, so narrow it with "
