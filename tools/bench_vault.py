@@ -409,14 +409,25 @@ def files_under(path: Path) -> list[Path]:
 
 
 def dir_usage(path: Path) -> dict[str, int]:
-    """File count, summed sizes and allocated bytes (``st_blocks * 512``, as ``du`` counts)."""
-    files = files_under(path)
-    stats = [p.stat() for p in files]
-    return {
-        "files": len(files),
-        "bytes": sum(s.st_size for s in stats),
-        "allocated_bytes": sum(s.st_blocks * 512 for s in stats),
-    }
+    """File count, summed sizes and allocated bytes (``st_blocks * 512``, as ``du`` counts).
+
+    rlvault's ``trash/`` (old versions of replaced files that a live writer frees in the
+    background, see ``vault/_reclaim.py``) is counted apart, as ``trash_*``: it is transient.
+    """
+    out = {"files": 0, "bytes": 0, "allocated_bytes": 0, "trash_files": 0, "trash_bytes": 0}
+    for p in files_under(path):
+        try:
+            st = p.stat()
+        except FileNotFoundError:  # freed while we looked
+            continue
+        if p.parent.name == "trash" and p.name != "zarr.json":
+            out["trash_files"] += 1
+            out["trash_bytes"] += st.st_size
+            continue
+        out["files"] += 1
+        out["bytes"] += st.st_size
+        out["allocated_bytes"] += st.st_blocks * 512
+    return out
 
 
 def resident_bytes(files: list[Path]) -> int | None:
@@ -605,7 +616,8 @@ def run_writes(
         f"    {lib:<8} {variant:<6} {raw_bytes / MB:,.0f} MB raw in {write_s:.2f} s of writes "
         f"({result['write_mb_s']:,.1f} MB/s); loop {loop_s:.1f} s (generation {gen_s:.1f} s, "
         f"add {add_s:.1f} s); on disk {usage['bytes'] / MB:,.1f} MB in {usage['files']} files "
-        f"(ratio {result['compression_ratio']:.2f})"
+        f"(ratio {result['compression_ratio']:.2f}; {usage['trash_bytes'] / MB:,.1f} MB of "
+        "replaced files not yet freed)"
     )
     return WriteRun(result, v, data_dir, location, state, buffer)
 

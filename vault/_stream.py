@@ -55,6 +55,8 @@ DEFAULT_BLOCK_BYTES = 32 << 20  # raw bytes of one block (of the leaves read)
 BATCH_QUEUE_BYTES = 4 << 20  # batches cut ahead of the consumer: 2 to 16, about this much
 HEAD_OVERHEAD = 1 / 8  # default run length keeps the extra head decoding below this share
 ZERO_COPY_BYTES = 256 << 10  # batch leaves this large are handed to JAX without a copy
+PACK_BYTES = 2 << 20  # small batches are cut, moved to the device and handed over in packs
+MAX_PACK = 64  # of at most this many batches
 _POLL_S = 0.05
 
 
@@ -63,6 +65,18 @@ def _identity() -> Callable[[Any], Any]:
     import jax
 
     return jax.jit(lambda xs: xs)
+
+
+@functools.cache
+def _splitter(batch: int) -> Callable[[Any], Any]:
+    """One jitted call that moves a pack's leaves ``[n, ...]`` to the device and cuts each
+    into ``ceil(n / batch)`` pieces: one dispatch per pack instead of one per batch and leaf."""
+    import jax
+
+    def split(xs: list[Any]) -> list[list[Any]]:
+        return [[x[i : i + batch] for i in range(0, x.shape[0], batch)] for x in xs]
+
+    return jax.jit(split)
 
 
 class StreamBatch(NamedTuple):
@@ -128,9 +142,16 @@ class Stream(Generic[T]):
     """
 
     def __init__(
-        self, items: Generator[T, None, None], depth: int, name: str = "rlvault-stream"
+        self,
+        items: Generator[Any, None, None],
+        depth: int,
+        name: str = "rlvault-stream",
+        packed: bool = False,
     ) -> None:
-        self._items: Generator[T, None, None] | None = items
+        # ``packed``: ``items`` yields non-empty lists of items (handed over a list at a time)
+        self._items: Generator[Any, None, None] | None = items
+        self._packed = packed
+        self._ready: collections.deque[T] = collections.deque()
         self._closed = False
         self._thread: threading.Thread | None = None
         if depth > 0:
@@ -153,6 +174,8 @@ class Stream(Generic[T]):
         return self
 
     def __next__(self) -> T:
+        if self._ready:
+            return self._ready.popleft()
         if self._closed:
             raise StopIteration
         if self._thread is None:
@@ -160,25 +183,30 @@ class Stream(Generic[T]):
             if items is None:
                 raise StopIteration
             try:
-                return next(items)
+                item = next(items)
             except BaseException:  # the end, or an error: either way nothing follows
                 self.close()
                 raise
-        item = self._queue.get()
-        self._slots.release()
-        if item is _END:
-            self.close()
-            raise StopIteration
-        if isinstance(item, _Failure):
-            self.close()
-            raise item.error
-        return item
+        else:
+            item = self._queue.get()
+            self._slots.release()
+            if item is _END:
+                self.close()
+                raise StopIteration
+            if isinstance(item, _Failure):
+                self.close()
+                raise item.error
+        if not self._packed:
+            return item
+        self._ready.extend(item)
+        return self._ready.popleft()
 
     def close(self) -> None:
         """Stop producing (idempotent); the background thread has ended when this returns."""
         if self._closed:
             return
         self._closed = True
+        self._ready.clear()
         if self._thread is None:
             if self._items is not None:
                 self._items.close()
@@ -352,7 +380,11 @@ class _Plan:
             [int(g["at"]) for g in vault.gaps if 0 < int(g["at"]) < self.length], np.int64
         )
         self.structure = vault.manifest["structure"]
-        self.batch_shapes = [(batch, seq, *item) for item in self.items[: self.out_count]]
+        batch_bytes = batch * seq * sum(self.row_bytes[: self.out_count])
+        # small batches are cut ``pack`` at a time (one gather per leaf, one device transfer)
+        self.pack = max(1, min(MAX_PACK, PACK_BYTES // max(1, batch_bytes)))
+        self.capacity = self.pack * batch
+        self.batch_shapes = [(self.capacity, seq, *item) for item in self.items[: self.out_count]]
         sizes = [
             -(-math.prod(shape) * dt.itemsize // 64) * 64
             for shape, dt in zip(self.batch_shapes, self.dtypes, strict=False)
@@ -560,8 +592,8 @@ class _Plan:
         return np.asarray(csum[:, h : h + count] == csum[:, :count])
 
     def _new_batch(self) -> _Pending:
-        """Output arrays of one batch, carved 64-byte aligned out of one allocation (JAX adopts
-        aligned buffers without a copy)."""
+        """Output arrays of one pack of batches, carved 64-byte aligned out of one allocation
+        (JAX adopts aligned buffers without a copy)."""
         raw = np.empty(self.batch_layout[-1] + 64, np.uint8)
         first = (-raw.ctypes.data) % 64
         arrays = [
@@ -570,7 +602,7 @@ class _Plan:
                 self.batch_layout, self.batch_shapes, self.dtypes[: self.out_count], strict=False
             )
         ]
-        return _Pending(arrays, self.batch)
+        return _Pending(arrays, self.capacity)
 
     def _fill(self, pending: _Pending, flat: list[np.ndarray], base: np.ndarray) -> None:
         """Copy the sequences starting at ``base`` (of the group's buffers ``flat``, seen as
@@ -580,19 +612,34 @@ class _Plan:
         for out, leaf in zip(pending.arrays, flat, strict=True):
             np.take(leaf, idx, axis=0, out=out[lo:hi], mode="clip")
 
-    def _finish(self, pending: _Pending, epoch: int) -> StreamBatch:
-        n = pending.fill
+    def _finish(self, pending: _Pending, epoch: int, last: bool) -> list[StreamBatch]:
+        """The pack's batches: its full ones, and at the end of an epoch (``last``) the
+        incomplete rest unless ``drop_remainder``."""
+        b = self.batch
+        n = pending.fill if last and not self.drop_remainder else pending.fill // b * b
+        if n == 0:
+            return []
         arrays: list[Any] = [a[:n] for a in pending.arrays]
-        if self.device_put:
-            arrays = self._to_device(arrays)
-        if self.structured:
-            experience = _structure.build(self.structure, arrays)
-            # build() leaves its argument referenced from a reference cycle until the cyclic
-            # GC runs; emptying it lets the batch's memory go as soon as the consumer drops it.
-            arrays.clear()
+        if not self.device_put:
+            pieces = [[a[i : i + b] for i in range(0, n, b)] for a in arrays]
+        elif self.pack == 1:
+            pieces = [[a] for a in self._to_device(arrays)]
         else:
-            experience = dict(zip(self.names, arrays, strict=True))
-        return StreamBatch(experience, pending.row[:n], pending.start[:n], epoch)
+            pieces = _splitter(b)(arrays)
+        rows, starts = pending.row[:n], pending.start[:n]
+        out = []
+        for k, i in enumerate(range(0, n, b)):
+            leaves = [leaf[k] for leaf in pieces]
+            if self.structured:
+                experience = _structure.build(self.structure, leaves)
+            else:
+                experience = dict(zip(self.names, leaves, strict=True))
+            out.append(StreamBatch(experience, rows[i : i + b], starts[i : i + b], epoch))
+        # build() leaves its argument referenced from a reference cycle until the cyclic GC
+        # runs; emptying the lists lets a batch's memory go as soon as the consumer drops it.
+        arrays.clear()
+        pieces.clear()
+        return out
 
     def _to_device(self, arrays: list[np.ndarray]) -> list[Any]:
         """JAX arrays of a batch. ``jax.device_put`` adopts a large leaf without a copy on CPU
@@ -613,7 +660,8 @@ class _Plan:
         return out
 
     # ------------------------------------------------------------------------- producer
-    def batches(self) -> Generator[StreamBatch, None, None]:
+    def batches(self) -> Generator[list[StreamBatch], None, None]:
+        """The producer: yields the batches a pack at a time (non-empty lists)."""
         groups = self._groups()
         inflight: collections.deque[_Group] = collections.deque()
 
@@ -631,7 +679,14 @@ class _Plan:
                 group = inflight.popleft()
                 while len(inflight) < self.prefetch and issue_next():
                     pass  # the next groups decode while this one is cut into batches
-                self._complete(group)
+                try:
+                    self._complete(group)
+                except Exception:
+                    if pending is not None:  # hand over the whole batches cut before it
+                        early, pending = self._finish(pending, group.epoch, False), None
+                        if early:
+                            yield early
+                    raise
                 base = self._starts(group)
                 row, start = self._origin(group, base)
                 flat = [buf.reshape(-1, *buf.shape[2:]) for buf in group.buffers[: self.out_count]]
@@ -639,22 +694,24 @@ class _Plan:
                 while pos < base.size:
                     if pending is None:
                         pending = self._new_batch()
-                    take = min(self.batch - pending.fill, base.size - pos)
+                    take = min(self.capacity - pending.fill, base.size - pos)
                     self._fill(pending, flat, base[pos : pos + take])
                     fill = slice(pending.fill, pending.fill + take)
                     pending.row[fill] = row[pos : pos + take]
                     pending.start[fill] = start[pos : pos + take]
                     pending.fill += take
                     pos += take
-                    if pending.fill == self.batch:
-                        batch, pending = self._finish(pending, group.epoch), None
-                        epoch_batches += 1
-                        yield batch
+                    if pending.fill == self.capacity:
+                        batches, pending = self._finish(pending, group.epoch, False), None
+                        epoch_batches += len(batches)
+                        yield batches
                 del group.buffers[:], flat[:]  # release the block before the next is read
                 if group.last:
-                    if pending is not None and not self.drop_remainder:
-                        epoch_batches += 1
-                        yield self._finish(pending, group.epoch)
+                    if pending is not None:
+                        batches = self._finish(pending, group.epoch, True)
+                        if batches:
+                            epoch_batches += len(batches)
+                            yield batches
                     pending = None
                     if epoch_batches == 0 and self.epochs is None:
                         raise VaultReadError(
@@ -674,7 +731,7 @@ class DatasetStream(Stream[StreamBatch]):
     committed timesteps per row it streams)."""
 
     def __init__(self, plan: _Plan) -> None:
-        super().__init__(plan.batches(), plan.queue_depth if plan.prefetch else 0)
+        super().__init__(plan.batches(), plan.queue_depth if plan.prefetch else 0, packed=True)
         self.block_timesteps = plan.block
         self.block_rows = plan.block_rows
         self.block_bytes = plan.block * plan.block_rows * plan.step_bytes

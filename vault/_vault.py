@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import contextlib
 import datetime as _dt
 import functools
 import math
@@ -47,6 +48,7 @@ from vault._errors import (
 )
 from vault._location import display, kvstore_spec
 from vault._lock import WriterLock
+from vault._reclaim import Reclaimer
 from vault._schema import FILL_CHUNKS_KEY
 from vault._store import (
     COMMIT_KEY,
@@ -433,6 +435,7 @@ class Vault:
         self._root, self._ctx, self._kv, self._manifest, self._mode = root, ctx, kv, manifest, mode
         self._names = [leaf["name"] for leaf in manifest["leaves"]]
         self._chunk_time = {leaf["name"]: leaf["chunk"][1] for leaf in manifest["leaves"]}
+        self._reclaimer: Reclaimer | None = None
         futures = [open_array(root, f"{EXPERIENCE}/{n}", ctx, mode == "r") for n in self._names]
         self._arrays = [f.result() for f in futures]
         self._episode_cfg: dict[str, Any] | None = manifest.get("episodes")
@@ -752,8 +755,31 @@ class Vault:
         ``restart`` (per row): the data at ``begin`` does not continue the rows' open episodes
         (they are dropped; new ones start at ``begin``, whose start is known where true).
         """
+        rec = self._reclaimer_for_append()
+        held: list[tuple[Path, int]] = []
+        try:
+            with rec.appending() if rec is not None else contextlib.nullcontext():
+                self._append_locked(begin, end, parts, counter, gaps, gap, restart, rec, held)
+        finally:
+            if rec is not None:
+                rec.release(held)
+
+    def _append_locked(
+        self,
+        begin: int,
+        end: int,
+        parts: list[np.ndarray],
+        counter: int | None,
+        gaps: list[Any],
+        gap: bool,
+        restart: np.ndarray | None,
+        rec: Reclaimer | None,
+        held: list[tuple[Path, int]],
+    ) -> None:
         futures = []
         if parts:
+            if rec is not None:
+                held += rec.hold(self._replaced_by_append(begin, end))
             arrays = self._grow(end)
             futures = [
                 arr[:, begin:end].write(part) for arr, part in zip(arrays, parts, strict=True)
@@ -777,6 +803,8 @@ class Vault:
                     open_eps, begin, done, flag["truncated"], flag["reward"]
                 )
                 if len(bounds):
+                    if rec is not None:
+                        held += rec.hold(self._replaced_in_index(count, count + len(bounds)))
                     index = self._grow_index(count + len(bounds))
                     futures.append(index[0][count : count + len(bounds)].write(bounds))
                     futures.append(index[1][count : count + len(bounds)].write(returns))
@@ -784,7 +812,38 @@ class Vault:
             episodes = {"count": count, "open": open_eps}
         for fut in futures:
             fut.result()
+        if rec is not None:
+            held += rec.hold([Path(self._root["path"]) / COMMIT_KEY])
         self._write_commit(end, counter, gaps, episodes)
+
+    def _reclaimer_for_append(self) -> Reclaimer | None:
+        """The writer's :class:`~vault._reclaim.Reclaimer` (local vaults only)."""
+        if self._reclaimer is None and self._root["driver"] == "file" and self._lock is not None:
+            self._reclaimer = Reclaimer(Path(self._root["path"]))
+        return self._reclaimer
+
+    def _replaced_by_append(self, begin: int, end: int) -> Iterator[Path]:
+        """Files that appending ``[begin, end)`` replaces: the partly filled time-chunk at
+        ``begin`` of every leaf (all its row blocks), and the metadata of arrays that grow."""
+        base = Path(self._root["path"]) / EXPERIENCE
+        for leaf, arr in zip(self._manifest["leaves"], self._arrays, strict=True):
+            folder = base / leaf["name"]
+            if arr.shape[1] < end:
+                yield folder / "zarr.json"
+            chunk_rows, chunk_time = int(leaf["chunk"][0]), int(leaf["chunk"][1])
+            if begin % chunk_time:
+                item = ["0"] * len(leaf["shape"])
+                for r in range(-(-self.rows // chunk_rows)):
+                    yield folder.joinpath("c", str(r), str(begin // chunk_time), *item)
+
+    def _replaced_in_index(self, count: int, new_count: int) -> Iterator[Path]:
+        """Files that adding episodes ``[count, new_count)`` to the index replaces."""
+        root = Path(self._root["path"])
+        for key, item in ((BOUNDS, ["0"]), (RETURNS, [])):
+            if self._index[0].shape[0] < new_count:
+                yield root / key / "zarr.json"
+            if count % INDEX_CHUNK:
+                yield root.joinpath(key, "c", str(count // INDEX_CHUNK), *item)
 
     def _submit(self, job: Any) -> None:
         if self._pool is None:
@@ -1103,6 +1162,9 @@ class Vault:
         try:
             self.flush()
         finally:
+            if self._reclaimer is not None:
+                self._reclaimer.close()
+                self._reclaimer = None
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
                 self._pool = None

@@ -23,6 +23,7 @@ import tensorstore as ts
 from vault._episodes import BOUNDS, RETURNS, EpisodeTable
 from vault._errors import VaultNotFoundError
 from vault._location import child_spec, display, kvstore_spec
+from vault._reclaim import TRASH_DIR
 from vault._schema import (
     FILL_CHUNKS_KEY,
     episode_record_problems,
@@ -276,6 +277,18 @@ class _Checker:
             self.settle(batch)
             if absent and not stores_fill:
                 self.absent_warning(arr, absent)
+
+    def trash(self) -> None:
+        """Old versions of replaced files that a writer holds until it frees them."""
+        prefix = f"{TRASH_DIR}/"
+        keys = self.kv.list(ts.KvStore.KeyRange(prefix, prefix[:-1] + "0")).result()
+        held = [k for k in keys if bytes(k).decode() != f"{prefix}zarr.json"]
+        if held:
+            self.warn(
+                TRASH_DIR,
+                f"{len(held)} old versions of replaced files are waiting to be freed (a writer "
+                "is running, or one died: the next writer frees them). They are not data",
+            )
 
     def absent_warning(self, arr: _Array, absent: list[str]) -> None:
         """Chunk files absent from a vault whose writer may leave out fill-valued chunks."""
@@ -603,6 +616,7 @@ def verify(location_or_vault: Any, progress: Progress | None = None) -> VerifyRe
         if all(arr.handle is not None for arr in flags.values()):
             scan = _EpisodeScan(checker, flags, index, episodes, record["gaps"], rows, length)
             checker.total += len(scan.edges) - 1
+    checker.trash()
     checker.tick()
     checker.chunks(opened, manifest.get(FILL_CHUNKS_KEY) is True)
     if scan is not None:

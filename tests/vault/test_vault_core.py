@@ -28,6 +28,7 @@ from vault import (
     VaultReadError,
     VaultStructureError,
 )
+from vault._reclaim import MAX_HELD, MAX_HELD_BYTES
 
 ROWS, T = 2, 8
 BUFFER = fbx.make_trajectory_buffer(ROWS, 4, 2, 1, 2, max_length_time_axis=T)
@@ -466,6 +467,18 @@ def test_many_small_writes_use_no_more_disk_than_one_bulk_write(tmp_path: Path) 
     )
     assert bulk.write(bulk_state, new_buffer=True) == 400
     np.testing.assert_array_equal(small.read_numpy()["x"], bulk.read_numpy()["x"])
+    bulk.close()
+    # While the writer is open, old versions of replaced files may wait in trash/ to be
+    # freed off the write path (vault._reclaim), a bounded number of them ...
+    trash = tmp_path / "small" / "trash"
+    waiting = [p for p in trash.iterdir() if p.name != "zarr.json"]
+    assert len(waiting) <= MAX_HELD
+    assert sum(p.stat().st_size for p in waiting) <= MAX_HELD_BYTES
+    live = _disk_bytes(tmp_path / "small") - _disk_bytes(trash)
+    assert live <= 1.1 * _disk_bytes(tmp_path / "bulk")
+    # ... and closing frees them: what is left is no bigger than one bulk write
+    small.close()
+    assert [p.name for p in trash.iterdir()] == ["zarr.json"]
     assert _disk_bytes(tmp_path / "small") <= 1.1 * _disk_bytes(tmp_path / "bulk")
 
 
