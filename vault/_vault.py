@@ -68,7 +68,8 @@ from vault._store import (
 )
 
 OnOverrun = Literal["error", "save_surviving"]
-READ_BLOCK_BYTES = 64 << 20
+READ_BLOCK_BYTES = 4 << 20  # raw bytes of one read of one leaf
+READ_INFLIGHT_BYTES = 8 << 20  # raw bytes of the reads in flight at once
 
 
 def _aligned_empty(shape: tuple[int, ...], dtype: np.dtype, zero: bool = False) -> np.ndarray:
@@ -1062,10 +1063,9 @@ class Vault:
         subset by path (``"obs"``, ``"info/x"``), a dict ``{path: array}``.
         """
         wanted, views = self._views(rows, start, stop, last, percentiles, leaves)
-        out = [
-            self._fetch(view, name, int(view.shape[1]))
-            for view, name in zip(views, wanted, strict=True)
-        ]
+        out = self._fetch(
+            [(view, name, int(view.shape[1])) for view, name in zip(views, wanted, strict=True)]
+        )
         if leaves is not None:
             return dict(zip(wanted, out, strict=True))
         return _structure.build(self._manifest["structure"], out)
@@ -1125,10 +1125,14 @@ class Vault:
         keep = min(cap, length)
         import jax
 
-        out = [
-            jax.device_put(self._fetch(view[:, length - keep :].translate_to[0], name, cap))
-            for view, name in zip(views, wanted, strict=True)
-        ]
+        fetched = self._fetch(
+            [
+                (view[:, length - keep :].translate_to[0], name, cap)
+                for view, name in zip(views, wanted, strict=True)
+            ]
+        )
+        out = [jax.device_put(arr) for arr in fetched]
+        fetched.clear()
         if leaves is not None:
             experience: Any = dict(zip(wanted, out, strict=True))
         else:
@@ -1140,21 +1144,40 @@ class Vault:
             is_full=jnp.asarray(full),
         )
 
-    def _fetch(self, view: Any, name: str, capacity: int) -> np.ndarray:
-        """``view`` as an aligned numpy array ``[rows, capacity, ...]`` (data first, then the
-        fill value)."""
-        length = int(view.shape[1])
-        shape = (int(view.shape[0]), capacity, *(int(d) for d in view.shape[2:]))
-        arr = _aligned_empty(shape, np.dtype(view.dtype.numpy_dtype), zero=capacity > length)
-        # TensorStore decodes chunks straight into ``arr`` (no intermediate copy), one block of
-        # whole chunks at a time so that the encoded bytes in flight stay bounded.
-        step_bytes = max(1, arr.nbytes // max(capacity, 1))
-        chunk_t = int(self._chunk_time[name])
-        block = max(chunk_t, READ_BLOCK_BYTES // step_bytes // chunk_t * chunk_t)
-        for t0 in range(0, length, block):
-            t1 = min(t0 + block, length)
-            self._result(ts.array(arr[:, t0:t1]).write(view[:, t0:t1]), name)
-        return arr
+    def _fetch(self, items: list[tuple[Any, str, int]]) -> list[np.ndarray]:
+        """For each ``(view, name, capacity)``: the view as an aligned numpy array ``[rows,
+        capacity, ...]`` (data first, then the fill value).
+
+        TensorStore decodes chunks straight into the arrays (no intermediate copy). The reads
+        go out in blocks of whole time-chunks of about ``READ_BLOCK_BYTES``, across leaves,
+        with at most ``READ_INFLIGHT_BYTES`` of blocks in flight: decoding stays parallel
+        while the encoded bytes held at once stay bounded, whatever the read's size.
+        """
+        outs: list[np.ndarray] = []
+        pieces: list[tuple[np.ndarray, Any, str, int]] = []
+        for view, name, capacity in items:
+            length = int(view.shape[1])
+            shape = (int(view.shape[0]), capacity, *(int(d) for d in view.shape[2:]))
+            arr = _aligned_empty(shape, np.dtype(view.dtype.numpy_dtype), zero=capacity > length)
+            outs.append(arr)
+            step_bytes = max(1, arr.nbytes // max(capacity, 1))
+            chunk_t = int(self._chunk_time[name])
+            block = max(chunk_t, READ_BLOCK_BYTES // step_bytes // chunk_t * chunk_t)
+            for t0 in range(0, length, block):
+                t1 = min(t0 + block, length)
+                pieces.append((arr[:, t0:t1], view[:, t0:t1], name, (t1 - t0) * step_bytes))
+        inflight: collections.deque[tuple[Any, str, int]] = collections.deque()
+        held = 0
+        for out, source, name, nbytes in pieces:
+            while inflight and held + nbytes > READ_INFLIGHT_BYTES:
+                future, done_name, done_bytes = inflight.popleft()
+                self._result(future, done_name)
+                held -= done_bytes
+            inflight.append((ts.array(out).write(source), name, nbytes))
+            held += nbytes
+        for future, name, _ in inflight:
+            self._result(future, name)
+        return outs
 
     def close(self) -> None:
         """Wait for pending writes, then release the writer lock (if held). Reading methods
