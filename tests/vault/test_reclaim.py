@@ -110,4 +110,5 @@ def test_files_held_by_a_killed_writer_are_freed_by_the_next_writer(tmp_path: Pa
     assert waiting(path) == []
     np.testing.assert_array_equal(Vault.open(str(path)).read_numpy()["obs"], block(0, 15)["obs"])
     report = vault.verify(str(path))
-    assert report.ok and not report.warnings, (report.problems, report.warnings)
+    assert report.ok, report.problems
+    assert not report.warnings, report.warnings

@@ -43,7 +43,10 @@ WRITER = textwrap.dedent(
     trials = importlib.util.module_from_spec(spec); spec.loader.exec_module(trials)
     from vault import Vault
     path, mode = sys.argv[1], sys.argv[2]
-    buf, add = trials._buffer_and_add(donate=True)
+    # "continue" goes on with the same state after the interrupt, so it must survive an
+    # interrupt that lands in the user's own `add`: no donation, and the state and its step
+    # count change together (one assignment)
+    buf, add = trials._buffer_and_add(donate=mode != "continue")
     state = buf.init(trials.example())
     t = 0
     if mode == "block":
@@ -57,15 +60,13 @@ WRITER = textwrap.dedent(
         vault = Vault.create(path, state)
         try:
             while True:
-                state = add(state, trials.batch(t))
-                t += trials.STEP
+                state, t = add(state, trials.batch(t)), t + trials.STEP
                 vault.write(state, block=False)
                 print("issued", t, flush=True)
         except KeyboardInterrupt:
             pass
         for _ in range(3):
-            state = add(state, trials.batch(t))
-            t += trials.STEP
+            state, t = add(state, trials.batch(t)), t + trials.STEP
             vault.write(state, block=False)
         vault.close()
         print("added", t, flush=True)
