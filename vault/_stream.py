@@ -484,7 +484,7 @@ class _Plan:
         ids = self.row_ids[first : first + count]
         contiguous = ids[-1] - ids[0] == count - 1 and bool(np.all(np.diff(ids) == 1))
         rows: Any = slice(int(ids[0]), int(ids[-1]) + 1) if contiguous else ids.tolist()
-        names, views = self.vault._views(rows, lo, hi, None, None, self.read_names)
+        names, views, _ = self.vault._views(rows, lo, hi, None, None, self.read_names)
         r0 = j * self.block_rows
         for buf, view, name in zip(group.buffers, views, names, strict=True):
             fut = ts.array(buf[r0 : r0 + count, col : col + hi - lo]).write(view)
