@@ -55,7 +55,7 @@ DEFAULT_BLOCK_BYTES = 32 << 20  # raw bytes of one block (of the leaves read)
 BATCH_QUEUE_BYTES = 4 << 20  # batches cut ahead of the consumer: 2 to 16, about this much
 HEAD_OVERHEAD = 1 / 8  # default run length keeps the extra head decoding below this share
 ZERO_COPY_BYTES = 256 << 10  # batch leaves this large are handed to JAX without a copy
-PACK_BYTES = 2 << 20  # small batches are cut, moved to the device and handed over in packs
+PACK_BYTES = 2 << 20  # small batches are cut and handed over in packs (one gather per leaf)
 MAX_PACK = 64  # of at most this many batches
 _POLL_S = 0.05
 
@@ -65,18 +65,6 @@ def _identity() -> Callable[[Any], Any]:
     import jax
 
     return jax.jit(lambda xs: xs)
-
-
-@functools.cache
-def _splitter(batch: int) -> Callable[[Any], Any]:
-    """One jitted call that moves a pack's leaves ``[n, ...]`` to the device and cuts each
-    into ``ceil(n / batch)`` pieces: one dispatch per pack instead of one per batch and leaf."""
-    import jax
-
-    def split(xs: list[Any]) -> list[list[Any]]:
-        return [[x[i : i + batch] for i in range(0, x.shape[0], batch)] for x in xs]
-
-    return jax.jit(split)
 
 
 class StreamBatch(NamedTuple):
@@ -620,25 +608,21 @@ class _Plan:
         if n == 0:
             return []
         arrays: list[Any] = [a[:n] for a in pending.arrays]
-        if not self.device_put:
-            pieces = [[a[i : i + b] for i in range(0, n, b)] for a in arrays]
-        elif self.pack == 1:
-            pieces = [[a] for a in self._to_device(arrays)]
-        else:
-            pieces = _splitter(b)(arrays)
         rows, starts = pending.row[:n], pending.start[:n]
         out = []
-        for k, i in enumerate(range(0, n, b)):
-            leaves = [leaf[k] for leaf in pieces]
+        for i in range(0, n, b):
+            leaves = [a[i : i + b] for a in arrays]
+            if self.device_put:
+                leaves = self._to_device(leaves)
             if self.structured:
                 experience = _structure.build(self.structure, leaves)
             else:
                 experience = dict(zip(self.names, leaves, strict=True))
+            # build() leaves its argument referenced from a reference cycle until the cyclic
+            # GC runs; emptying it lets a batch's memory go as soon as the consumer drops it.
+            leaves.clear()
             out.append(StreamBatch(experience, rows[i : i + b], starts[i : i + b], epoch))
-        # build() leaves its argument referenced from a reference cycle until the cyclic GC
-        # runs; emptying the lists lets a batch's memory go as soon as the consumer drops it.
         arrays.clear()
-        pieces.clear()
         return out
 
     def _to_device(self, arrays: list[np.ndarray]) -> list[Any]:
