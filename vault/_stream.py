@@ -369,7 +369,7 @@ class _Plan:
         )
         self.structure = vault.manifest["structure"]
         batch_bytes = batch * seq * sum(self.row_bytes[: self.out_count])
-        # small batches are cut ``pack`` at a time (one gather per leaf, one device transfer)
+        # small batches are cut ``pack`` at a time (one gather per leaf) and handed over together
         self.pack = max(1, min(MAX_PACK, PACK_BYTES // max(1, batch_bytes)))
         self.capacity = self.pack * batch
         self.batch_shapes = [(self.capacity, seq, *item) for item in self.items[: self.out_count]]
