@@ -45,6 +45,7 @@ class Reclaimer:
     """
 
     def __init__(self, root: Path) -> None:
+        self.root = root  # the vault's directory
         self._dir = root / TRASH_DIR
         self._dir.mkdir(exist_ok=True)
         meta = self._dir / "zarr.json"
@@ -136,12 +137,6 @@ class Reclaimer:
             self._bytes = 0
         for path, _ in rest:
             _unlink(path)
-
-    @property
-    def waiting(self) -> tuple[int, int]:
-        """Files held and not yet freed, and their bytes."""
-        with self._cond:
-            return len(self._queue), self._bytes
 
     # ------------------------------------------------------------------ the reaper
     def _start(self) -> None:

@@ -782,7 +782,7 @@ class Vault:
         futures = []
         if parts:
             if rec is not None:
-                held += rec.hold(self._replaced_by_append(begin, end))
+                held += rec.hold(self._replaced_by_append(rec.root, begin, end))
             arrays = self._grow(end)
             futures = [
                 arr[:, begin:end].write(part) for arr, part in zip(arrays, parts, strict=True)
@@ -807,7 +807,8 @@ class Vault:
                 )
                 if len(bounds):
                     if rec is not None:
-                        held += rec.hold(self._replaced_in_index(count, count + len(bounds)))
+                        replaced = self._replaced_in_index(rec.root, count, count + len(bounds))
+                        held += rec.hold(replaced)
                     index = self._grow_index(count + len(bounds))
                     futures.append(index[0][count : count + len(bounds)].write(bounds))
                     futures.append(index[1][count : count + len(bounds)].write(returns))
@@ -816,7 +817,7 @@ class Vault:
         for fut in futures:
             fut.result()
         if rec is not None:
-            held += rec.hold([Path(self._root["path"]) / COMMIT_KEY])
+            held += rec.hold([rec.root / COMMIT_KEY])
         self._write_commit(end, counter, gaps, episodes)
 
     def _reclaimer_for_append(self) -> Reclaimer | None:
@@ -825,10 +826,11 @@ class Vault:
             self._reclaimer = Reclaimer(Path(self._root["path"]))
         return self._reclaimer
 
-    def _replaced_by_append(self, begin: int, end: int) -> Iterator[Path]:
-        """Files that appending ``[begin, end)`` replaces: the partly filled time-chunk at
-        ``begin`` of every leaf (all its row blocks), and the metadata of arrays that grow."""
-        base = Path(self._root["path"]) / EXPERIENCE
+    def _replaced_by_append(self, root: Path, begin: int, end: int) -> Iterator[Path]:
+        """Files under ``root`` that appending ``[begin, end)`` replaces: the partly filled
+        time-chunk at ``begin`` of every leaf (all its row blocks), and the metadata of arrays
+        that grow."""
+        base = root / EXPERIENCE
         for leaf, arr in zip(self._manifest["leaves"], self._arrays, strict=True):
             folder = base / leaf["name"]
             if arr.shape[1] < end:
@@ -839,9 +841,8 @@ class Vault:
                 for r in range(-(-self.rows // chunk_rows)):
                     yield folder.joinpath("c", str(r), str(begin // chunk_time), *item)
 
-    def _replaced_in_index(self, count: int, new_count: int) -> Iterator[Path]:
-        """Files that adding episodes ``[count, new_count)`` to the index replaces."""
-        root = Path(self._root["path"])
+    def _replaced_in_index(self, root: Path, count: int, new_count: int) -> Iterator[Path]:
+        """Files under ``root`` that adding episodes ``[count, new_count)`` replaces."""
         for key, item in ((BOUNDS, ["0"]), (RETURNS, [])):
             if self._index[0].shape[0] < new_count:
                 yield root / key / "zarr.json"
