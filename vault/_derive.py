@@ -159,10 +159,14 @@ def _copy(
     total: int,
 ) -> int:
     """Append ``rows`` x ``[lo, hi)`` of ``src`` to ``out`` block by block, cut at the
-    source's gaps; rows start new episodes at ``lo`` (``known``: whose start is known)."""
+    source's seams (gaps and restarts, kept); rows start new episodes at ``lo`` (``known``:
+    whose start is known)."""
     restart: np.ndarray | None = known
     n_rows = src.rows if rows is None else len(rows)
+    picked = list(range(src.rows)) if rows is None else rows
     for seg_lo, seg_hi, lost in _segments(src, lo, hi):
+        if seg_lo > lo and not lost:  # a restart seam of the source
+            restart = _starts_known(src, picked, seg_lo)
         for t0, t1 in _blocks(src, seg_lo, seg_hi, n_rows):
             out._append_arrays(_tree(src, _read(src, rows, t0, t1)), restart, lost)
             restart, lost = None, 0
@@ -240,7 +244,7 @@ def _blocks(src: Vault, lo: int, hi: int, rows: int) -> Iterator[tuple[int, int]
 
 
 def _segments(src: Vault, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
-    """``[lo, hi)`` cut at the source's recorded gaps: (start, stop, timesteps lost before)."""
+    """``[lo, hi)`` cut at the source's seams: (start, stop, timesteps lost before)."""
     cuts = sorted((int(g["at"]), int(g["lost"])) for g in src.gaps if lo < int(g["at"]) < hi)
     edges = [lo, *(at for at, _ in cuts), hi]
     losts = [0, *(lost for _, lost in cuts)]
@@ -250,15 +254,14 @@ def _segments(src: Vault, lo: int, hi: int) -> Iterator[tuple[int, int, int]]:
 
 
 def _starts_known(src: Vault, rows: list[int], at: int) -> np.ndarray:
-    """Per row: does an episode start exactly at ``at`` (a known episode start)?"""
+    """Per row: does an episode start exactly at ``at`` (a known episode start)? At the start
+    and at the source's seams the index says; elsewhere the flags of the timestep before."""
     if not src.has_episodes:
         return np.ones(len(rows), bool)
-    if at == 0:
+    if at == 0 or any(int(g["at"]) == at for g in src.gaps):
         table = src.episodes(include_open=True)
-        rows_at_0 = table.row[table.start == 0]
-        first = dict(
-            zip(rows_at_0.tolist(), table.start_known[table.start == 0].tolist(), strict=True)
-        )
+        here = table.start == at
+        first = dict(zip(table.row[here].tolist(), table.start_known[here].tolist(), strict=True))
         return np.array([first.get(r, True) for r in rows], bool)
     names = [n for n in (src.episode_leaves["done"], src.episode_leaves["truncated"]) if n]
     flags = src.read_numpy(rows=rows, start=at - 1, stop=at, leaves=names)

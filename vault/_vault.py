@@ -507,7 +507,11 @@ class Vault:
 
     @property
     def gaps(self) -> list[dict[str, int]]:
-        """Where ``on_overrun="save_surviving"`` recorded lost timesteps."""
+        """The seams of the data: ``{"at": t, "lost": n}`` says the timesteps at ``t - 1`` and
+        ``t`` are not consecutive. ``n > 0``: ``n`` timesteps per row were lost there
+        (``on_overrun="save_surviving"``); ``n == 0``: the rows restarted there
+        (``append(..., continues=False)``, the seams of :func:`~vault.combine`). Streams never
+        cut a sequence across a seam, and no episode runs across one."""
         return list(self._commit.get("gaps", []))
 
     # ----------------------------------------------------------------------------- episodes
@@ -623,7 +627,13 @@ class Vault:
         parts = [np.asarray(v) for v in values]
         n = snap.time_len
         begin = self._tip.committed_length
-        gaps = list(self._tip.gaps) + ([{"at": begin, "lost": int(lost)}] if lost else [])
+        gaps = list(self._tip.gaps)
+        if lost or (restart is not None and begin > 0):
+            # a seam: the timesteps on either side are not consecutive (``lost`` 0: a restart)
+            if gaps and int(gaps[-1]["at"]) == begin:
+                gaps[-1] = {"at": begin, "lost": int(gaps[-1]["lost"]) + int(lost)}
+            else:
+                gaps.append({"at": begin, "lost": int(lost)})
         if lost:
             restart = np.zeros(self.rows, bool)
         job = functools.partial(

@@ -336,8 +336,8 @@ class _EpisodeScan:
     the data; the ends of indexed episodes are exactly the timesteps where ``done`` or
     ``truncated`` is set (each once); how each ended (truncated or terminated); its return is
     the sum of the reward leaf over it; episodes of a row do not overlap. An episode that
-    starts later than the previous one ended is a warning unless a recorded gap explains it
-    (``append(..., continues=False)`` leaves no record).
+    starts later than the previous one ended is a warning unless a recorded seam (a gap or a
+    restart) explains it: vaults written before restarts were recorded have such stretches.
     """
 
     def __init__(
@@ -553,8 +553,8 @@ class _EpisodeScan:
                 "episodes",
                 f"{len(later)} stretches of timesteps belong to no episode ({', '.join(places)}"
                 f"{more}): an episode starts after the previous one of its row stopped, with no "
-                "recorded gap. Expected after append(..., continues=False) and at the seams of "
-                "combined vaults, which leave no record",
+                "recorded seam there. Expected in vaults written before rlvault recorded "
+                "restarts (append(..., continues=False), the seams of combined vaults)",
             )
 
     def where(self, table: EpisodeTable, j: int, n: int, row: int, start: int) -> str:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _cli_vaults import ROWS, Cli, build, one_error_line
+from _cli_vaults import ROWS, Cli, block, build, one_error_line
 
 from vault import Vault
 from vault.cli._facts import disk_bytes
@@ -113,6 +113,15 @@ def test_info_user_metadata(cli: Cli, tmp_path: Path) -> None:
     text = cli("info", tmp_path / "m").stdout
     assert '"env": "Pong"' in text
     assert "no episode index" in text
+
+
+def test_info_lists_the_seams(cli: Cli, tmp_path: Path) -> None:
+    build(tmp_path / "s", writes=(3,), episodes=False)
+    vault = Vault.open(str(tmp_path / "s"), mode="a")
+    vault.append(block(np.random.default_rng(1), ROWS, 3, 2), continues=False)
+    vault.close()
+    assert cli.json("info", tmp_path / "s")["gaps"] == [{"at": 3, "lost": 0}]
+    assert re.search(r"seams\s+restart at t=3", cli("info", tmp_path / "s").stdout)
 
 
 def test_show_small_selection_prints_like_numpy(

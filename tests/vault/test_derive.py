@@ -130,6 +130,10 @@ def test_combine_concatenates_in_time_and_cuts_episodes_at_seams(tmp_path):
         for r, s, n, x, k in reference(db["done"], db["reward"], np.ones(ROWS, bool))
     ]
     assert rows_of(out.episodes()) == sorted(want)
+    assert out.gaps == [{"at": 23, "lost": 0}]  # the seam is recorded: a restart
+    report = vlt.verify(out)
+    assert report.ok
+    assert report.warnings == []
     c = Vault.create(str(tmp_path / "c"), EXAMPLE, rows=ROWS + 1)
     with pytest.raises(VaultStructureError, match="the vaults to combine differ") as err:
         vlt.combine([a, c], str(tmp_path / "bad"))
@@ -179,3 +183,23 @@ def test_gaps_are_carried_and_cut_episodes(tmp_path):
     table = out.episodes()
     assert table.start.tolist() == [0] * ROWS + [2] * ROWS
     assert table.start_known.tolist() == [False] * (2 * ROWS)
+
+
+def test_slices_carry_restart_seams_with_their_episode_starts(tmp_path):
+    _, da = fill(tmp_path / "a", total=23, seed=1)
+    _, db = fill(tmp_path / "b", total=40, seed=2)
+    vlt.combine([str(tmp_path / "a"), str(tmp_path / "b")], str(tmp_path / "ab"))
+    # across the seam: kept at its new place; episodes after it start there, known
+    out = vlt.derive_slice(str(tmp_path / "ab"), str(tmp_path / "across"), rows=[2, 0], start=20)
+    assert out.gaps == [{"at": 3, "lost": 0}]
+    after = reference(db["done"][[2, 0]], db["reward"][[2, 0]], np.ones(2, bool))
+    got = [e for e in rows_of(out.episodes()) if e[1] >= 3]
+    assert got == sorted((r, s + 3, n, x, k) for r, s, n, x, k in after)
+    report = vlt.verify(out)
+    assert report.ok
+    assert report.warnings == []
+    # starting on the seam: every row starts a known episode at 0, whatever done was at 22
+    assert not da["done"][:, 22].all()
+    out = vlt.derive_slice(str(tmp_path / "ab"), str(tmp_path / "on"), start=23)
+    assert out.gaps == []
+    assert rows_of(out.episodes()) == reference(db["done"], db["reward"], np.ones(ROWS, bool))

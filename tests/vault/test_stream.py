@@ -305,6 +305,25 @@ def test_sequences_never_straddle_a_recorded_gap(tmp_path: Path) -> None:
     assert seen == valid_starts(18, 3, rows=2, gaps=[6])
 
 
+def test_sequences_never_straddle_a_restart(tmp_path: Path) -> None:
+    vault = make_vault(tmp_path / "v", 20, done=np.zeros((ROWS, 20), bool))
+    code = np.arange(ROWS, dtype=np.int64)[:, None] * CODE + np.arange(20, 30)[None]
+    more = {
+        "code": code,
+        "obs": np.stack([code, -code], axis=-1).astype(np.float32),
+        "done": np.zeros((ROWS, 10), bool),
+    }
+    vault.append(more, continues=False)  # the rows restart at 20: no episode end recorded
+    assert vault.gaps == [{"at": 20, "lost": 0}]
+    for aware in (False, True):
+        stream = vault.as_dataset(
+            4, 3, drop_remainder=False, block_timesteps=8, episode_aware=aware, device_put=False
+        )
+        seen = collect(stream, 3)
+        assert len(seen) == len(set(seen))
+        assert set(seen) == valid_starts(30, 3, gaps=[20])
+
+
 def test_rows_and_leaves_selection(tmp_path: Path) -> None:
     vault = make_vault(tmp_path / "v", 30)
     stream = vault.as_dataset(

@@ -290,9 +290,8 @@ def test_mismatches_are_capped_per_kind(tmp_path: Path) -> None:
     assert report.problems[-1].message == f"... and {count - MAX_PER_KIND} more return problems"
 
 
-def test_restarted_episodes_leave_a_warning_not_a_problem(tmp_path: Path) -> None:
-    path = tmp_path / "v"
-    build(path, writes=(10,), marks=False)
+def restart(path: Path) -> None:
+    """Append 6 timesteps to the 10 of ``build(path, writes=(10,))`` with continues=False."""
     vault = Vault.open(str(path), mode="a")
     rng = np.random.default_rng(1)
     more = {
@@ -304,10 +303,34 @@ def test_restarted_episodes_leave_a_warning_not_a_problem(tmp_path: Path) -> Non
     more["done"][:, 3] = True
     vault.append(more, continues=False)
     vault.close()
+
+
+def test_a_restart_is_a_recorded_seam_and_verifies_clean(tmp_path: Path) -> None:
+    path = tmp_path / "v"
+    build(path, writes=(10,), marks=False)
+    restart(path)
+    assert Vault.open(str(path)).gaps == [{"at": 10, "lost": 0}]
+    report = verify(str(path))
+    assert report.ok
+    assert [w for w in report.warnings if w.place == "episodes"] == []
+
+
+def forget_seams(doc: dict[str, Any]) -> None:
+    doc["attributes"]["rlvault_commit"]["gaps"] = []
+
+
+def test_an_unrecorded_restart_leaves_a_warning_not_a_problem(tmp_path: Path) -> None:
+    # vaults written before restarts were recorded: the same data without the seam
+    path = tmp_path / "v"
+    build(path, writes=(10,), marks=False)
+    restart(path)
+    edit_json(path / "commit/zarr.json", forget_seams)
+    assert Vault.open(str(path)).gaps == []
     report = verify(str(path))
     assert report.ok
     [warning] = [w for w in report.warnings if w.place == "episodes"]
     assert "stretches of timesteps belong to no episode" in warning.message
+    assert "row 0 t=" in warning.message
 
 
 def test_not_a_vault_raises(tmp_path: Path) -> None:

@@ -151,8 +151,11 @@ def _render_info(doc: dict[str, Any], structure: dict[str, Any]) -> None:
         ),
     ]
     if doc["gaps"]:
-        gaps = ", ".join(f"{g['lost']} lost at t={g['at']}" for g in doc["gaps"])
-        rows.append(("gaps", gaps))
+        seams = ", ".join(
+            f"{g['lost']} lost at t={g['at']}" if g["lost"] else f"restart at t={g['at']}"
+            for g in doc["gaps"]
+        )
+        rows.append(("seams", seams))
     if doc["episode_leaves"]:
         named = ", ".join(f"{k}={v}" for k, v in doc["episode_leaves"].items() if v)
         rows.append(("episode leaves", named))
