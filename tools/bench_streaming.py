@@ -11,19 +11,25 @@ round every measurement runs cold (every vault file's pages dropped from the pag
 ``fsync`` + ``posix_fadvise(DONTNEED)`` first; the vault is reopened) and then warm:
 
 * read all: ``vault.read_numpy()`` of every leaf; MB/s = raw bytes / seconds (MB = 10**6 B);
-* streaming: one epoch of ``vault.as_dataset(..., device_put=True)`` per configuration; the
-  consumer calls ``jax.block_until_ready(batch.experience)`` on each batch (the work a training
-  step would start with). Reported: batches/s; yielded MB/s (bytes of the batches); data MB/s
-  (raw bytes of the vault that the epoch covers, i.e. the vault's size, / seconds).
+* streaming: one epoch of ``vault.as_dataset(...)`` per configuration, with the default
+  ``device_put`` (on CPU: numpy batches, which a jitted step takes as they are) unless the
+  label says ``JAX arrays (device_put=True)``. The consumer calls
+  ``jax.block_until_ready(batch.experience)`` on each batch, or, where the label says
+  ``consumer: a jitted step``, a jitted function that takes every leaf (numpy leaves are
+  copied in by that call), blocking on its result. Reported: batches/s; yielded MB/s (bytes
+  of the batches); data MB/s (raw bytes of the vault that the epoch covers, i.e. the vault's
+  size, / seconds).
 
 Times are medians over the rounds. The ratio streaming / read all is the median over rounds
 of the ratio within a round (the machine may be shared: load moves both runs of a round).
-Target: ratio >= 0.70 for the sequence-length-1 streams, which deliver each timestep once as
-reading all does; a stream of length-L sequences copies every timestep L times (its yielded
-MB/s says how fast), so its ratio is reported without a target. The peak RSS growth
-(``VmHWM``) of each measurement is taken once per variant in a fresh process (JAX's backend
-and compiler and TensorStore's threads started on other data first): streaming holds about
-``(1 + prefetch) x interleave`` blocks, reading all holds the data.
+Target: ratio >= 0.70 for the sequence-length-1 streams in their default configuration,
+which deliver each timestep once as reading all does; a stream of length-L sequences copies
+every timestep L times (its yielded MB/s says how fast), so its ratio is reported without a
+target, as are the streams forced to make JAX arrays on CPU (each JAX array costs a few
+microseconds to create, whatever its size: the price of a setting, not of the disk). The peak
+RSS growth (``VmHWM``) of each measurement is taken once per variant in a fresh process
+(JAX's backend and compiler and TensorStore's threads started on other data first): streaming
+holds about ``(1 + prefetch) x interleave`` blocks, reading all holds the data.
 
 Usage::
 
@@ -93,7 +99,27 @@ COMMON = (
     ),
 )
 BIG_BATCH = (("shuffled, L=1, batch 4096", {"sample_batch_size": 4096, "sequence_length": 1}),)
-STREAMS = {"image": COMMON, "vector": COMMON + BIG_BATCH}
+JAX_ARRAYS = ", JAX arrays (device_put=True)"
+FORCED = (
+    (
+        "shuffled, L=1, batch 256" + JAX_ARRAYS,
+        {"sample_batch_size": 256, "sequence_length": 1, "device_put": True},
+    ),
+)
+FORCED_BIG = (
+    (
+        "shuffled, L=1, batch 4096" + JAX_ARRAYS,
+        {"sample_batch_size": 4096, "sequence_length": 1, "device_put": True},
+    ),
+)
+WITH_STEP = ", consumer: a jitted step"
+STEPPED = tuple(
+    (label + WITH_STEP, {**kw, "consumer": "step"}) for label, kw in (COMMON[0], *FORCED)
+)
+STREAMS = {
+    "image": COMMON + FORCED,
+    "vector": COMMON + BIG_BATCH + FORCED + FORCED_BIG + STEPPED,
+}
 
 FULL = Config(
     rows=16,
@@ -177,12 +203,23 @@ def read_all(path: Path) -> dict[str, Any]:
     return {"bytes": tree_nbytes(data)}
 
 
+@jax.jit
+def _step(experience: Any) -> Any:
+    """The least a training step does: take every leaf (numpy leaves are copied in)."""
+    return sum(leaf.ravel()[0].astype("float32") for leaf in jax.tree.leaves(experience))
+
+
 def stream_epoch(path: Path, kwargs: dict[str, Any]) -> dict[str, Any]:
     vault = Vault.open(str(path))
     batches = yielded = 0
-    with vault.as_dataset(seed=0, epochs=1, **kwargs) as stream:
+    options = dict(kwargs)
+    step = options.pop("consumer", None) == "step"
+    with vault.as_dataset(seed=0, epochs=1, **options) as stream:
         for batch in stream:
-            jax.block_until_ready(batch.experience)
+            if step:
+                _step(batch.experience).block_until_ready()
+            else:
+                jax.block_until_ready(batch.experience)
             batches += 1
             yielded += tree_nbytes(batch.experience)
     return {"batches": batches, "yielded_bytes": yielded, "block_bytes": stream.block_bytes}
@@ -296,7 +333,9 @@ def build_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                         if entry["memory_fresh_process"] is None
                         else entry["memory_fresh_process"]["peak_rss_growth_bytes"] / MB,
                         "met": ratio >= TARGET_RATIO
-                        if stream and entry["kwargs"]["sequence_length"] == 1
+                        if stream
+                        and entry["kwargs"]["sequence_length"] == 1
+                        and "device_put" not in entry["kwargs"]
                         else None,
                     }
                 )

@@ -523,18 +523,20 @@ class _Plan:
         groups.clear()
 
     # ------------------------------------------------------------------------- sequences
-    def _starts(self, group: _Group) -> np.ndarray:
+    def _starts(self, group: _Group) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where each valid sequence of the group starts: flat indices into its buffers (seen
-        as ``[slots * block_rows * seg]``), slot by slot in time order (every row at ``t``,
-        then ``t + 1``), or permuted with ``shuffle``."""
+        as ``[slots * block_rows * seg]``), with its vault row and start time; slot by slot
+        in time order (every row at ``t``, then ``t + 1``), or permuted with ``shuffle``."""
         h, seg, rb = self.head, self.seg, self.block_rows
-        bases = []
+        bases, rows, times = [], [], []
         for j, b in enumerate(group.blocks):
             lo, hi = self._times_of(b)
             s_lo = max(0, lo - h)
             t = np.arange(s_lo, hi - h, dtype=np.int64)
             col = h + (t - lo)  # column of each start in the slot's rows
-            row_off = (j * rb + np.arange(self._rows_of(b)[1], dtype=np.int64)) * seg
+            first, count = self._rows_of(b)
+            row_off = (j * rb + np.arange(count, dtype=np.int64)) * seg
+            row_id = self.row_ids[first : first + count]
             keep = None
             if self.stride > 1:
                 keep = t % self.stride == 0
@@ -547,23 +549,21 @@ class _Plan:
                 mask = free if mask is None else mask & free
             if mask is None:
                 bases.append((col[:, None] + row_off[None, :]).ravel())
+                rows.append(np.tile(row_id, t.size))
+                times.append(np.repeat(t, count))
             else:
                 q, r = np.nonzero(mask.T)
                 bases.append(row_off[r] + col[q])
-        base = np.concatenate(bases)
+                rows.append(row_id[r])
+                times.append(t[q])
+        base, row, start = (
+            x[0] if len(x) == 1 else np.concatenate(x) for x in (bases, rows, times)
+        )
         if self.shuffle:
             rng = np.random.default_rng([self.seed, group.epoch, group.index, 1])
-            base = base[rng.permutation(base.size)]
-        return base
-
-    def _origin(self, group: _Group, base: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The vault row and start time of the sequences at flat indices ``base``."""
-        q, col = np.divmod(base, self.seg)
-        j, r = np.divmod(q, self.block_rows)
-        block = np.asarray(group.blocks, np.int64)[j]
-        group_of, time_of = np.divmod(block, self.n_time)
-        rows = self.row_ids[group_of * self.block_rows + r]
-        return rows, time_of * self.block - self.head + col
+            order = rng.permutation(base.size)
+            base, row, start = base[order], row[order], start[order]
+        return base, row, start
 
     def _end_free(self, group: _Group, j: int, block: int, first: int, count: int) -> np.ndarray:
         """``[rows, count]``: no episode end in the first ``seq - 1`` steps of the windows that
@@ -671,8 +671,7 @@ class _Plan:
                         if early:
                             yield early
                     raise
-                base = self._starts(group)
-                row, start = self._origin(group, base)
+                base, row, start = self._starts(group)
                 flat = [buf.reshape(-1, *buf.shape[2:]) for buf in group.buffers[: self.out_count]]
                 pos = 0
                 while pos < base.size:
@@ -743,12 +742,12 @@ def as_dataset(
     leaves: Sequence[str] | None = None,
     epochs: int | None = 1,
     drop_remainder: bool = True,
-    device_put: bool = True,
+    device_put: bool | None = None,
 ) -> DatasetStream:
     """Batches of sequences streamed from disk, for vaults larger than memory.
 
     Yields :class:`StreamBatch` items: ``experience`` has leaves ``[sample_batch_size,
-    sequence_length, ...]`` (JAX arrays with ``device_put``, else numpy), plus the ``row`` and
+    sequence_length, ...]`` (JAX or numpy arrays: see ``device_put``), plus the ``row`` and
     ``start`` of every sequence. An epoch yields every valid start exactly once (see the
     module docstring: inside the committed length as of this call, ``t % stride == 0``, not
     across a recorded gap, and with ``episode_aware`` no episode end before a window's last
@@ -776,6 +775,15 @@ def as_dataset(
             elsewhere (default: enough that re-reading the first block's head costs at most
             1/8 more decoding; 1 when ``sequence_length`` is 1).
         rows, leaves: as :meth:`Vault.read_numpy` (``leaves`` gives a dict ``{path: array}``).
+        device_put: ``True``: the leaves are JAX arrays, put on the default device by the
+            background thread (on a GPU or TPU the transfer overlaps training). ``False``:
+            numpy arrays, which JAX functions take as they are. ``None``
+            (default): ``True`` when JAX's default backend is an accelerator, ``False`` on
+            CPU. On CPU a JAX array is host memory too, so moving a batch ahead buys no
+            overlap; creating it costs about 4 us per leaf in the background thread, where a
+            jitted step given numpy arguments copies them in C++ for much less (in
+            ``tools/bench_streaming.py``, batches of 256 small vectors stream about 1.5x
+            faster as numpy).
 
     Memory: about ``(1 + prefetch) * interleave`` blocks (``DatasetStream.block_bytes`` is
     one), TensorStore's buffers for the chunks being decoded, and 2 to 16 batches (about
@@ -805,9 +813,16 @@ def as_dataset(
         leaves=leaves,
         epochs=epochs,
         drop_remainder=bool(drop_remainder),
-        device_put=bool(device_put),
+        device_put=_on_device() if device_put is None else bool(device_put),
     )
     return DatasetStream(plan)
+
+
+def _on_device() -> bool:
+    """Whether JAX's default backend is an accelerator (batches are then put on it)."""
+    import jax
+
+    return bool(jax.default_backend() != "cpu")
 
 
 # --------------------------------------------------------------------------------------------

@@ -153,6 +153,21 @@ def test_an_epoch_yields_every_valid_start_exactly_once(
             assert times == sorted(times)
 
 
+def test_default_leaves_follow_the_backend(tmp_path: Path) -> None:
+    # CPU (as here): numpy, taken as they are by a jitted step; an
+    # accelerator: JAX arrays put on it in the background. Forced either way by device_put.
+    assert jax.default_backend() == "cpu"
+    vault = make_vault(tmp_path / "v", 20)
+    [default] = itertools.islice(vault.as_dataset(4, 2), 1)
+    [forced] = itertools.islice(vault.as_dataset(4, 2, device_put=True), 1)
+    for leaf in jax.tree.leaves(default.experience):
+        assert type(leaf) is np.ndarray
+    assert all(isinstance(x, jax.Array) for x in jax.tree.leaves(forced.experience))
+    step = jax.jit(lambda e: e["code"] * 2)
+    np.testing.assert_array_equal(step(default.experience), default.experience["code"] * 2)
+    np.testing.assert_array_equal(np.asarray(forced.experience["code"]), default.experience["code"])
+
+
 def test_drop_remainder_and_several_epochs_reshuffled(tmp_path: Path) -> None:
     vault = make_vault(tmp_path / "v", 40)
     want = valid_starts(40, 2)  # 117 starts: 23 full batches of 5, 2 left over
