@@ -614,16 +614,19 @@ class _Plan:
             leaves = [a[i : i + b] for a in arrays]
             if self.device_put:
                 leaves = self._to_device(leaves)
-            if self.structured:
-                experience = _structure.build(self.structure, leaves)
+            if not self.structured:
+                experience: Any = dict(zip(self.names, leaves, strict=True))
+            elif self._rebuild is not None:
+                experience = self._rebuild(leaves)
             else:
-                experience = dict(zip(self.names, leaves, strict=True))
-            # build() leaves its argument referenced from a reference cycle until the cyclic
-            # GC runs; emptying it lets a batch's memory go as soon as the consumer drops it.
+                experience = _structure.build(self.structure, leaves)
+                self._rebuild = _rebuilder(experience, leaves)
             leaves.clear()
             out.append(StreamBatch(experience, rows[i : i + b], starts[i : i + b], epoch))
         arrays.clear()
         return out
+
+    _rebuild: Callable[[list[Any]], Any] | None = None
 
     def _to_device(self, arrays: list[np.ndarray]) -> list[Any]:
         """JAX arrays of a batch. ``jax.device_put`` adopts a large leaf without a copy on CPU
@@ -816,6 +819,20 @@ def as_dataset(
         device_put=_on_device() if device_put is None else bool(device_put),
     )
     return DatasetStream(plan)
+
+
+def _rebuilder(tree: Any, leaves: list[Any]) -> Callable[[list[Any]], Any] | None:
+    """Rebuild trees shaped like ``tree`` (just built from ``leaves``) through JAX's tree
+    definition, about 3x cheaper per batch than :func:`_structure.build`; None when JAX does
+    not see exactly those leaves in it (a class JAX does not know as a pytree)."""
+    import jax
+
+    flat, treedef = jax.tree.flatten(tree)
+    where = {id(x): k for k, x in enumerate(leaves)}
+    order = [where.get(id(x), -1) for x in flat]
+    if len(where) != len(leaves) or sorted(order) != list(range(len(leaves))):
+        return None
+    return lambda values: treedef.unflatten([values[k] for k in order])
 
 
 def _on_device() -> bool:

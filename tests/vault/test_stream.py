@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import itertools
 import json
@@ -12,7 +13,7 @@ import textwrap
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -20,7 +21,7 @@ import pytest
 
 import buffers as fbx
 from vault import Vault, VaultCorruptError, VaultReadError
-from vault._stream import StreamBatch
+from vault._stream import StreamBatch, _rebuilder
 
 ROWS = 3
 CODE = 100_000  # code = row * CODE + t
@@ -166,6 +167,49 @@ def test_default_leaves_follow_the_backend(tmp_path: Path) -> None:
     step = jax.jit(lambda e: e["code"] * 2)
     np.testing.assert_array_equal(step(default.experience), default.experience["code"] * 2)
     np.testing.assert_array_equal(np.asarray(forced.experience["code"]), default.experience["code"])
+
+
+class Pair(NamedTuple):
+    x: Any
+    y: Any
+
+
+@dataclasses.dataclass
+class Plain:  # not a pytree: JAX takes it for one leaf
+    u: Any
+    v: Any
+
+
+@pytest.mark.parametrize("device_put", [False, True])
+def test_batches_keep_the_vault_structure(tmp_path: Path, device_put: bool) -> None:
+    example = {"z": Pair(np.float32(0), (np.int32(0), np.zeros(2, np.uint8))), "n": None}
+    vault = Vault.create(str(tmp_path / "v"), example, rows=2)
+    n = 12
+    t = np.arange(2 * n).reshape(2, n)
+    pair = np.stack([t, t + 1], -1) % 256
+    z = Pair(t.astype(np.float32), (-t.astype(np.int32), pair.astype(np.uint8)))
+    vault.append({"z": z, "n": None})
+    batches = list(vault.as_dataset(5, 1, shuffle=False, device_put=device_put))
+    assert len(batches) == 2 * n // 5
+    for batch in batches:
+        code = batch.row * n + batch.start  # the value of t there
+        exp = batch.experience
+        assert set(exp) == {"z", "n"}
+        assert exp["n"] is None
+        assert type(exp["z"]) is Pair
+        assert type(exp["z"].y) is tuple
+        np.testing.assert_array_equal(np.asarray(exp["z"].x)[:, 0], code)
+        np.testing.assert_array_equal(np.asarray(exp["z"].y[0])[:, 0], -code)
+        np.testing.assert_array_equal(np.asarray(exp["z"].y[1])[:, 0, 1], (code + 1) % 256)
+
+
+def test_trees_jax_cannot_flatten_are_built_the_slow_way() -> None:
+    a, b = np.zeros(1), np.ones(1)
+    assert _rebuilder(Plain(a, b), [a, b]) is None  # JAX sees one leaf, not two
+    rebuild = _rebuilder({"y": (b, None), "x": a}, [b, a])  # another leaf order than JAX's
+    assert rebuild is not None
+    c, d = np.full(1, 2), np.full(1, 3)
+    assert rebuild([c, d]) == {"y": (c, None), "x": d}
 
 
 def test_drop_remainder_and_several_epochs_reshuffled(tmp_path: Path) -> None:
