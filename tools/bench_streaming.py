@@ -26,7 +26,9 @@ Target: ratio >= 0.70 for the sequence-length-1 streams in their default configu
 which deliver each timestep once as reading all does; a stream of length-L sequences copies
 every timestep L times (its yielded MB/s says how fast), so its ratio is reported without a
 target, as are the streams forced to make JAX arrays on CPU (each JAX array costs a few
-microseconds to create, whatever its size: the price of a setting, not of the disk). The peak
+microseconds to create, whatever its size: the price of a setting, not of the disk) and the
+runs with a jitted-step consumer (they add the consumer's own per-call cost, which reading all
+has no counterpart for; they compare numpy and JAX-array batches end to end). The peak
 RSS growth (``VmHWM``) of each measurement is taken once per variant in a fresh process
 (JAX's backend and compiler and TensorStore's threads started on other data first): streaming
 holds about ``(1 + prefetch) x interleave`` blocks, reading all holds the data.
@@ -336,6 +338,7 @@ def build_rows(result: dict[str, Any]) -> list[dict[str, Any]]:
                         if stream
                         and entry["kwargs"]["sequence_length"] == 1
                         and "device_put" not in entry["kwargs"]
+                        and "consumer" not in entry["kwargs"]
                         else None,
                     }
                 )

@@ -832,7 +832,7 @@ def _rebuilder(tree: Any, leaves: list[Any]) -> Callable[[list[Any]], Any] | Non
     order = [where.get(id(x), -1) for x in flat]
     if len(where) != len(leaves) or sorted(order) != list(range(len(leaves))):
         return None
-    return lambda values: treedef.unflatten([values[k] for k in order])
+    return lambda values: jax.tree.unflatten(treedef, [values[k] for k in order])
 
 
 def _on_device() -> bool:
