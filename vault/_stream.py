@@ -346,6 +346,7 @@ class _Plan:
         self.epochs, self.drop_remainder, self.device_put = epochs, drop_remainder, device_put
         self.row_ids, self.names = _selection(vault, rows, leaves)
         self.structured = leaves is None
+        self._rebuild: Callable[[list[Any]], Any] | None = None  # set by the first batch
         self.end_leaves = list(end_leaves)
         self.read_names = self.names + [n for n in self.end_leaves if n not in self.names]
         self.out_count = len(self.names)
@@ -625,8 +626,6 @@ class _Plan:
             out.append(StreamBatch(experience, rows[i : i + b], starts[i : i + b], epoch))
         arrays.clear()
         return out
-
-    _rebuild: Callable[[list[Any]], Any] | None = None
 
     def _to_device(self, arrays: list[np.ndarray]) -> list[Any]:
         """JAX arrays of a batch. ``jax.device_put`` adopts a large leaf without a copy on CPU
