@@ -38,8 +38,14 @@ EXIT_TIMEOUT_S = 60.0
 WRITER = textwrap.dedent(
     f"""
     import importlib.util, signal, sys
-    # As in a terminal, even when the test runner started us with SIGINT ignored.
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # As in a terminal (even when the test runner started us with SIGINT ignored), and
+    # remembered: an interrupt that lands in a gc callback (JAX has one) is swallowed by Python
+    # ("Exception ignored in ..."), and the loops then stop as after a second Ctrl-C.
+    interrupted = []
+    def on_sigint(*_):
+        interrupted.append(True)
+        signal.default_int_handler(*_)
+    signal.signal(signal.SIGINT, on_sigint)
     spec = importlib.util.spec_from_file_location("crash_trials", {str(SCRIPT)!r})
     trials = importlib.util.module_from_spec(spec); spec.loader.exec_module(trials)
     from vault import Vault
@@ -52,15 +58,16 @@ WRITER = textwrap.dedent(
     t = 0
     if mode == "block":
         vault = Vault.create(path, state)
-        while True:
+        while not interrupted:
             state = add(state, trials.batch(t))
             t += trials.STEP
             vault.write(state)
             print("committed", vault.committed_length, flush=True)
+        raise KeyboardInterrupt
     elif mode == "continue":  # as after an interrupted notebook cell: keep the same object
         vault = Vault.create(path, state)
         try:
-            while True:
+            while not interrupted:
                 state, t = add(state, trials.batch(t)), t + trials.STEP
                 vault.write(state, block=False)
                 print("issued", t, flush=True)
@@ -74,11 +81,12 @@ WRITER = textwrap.dedent(
     else:
         try:
             with Vault.create(path, state) as vault:
-                while True:
+                while not interrupted:
                     state = add(state, trials.batch(t))  # donates the previous state
                     t += trials.STEP
                     vault.write(state, block=False)
                     print("issued", t, flush=True)
+                raise KeyboardInterrupt
         except KeyboardInterrupt:
             # Leaving the block waited for the pending writes and released the lock.
             with Vault.open(path, mode="a") as again:
