@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import math
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -13,6 +15,13 @@ import numpy as np
 def log(msg: str) -> None:
     """Progress to stderr, so stdout stays for the table or JSON."""
     print(msg, file=sys.stderr, flush=True)
+
+
+def write_json(path: Path, result: dict[str, Any]) -> None:
+    """Write a benchmark's result as indented JSON (creating the parent folder)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    log(f"JSON written to {path}")
 
 
 def proc_status_bytes(field: str) -> int | None:

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
-from _bench_common import log, peak_rss_bytes, reset_peak_rss, tree_nbytes
+from _bench_common import log, peak_rss_bytes, reset_peak_rss, tree_nbytes, write_json
 from bench_vault import (
     DataSource,
     code_provenance,
@@ -417,9 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     print("\n".join(markdown(result)), flush=True)
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-        log(f"JSON written to {args.out}")
+        write_json(args.out, result)
     log(f"total {result['total_s']:.1f} s")
     return 0
 

@@ -89,6 +89,7 @@ from _bench_common import (
     proc_status_bytes,
     reset_peak_rss,
     tree_nbytes,
+    write_json,
 )
 
 VARIANTS = ("image", "vector")
@@ -1321,9 +1322,7 @@ def main(argv: list[str] | None = None) -> int:
     text = "\n".join(markdown(result))
     print(text, flush=True)
     if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
-        log(f"JSON written to {args.out}")
+        write_json(args.out, result)
     log(f"total {result['total_s']:.1f} s")
     return 0
 
