@@ -12,57 +12,111 @@ from typing import TYPE_CHECKING, Any
 
 from vault._errors import (
     UnsavedDataLostError,
+    VaultArgumentError,
     VaultCorruptError,
     VaultError,
     VaultExistsError,
+    VaultLocationError,
     VaultLockedError,
     VaultMetadataError,
     VaultModeError,
     VaultNotFoundError,
     VaultReadError,
     VaultStructureError,
+    VaultVersionError,
 )
+from vault._faults import FAULT_POINTS, FaultHook, set_fault_hook
 
 if TYPE_CHECKING:
     from vault._derive import combine, derive_episodes, derive_slice
     from vault._episodes import EpisodeTable
-    from vault._stream import DatasetStream, StreamBatch, WindowStream
+    from vault._format import CommitRecord, EpisodeLeaves, LeafSpec, Manifest, Seam
+    from vault._inspect import FoundVault, disk_usage, find_vaults, lock_holder
+    from vault._location import Capabilities, Location, LockHolder, parse_location
+    from vault._snapshot import Snapshot
+    from vault._stats import LeafStats, episode_stats, leaf_stats, time_blocks
+    from vault._stream import DatasetStream, StreamBatch
     from vault._vault import Vault
-    from vault._verify import VerifyReport, verify
+    from vault._verify import Problem, VerifyReport, verify
+    from vault._windows import WindowStream
 
 _LAZY = {
     "Vault": "vault._vault",
     "EpisodeTable": "vault._episodes",
     "DatasetStream": "vault._stream",
     "StreamBatch": "vault._stream",
-    "WindowStream": "vault._stream",
+    "WindowStream": "vault._windows",
     "combine": "vault._derive",
     "derive_episodes": "vault._derive",
     "derive_slice": "vault._derive",
     "verify": "vault._verify",
     "VerifyReport": "vault._verify",
+    "Problem": "vault._verify",
+    "Snapshot": "vault._snapshot",
+    "Manifest": "vault._format",
+    "LeafSpec": "vault._format",
+    "CommitRecord": "vault._format",
+    "EpisodeLeaves": "vault._format",
+    "Seam": "vault._format",
+    "Location": "vault._location",
+    "Capabilities": "vault._location",
+    "LockHolder": "vault._location",
+    "parse_location": "vault._location",
+    "FoundVault": "vault._inspect",
+    "find_vaults": "vault._inspect",
+    "lock_holder": "vault._inspect",
+    "disk_usage": "vault._inspect",
+    "LeafStats": "vault._stats",
+    "leaf_stats": "vault._stats",
+    "episode_stats": "vault._stats",
+    "time_blocks": "vault._stats",
 }
 
 __all__ = [
+    "FAULT_POINTS",
+    "Capabilities",
+    "CommitRecord",
     "DatasetStream",
+    "EpisodeLeaves",
     "EpisodeTable",
+    "FaultHook",
+    "FoundVault",
+    "LeafSpec",
+    "LeafStats",
+    "Location",
+    "LockHolder",
+    "Manifest",
+    "Problem",
+    "Seam",
+    "Snapshot",
     "StreamBatch",
     "UnsavedDataLostError",
     "Vault",
+    "VaultArgumentError",
     "VaultCorruptError",
     "VaultError",
     "VaultExistsError",
+    "VaultLocationError",
     "VaultLockedError",
     "VaultMetadataError",
     "VaultModeError",
     "VaultNotFoundError",
     "VaultReadError",
     "VaultStructureError",
+    "VaultVersionError",
     "VerifyReport",
     "WindowStream",
     "combine",
     "derive_episodes",
     "derive_slice",
+    "disk_usage",
+    "episode_stats",
+    "find_vaults",
+    "leaf_stats",
+    "lock_holder",
+    "parse_location",
+    "set_fault_hook",
+    "time_blocks",
     "verify",
 ]
 

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-BOUNDS = "episodes/bounds"
-RETURNS = "episodes/returns"
+from vault._errors import VaultArgumentError
+from vault._format import OpenEpisodes
+
 BOUNDS_FIELDS = ["row", "start", "length", "flags"]
 INDEX_CHUNK = 8192  # episodes per chunk: 256 KiB of bounds, 64 KiB of returns
 FLAG_TRUNCATED = 1  # the episode ended by truncation (time limit), not termination
@@ -81,7 +82,7 @@ class EpisodeTable:
         columns = {"return": self.returns, "length": self.length, "row": self.row}
         columns["start"] = self.start
         if by not in columns:
-            raise ValueError(f"sort by one of {sorted(columns)}, got {by!r}")
+            raise VaultArgumentError(f"sort by one of {sorted(columns)}, got {by!r}")
         key = columns[by].astype(np.float64)
         key = np.where(np.isnan(key), -np.inf if descending else np.inf, key)
         order = np.argsort(-key if descending else key, kind="stable")
@@ -116,12 +117,12 @@ class EpisodeTable:
         picked = np.flatnonzero(keep)
         if top_k is not None:
             if top_k < 0:
-                raise ValueError(f"top_k must be >= 0, got {top_k}")
+                raise VaultArgumentError(f"top_k must be >= 0, got {top_k}")
             order = np.argsort(-np.nan_to_num(self.returns[picked], nan=-np.inf), kind="stable")
             picked = np.sort(picked[order[:top_k]])
         if transitions is not None:
             if transitions < 0:
-                raise ValueError(f"transitions must be >= 0, got {transitions}")
+                raise VaultArgumentError(f"transitions must be >= 0, got {transitions}")
             shuffled = np.random.default_rng(seed).permutation(picked)
             total = np.cumsum(self.length[shuffled])
             count = int(np.searchsorted(total, transitions)) + 1 if transitions else 0
@@ -162,19 +163,13 @@ class EpisodeTable:
 _FIELDS = dataclasses.fields(EpisodeTable)
 
 
-def initial_open(rows: int, begin: int = 0, start_known: bool = True) -> dict[str, list[Any]]:
-    """The open-episode record of rows whose next episode starts at ``begin``."""
-    flags = 0 if start_known else FLAG_START_UNKNOWN
-    return {"start": [begin] * rows, "return": [0.0] * rows, "flags": [flags] * rows}
-
-
 def advance(
-    open_eps: dict[str, list[Any]],
+    open_eps: OpenEpisodes,
     begin: int,
     done: np.ndarray,
     truncated: np.ndarray | None,
     reward: np.ndarray | None,
-) -> tuple[np.ndarray, np.ndarray, dict[str, list[Any]]]:
+) -> tuple[np.ndarray, np.ndarray, OpenEpisodes]:
     """Episodes that end in ``[begin, begin + n)`` given flags ``[rows, n]``.
 
     Returns ``(bounds [k, 4], returns [k], new open record)``; rows in row-major order (by
@@ -185,9 +180,9 @@ def advance(
         trunc = truncated.astype(bool)
         ended = ended | trunc
     rows, n = ended.shape
-    o_start = np.asarray(open_eps["start"], np.int64)
-    o_ret = np.asarray(open_eps["return"], np.float64)
-    o_flags = np.asarray(open_eps["flags"], np.int64)
+    o_start = np.asarray(open_eps.start, np.int64)
+    o_ret = np.asarray(open_eps.returns, np.float64)
+    o_flags = np.asarray(open_eps.flags, np.int64)
     if reward is None:
         cum = np.zeros((rows, n), np.float64)
     else:
@@ -209,23 +204,23 @@ def advance(
     has_end = ended.any(axis=1)
     last = np.where(has_end, n - 1 - np.argmax(ended[:, ::-1], axis=1), -1)
     tail = cum[:, -1] - np.where(has_end, cum[np.arange(rows), np.maximum(last, 0)], 0.0)
-    new_open = {
-        "start": np.where(has_end, begin + last + 1, o_start).tolist(),
-        "return": np.where(has_end, tail, o_ret + tail).tolist(),
-        "flags": np.where(has_end, 0, o_flags).tolist(),
-    }
+    new_open = OpenEpisodes(
+        tuple(np.where(has_end, begin + last + 1, o_start).tolist()),
+        tuple(np.where(has_end, tail, o_ret + tail).tolist()),
+        tuple(np.where(has_end, 0, o_flags).tolist()),
+    )
     return bounds, returns, new_open
 
 
-def open_table(open_eps: dict[str, list[Any]], length: int, has_reward: bool) -> EpisodeTable:
+def open_table(open_eps: OpenEpisodes, length: int, has_reward: bool) -> EpisodeTable:
     """The open (unfinished) episode of every row that has at least one timestep."""
-    start = np.asarray(open_eps["start"], np.int64)
+    start = np.asarray(open_eps.start, np.int64)
     rows = np.flatnonzero(start < length)
     bounds = np.stack(
-        [rows, start[rows], length - start[rows], np.asarray(open_eps["flags"], np.int64)[rows]],
+        [rows, start[rows], length - start[rows], np.asarray(open_eps.flags, np.int64)[rows]],
         axis=1,
     ).astype(np.int64)
-    returns = np.asarray(open_eps["return"], np.float64)[rows]
+    returns = np.asarray(open_eps.returns, np.float64)[rows]
     return EpisodeTable.from_bounds(
         bounds.reshape(-1, 4), returns, has_reward, complete=np.zeros(rows.shape, bool)
     )

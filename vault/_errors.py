@@ -55,3 +55,16 @@ class VaultReadError(VaultError, ValueError):
 
 class VaultMetadataError(VaultError, ValueError):
     """User metadata that is not JSON or that would overwrite a reserved key."""
+
+
+class VaultVersionError(VaultError, ValueError):
+    """The vault was written in a newer on-disk format than this rlvault reads: upgrade."""
+
+
+class VaultLocationError(VaultError, ValueError):
+    """A location that cannot be parsed, or that cannot do what was asked of it (for example
+    a writer lock on a store that offers none)."""
+
+
+class VaultArgumentError(VaultError, ValueError, TypeError):
+    """An argument of the wrong type or out of range (a mode, codec, policy or sort key)."""

@@ -1,37 +1,255 @@
-"""Locations: plain paths, ``file://`` and ``memory://`` URLs, turned into TensorStore kvstore
-specs in this one place (object storage will come through here too)."""
+"""Where a vault lives: one parser for paths, URLs and kvstore specs, and the location type.
+
+:func:`parse_location` turns a plain path, a ``file://`` or ``memory://`` URL, or a raw
+TensorStore kvstore spec (a dict) into a :class:`Location`. A location knows its kvstore spec,
+how to show itself, its TensorStore context, and what it can do (:class:`Capabilities`); it
+provides the writer lock, the reclaimer of replaced files (or none), staging of derived vaults,
+recovery after a crash, disk usage and discovery of vaults under it. Code asks a location what
+it can do; it never branches on a driver name. A new storage kind is one new module with a
+:class:`Location` subclass, registered in :data:`SCHEMES` / :data:`DRIVERS`.
+"""
 
 from __future__ import annotations
 
+import abc
+import contextlib
+import dataclasses
+import json
 import os
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import urlparse
 
+from vault._errors import VaultLocationError
+from vault._format import COMMIT_KEY, MANIFEST_ATTR, MANIFEST_KEY, ZARR_JSON
 
-def kvstore_spec(location: str | os.PathLike[str]) -> dict[str, Any]:
-    """The kvstore spec of the vault root (a directory-like prefix ending in ``/``)."""
-    text = os.fspath(location)
+if TYPE_CHECKING:
+    import tensorstore as ts
+
+    from vault._reclaim import Reclaimer
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a location can do.
+
+    ``exclusive_lock``: a writer lock that excludes other writers (and is released when the
+    holder dies); ``hard_links``: old file versions can be held and freed off the write path;
+    ``atomic_rename``: a directory can be renamed into place (staging of derived vaults);
+    ``listing``: keys can be listed (discovery, verify's missing-chunk check);
+    ``conditional_writes``: compare-and-swap writes; ``persistent``: data outlives the process.
+    """
+
+    exclusive_lock: bool
+    hard_links: bool
+    atomic_rename: bool
+    listing: bool
+    conditional_writes: bool
+    persistent: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class LockHolder:
+    """Who holds a writer lock (as recorded by the holder)."""
+
+    pid: int | None
+    host: str | None
+    since: str | None
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} on {self.host} since {self.since}"
+
+    @classmethod
+    def from_json(cls, doc: Any) -> LockHolder | None:
+        if not isinstance(doc, dict):
+            return None
+        return cls(doc.get("pid"), doc.get("host"), doc.get("since"))
+
+
+class WriterLock(Protocol):
+    """An acquired writer lock; ``release()`` is idempotent."""
+
+    def release(self) -> None: ...
+
+
+class Location(abc.ABC):
+    """A vault root: a directory-like prefix of a kvstore."""
+
+    capabilities: Capabilities
+
+    @property
+    @abc.abstractmethod
+    def spec(self) -> dict[str, Any]:
+        """The kvstore spec of the root (``path`` ends with ``/`` unless empty)."""
+
+    @abc.abstractmethod
+    def __str__(self) -> str:
+        """How the location is shown to people (a path or URL, never credentials)."""
+
+    @abc.abstractmethod
+    def context(self) -> ts.Context:
+        """The TensorStore context every handle of this location shares."""
+
+    @abc.abstractmethod
+    def child(self, name: str) -> Location:
+        """The location of ``name`` (a relative key) under this one."""
+
+    def child_spec(self, name: str) -> dict[str, Any]:
+        """The kvstore spec of ``name`` (a relative key, no leading slash) under the root."""
+        spec = dict(self.spec)
+        spec["path"] = f"{spec.get('path', '')}{name.strip('/')}/"
+        return spec
+
+    def kvstore(self) -> Any:
+        """The root as an open TensorStore ``KvStore``."""
+        kv = self.__dict__.get("_kvstore")
+        if kv is None:
+            import tensorstore as ts
+
+            kv = ts.KvStore.open(self.spec, context=self.context()).result()
+            self.__dict__["_kvstore"] = kv
+        return kv
+
+    def read(self, key: str) -> bytes | None:
+        """The value of ``key`` under the root, or None when it is absent."""
+        value = self.kvstore().read(key).result()
+        return bytes(value.value) if value.state == "value" else None
+
+    def prepare(self) -> None:  # noqa: B027 (optional hook: most stores need nothing)
+        """Make the root exist before a vault is created there."""
+
+    def writer_lock(self) -> WriterLock:
+        """Take the writer lock (VaultLockedError when another writer holds it)."""
+        raise VaultLocationError(
+            f"{self}: this kind of location offers no writer lock, so it can only be read"
+        )
+
+    def lock_holder(self) -> LockHolder | None:
+        """Who holds the writer lock now (None: nobody, or the location cannot tell)."""
+        return None
+
+    def reclaimer(self) -> Reclaimer | None:
+        """Frees replaced files off the write path, where the location can (hard links)."""
+        return None
+
+    def recover(self) -> int:
+        """Clean up after a writer that died (called with the writer lock held); returns how
+        many leftovers were removed."""
+        return 0
+
+    def disk_usage(self, prefix: str = "") -> int | None:
+        """Bytes stored under ``prefix`` (None when the location cannot tell cheaply)."""
+        return None
+
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[Location]:
+        """Where to build a new vault that must appear whole or not at all. Locations that
+        cannot rename a directory atomically build in place."""
+        yield self
+
+    def is_empty(self) -> bool:
+        """Whether nothing is stored under the root."""
+        keys = self.kvstore().list().result()
+        return not keys
+
+    def find_vaults(self) -> list[tuple[Location, str | None]]:
+        """Every vault under this location (not searched inside), sorted, each with None or
+        why it looks broken. Generic: lists every ``zarr.json`` key."""
+        keys = sorted(bytes(k).decode() for k in self.kvstore().list().result())
+        roots = sorted(
+            {k[: -len(ZARR_JSON)] for k in keys if k.endswith(ZARR_JSON) or k == ZARR_JSON}
+        )
+        found: list[tuple[Location, str | None]] = []
+        taken: list[str] = []
+        for prefix in roots:
+            if any(prefix.startswith(t) for t in taken) or "/." in f"/{prefix}":
+                continue
+            here = self.child(prefix) if prefix else self
+            kind = vault_kind(here.read, looks_like=f"{prefix}{COMMIT_KEY}" in keys)
+            if kind is not None:
+                taken.append(prefix)
+                found.append((here, None if kind == "ok" else kind))
+        return found
+
+
+def vault_kind(read: Callable[[str], bytes | None], looks_like: bool) -> str | None:
+    """``"ok"`` for a vault, a reason for something that looks like a broken one, None for
+    anything else."""
+    raw = read(MANIFEST_KEY)
+    if raw is None:
+        return "no zarr.json (not a vault any more)" if looks_like else None
+    try:
+        doc = json.loads(raw)
+    except ValueError as err:
+        return f"corrupt manifest: {err}" if looks_like else None
+    attrs = doc.get("attributes") if isinstance(doc, dict) else None
+    if isinstance(attrs, dict) and MANIFEST_ATTR in attrs:
+        return "ok"
+    return "zarr.json has no 'rlvault' attributes" if looks_like else None
+
+
+# ------------------------------------------------------------------------------------ parse
+def parse_location(location: Location | str | os.PathLike[str] | dict[str, Any]) -> Location:
+    """A :class:`Location` from a path, ``file://`` / ``memory://`` URL, kvstore spec or a
+    location; anything else is :class:`VaultLocationError`."""
+    if isinstance(location, Location):
+        return location
+    if isinstance(location, dict):
+        driver = location.get("driver")
+        factory = DRIVERS.get(str(driver))
+        if factory is None:
+            raise VaultLocationError(
+                f"unsupported kvstore driver {driver!r} in {location!r}; supported: "
+                f"{sorted(DRIVERS)}"
+            )
+        return factory(location)
+    try:
+        text = os.fspath(location)
+    except TypeError:
+        raise VaultLocationError(
+            f"a vault location is a path, a URL or a kvstore spec, got {type(location).__name__}"
+        ) from None
     parsed = urlparse(text)
-    if parsed.scheme == "memory":
-        path = (parsed.netloc + parsed.path).strip("/")
-        return {"driver": "memory", "path": f"{path}/" if path else ""}
-    if parsed.scheme == "file":
-        text = parsed.netloc + parsed.path
-    elif parsed.scheme and len(parsed.scheme) > 1:
-        raise ValueError(f"unsupported vault location scheme {parsed.scheme!r} in {text!r}")
-    absolute = Path(text).expanduser().absolute()
-    return {"driver": "file", "path": f"{absolute.as_posix().rstrip('/')}/"}
+    scheme = parsed.scheme if len(parsed.scheme) > 1 else ""  # "C:" is a drive, not a scheme
+    factory_url = SCHEMES.get(scheme)
+    if factory_url is None:
+        raise VaultLocationError(
+            f"unsupported vault location scheme {scheme!r} in {text!r}; supported: a path, "
+            + ", ".join(f"{s}://" for s in sorted(SCHEMES) if s)
+        )
+    return factory_url(text)
 
 
-def child_spec(root: dict[str, Any], name: str) -> dict[str, Any]:
-    """The kvstore spec of ``name`` (a relative key, no leading slash) under ``root``."""
-    spec = dict(root)
-    spec["path"] = f"{root['path']}{name.strip('/')}/"
-    return spec
+def _file_url(text: str) -> Location:
+    from vault._location_file import FileLocation
+
+    return FileLocation.from_url(text)
 
 
-def display(root: dict[str, Any]) -> str:
-    if root["driver"] == "memory":
-        return f"memory://{root['path']}"
-    return str(root["path"]).rstrip("/")
+def _memory_url(text: str) -> Location:
+    from vault._location_memory import MemoryLocation
+
+    return MemoryLocation.from_url(text)
+
+
+def _file_spec(spec: dict[str, Any]) -> Location:
+    from vault._location_file import FileLocation
+
+    return FileLocation.from_url(str(spec.get("path", "")))
+
+
+def _memory_spec(spec: dict[str, Any]) -> Location:
+    from vault._location_memory import MemoryLocation
+
+    return MemoryLocation(str(spec.get("path", "")))
+
+
+SCHEMES: dict[str, Callable[[str], Location]] = {
+    "": _file_url,
+    "file": _file_url,
+    "memory": _memory_url,
+}
+DRIVERS: dict[str, Callable[[dict[str, Any]], Location]] = {
+    "file": _file_spec,
+    "memory": _memory_spec,
+}

@@ -30,9 +30,10 @@ import threading
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from vault._format import TRASH_DIR
+
 _log = logging.getLogger(__name__)
 
-TRASH_DIR = "trash"
 MAX_HELD = 256  # old files waiting to be freed; beyond this the writer frees them itself
 MAX_HELD_BYTES = 64 << 20  # and their bytes
 _GROUP_JSON = '{"zarr_format": 3, "node_type": "group", "attributes": {"rlvault": "trash"}}'
@@ -84,8 +85,9 @@ class Reclaimer:
                 self._appending -= 1
                 self._cond.notify_all()
 
-    def hold(self, paths: Iterable[Path]) -> list[tuple[Path, int]]:
-        """Hard-link each existing file in ``paths`` into ``trash/``; returns the links.
+    def hold(self, keys: Iterable[str]) -> list[tuple[Path, int]]:
+        """Hard-link each existing file of ``keys`` (relative to the vault's root) into
+        ``trash/``; returns the links.
 
         A file that does not exist is skipped. If the file system refuses hard links the
         reclaimer turns itself off (replacements then free their files inline, as without it).
@@ -93,7 +95,8 @@ class Reclaimer:
         held: list[tuple[Path, int]] = []
         if not self.enabled:
             return held
-        for path in paths:
+        for key in keys:
+            path = self.root / key
             link = self._dir / f"{self._prefix}-{next(self._names)}"
             try:
                 os.link(path, link)

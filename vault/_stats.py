@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from vault._store import leaf_step_bytes
+from vault import _read
+from vault._errors import VaultReadError
 
 Progress = Callable[[int, int], None]
 """Called as ``progress(done, total)`` in bytes of raw (decoded) data."""
@@ -133,21 +134,18 @@ def leaf_stats(
 ) -> list[LeafStats]:
     """Statistics of every leaf (or of ``leaves``, by path) over the committed timesteps.
 
-    ``vault`` is an open :class:`Vault`. Memory is bounded by ``block_bytes`` (raised to one
-    time-chunk of all rows when a chunk is larger).
+    ``vault`` is an open :class:`Vault` (its current snapshot is read). Memory is bounded by
+    ``block_bytes`` (raised to one time-chunk of all rows when a chunk is larger).
     """
-    manifest = vault.manifest
-    meta = {leaf["name"]: leaf for leaf in manifest["leaves"]}
+    snap = vault.snapshot
+    manifest = snap.manifest
+    meta = {leaf.name: leaf for leaf in manifest.leaves}
     wanted = list(meta) if leaves is None else list(leaves)
-    length, rows = vault.committed_length, vault.rows
+    length, rows = snap.length, snap.rows
     unknown = [n for n in wanted if n not in meta]
     if unknown:
-        from vault._errors import VaultReadError
-
-        raise VaultReadError(
-            f"{vault.location}: unknown leaves {unknown}; the vault has {list(meta)}"
-        )
-    step = {n: rows * leaf_step_bytes(meta[n]) for n in wanted}
+        raise VaultReadError(f"{snap.where}: unknown leaves {unknown}; the vault has {list(meta)}")
+    step = {n: rows * meta[n].step_bytes for n in wanted}
     total = sum(step[n] * length for n in wanted)
     done = 0
     if progress is not None:
@@ -155,15 +153,15 @@ def leaf_stats(
     out = []
     for name in wanted:
         leaf = meta[name]
-        acc = _Accumulator(np.dtype(leaf["dtype"]))
-        edges = time_blocks(length, int(leaf["chunk"][1]), step[name], block_bytes)
+        acc = _Accumulator(np.dtype(leaf.dtype))
+        edges = time_blocks(length, leaf.chunk_time, step[name], block_bytes)
         for t0, t1 in itertools.pairwise(edges):
-            block = vault.read_numpy(start=t0, stop=t1, leaves=[name])[name]
+            block = _read.read_numpy(snap, None, t0, t1, [name])[name]
             acc.update(block)
             done += step[name] * (t1 - t0)
             if progress is not None:
                 progress(done, total)
-        out.append(acc.result(name, tuple(leaf["shape"])))
+        out.append(acc.result(name, leaf.shape))
     return out
 
 

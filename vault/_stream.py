@@ -30,24 +30,21 @@ trajectory-buffer states, reading the next ones in the background.
 
 from __future__ import annotations
 
-import atexit
 import collections
 import functools
 import itertools
 import math
-import queue
-import sys
-import threading
-import weakref
 from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import tensorstore as ts
 
-from vault import _structure
+from vault import _read, _structure
 from vault._errors import VaultReadError
-from vault._vault import Vault, _aligned_empty
+from vault._prefetch import Stream
+from vault._snapshot import Snapshot
+from vault._stream_args import episode_end_leaves, int_arg, selection
 
 T = TypeVar("T")
 
@@ -80,203 +77,6 @@ class StreamBatch(NamedTuple):
     row: np.ndarray
     start: np.ndarray
     epoch: int
-
-
-# --------------------------------------------------------------------------------------------
-# A background producer behind an iterator
-# --------------------------------------------------------------------------------------------
-
-_END = object()
-
-
-class _Failure:
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-def _pump(
-    items: Generator[Any, None, None],
-    out: queue.SimpleQueue[Any],
-    slots: threading.Semaphore,
-    stop: threading.Event,
-) -> None:
-    """Run ``items`` on this thread, at most ``slots`` items ahead of the consumer."""
-    try:
-        while True:
-            while not slots.acquire(timeout=_POLL_S):
-                if stop.is_set():
-                    return
-            if stop.is_set():
-                return
-            try:
-                item = next(items)
-            except StopIteration:
-                out.put(_END)
-                return
-            out.put(item)
-    except BaseException as err:  # handed to the consumer, raised by its next()
-        out.put(_Failure(err))
-    finally:
-        items.close()
-
-
-class Stream(Generic[T]):
-    """An iterator whose items are produced ahead on a background thread.
-
-    ``depth`` items at most are produced ahead of the consumer (``depth=0``: no thread, items
-    are produced on demand in the caller's thread). An error raised while producing is raised
-    by the consumer's next ``next()``. :meth:`close` (also called by ``with`` and when the
-    stream is garbage-collected) stops the thread and releases what it holds.
-    """
-
-    def __init__(
-        self,
-        items: Generator[Any, None, None],
-        depth: int,
-        name: str = "rlvault-stream",
-        packed: bool = False,
-    ) -> None:
-        # ``packed``: ``items`` yields non-empty lists of items (handed over a list at a time)
-        self._items: Generator[Any, None, None] | None = items
-        self._packed = packed
-        self._ready: collections.deque[T] = collections.deque()
-        self._closed = False
-        self._thread: threading.Thread | None = None
-        if depth > 0:
-            self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-            self._slots = threading.Semaphore(depth)
-            self._stop = threading.Event()
-            # The thread holds the generator, the queue and the events, never ``self``: a
-            # stream the consumer drops is collected, and its __del__ stops the thread.
-            self._thread = threading.Thread(
-                target=_pump,
-                args=(items, self._queue, self._slots, self._stop),
-                name=name,
-                daemon=True,
-            )
-            self._items = None
-            self._thread.start()
-            _LIVE.add(self)
-
-    def __iter__(self) -> Stream[T]:
-        return self
-
-    def __next__(self) -> T:
-        if self._ready:
-            return self._ready.popleft()
-        if self._closed:
-            raise StopIteration
-        if self._thread is None:
-            items = self._items
-            if items is None:
-                raise StopIteration
-            try:
-                item = next(items)
-            except BaseException:  # the end, or an error: either way nothing follows
-                self.close()
-                raise
-        else:
-            item = self._queue.get()
-            self._slots.release()
-            if item is _END:
-                self.close()
-                raise StopIteration
-            if isinstance(item, _Failure):
-                self.close()
-                raise item.error
-        if not self._packed:
-            return item
-        self._ready.extend(item)
-        return self._ready.popleft()
-
-    def close(self) -> None:
-        """Stop producing (idempotent); the background thread has ended when this returns."""
-        if self._closed:
-            return
-        self._closed = True
-        self._ready.clear()
-        if self._thread is None:
-            if self._items is not None:
-                self._items.close()
-                self._items = None
-            return
-        self._stop.set()
-        self._thread.join()
-        while True:  # drop what was produced ahead
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def __enter__(self) -> Stream[T]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        # At interpreter exit the atexit hook has closed every live stream; a join here, while
-        # the interpreter is finalizing, would fail.
-        if getattr(self, "_closed", True) is False and not sys.is_finalizing():
-            self.close()
-
-
-_LIVE: weakref.WeakSet[Stream[Any]] = weakref.WeakSet()
-
-
-@atexit.register
-def _close_live_streams() -> None:
-    """Stop every background reader before the interpreter tears down (a daemon thread still
-    inside TensorStore at that point aborts the process)."""
-    for stream in list(_LIVE):
-        stream.close()
-
-
-# --------------------------------------------------------------------------------------------
-# Argument checks
-# --------------------------------------------------------------------------------------------
-
-
-def _int_arg(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise VaultReadError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
-
-
-def _selection(
-    vault: Vault, rows: Sequence[int] | slice | None, leaves: Sequence[str] | None
-) -> tuple[np.ndarray, list[str]]:
-    """The vault row ids that ``rows`` picks, and the leaf names."""
-    row_ids = np.arange(vault.rows, dtype=np.int64)[vault._row_selection(rows)]
-    if row_ids.size == 0:
-        raise VaultReadError(f"{vault.location}: the row selection {rows!r} is empty")
-    if np.unique(row_ids).size != row_ids.size:
-        raise VaultReadError(f"{vault.location}: rows {row_ids.tolist()} name a row twice")
-    names = vault.leaf_names if leaves is None else [str(n) for n in leaves]
-    unknown = [n for n in names if n not in vault.leaf_names]
-    if unknown:
-        raise VaultReadError(
-            f"{vault.location}: unknown leaves {unknown}; the vault has {vault.leaf_names}"
-        )
-    if len(set(names)) != len(names):
-        raise VaultReadError(f"{vault.location}: leaves {names} name a leaf twice")
-    return row_ids, names
-
-
-def _episode_end_leaves(vault: Vault) -> list[str]:
-    """The done/truncated leaves of a vault with an episode index (else VaultReadError)."""
-    if not getattr(vault, "has_episodes", False):
-        raise VaultReadError(
-            f"{vault.location}: episode_aware=True needs a vault that knows its episode ends, "
-            "created with Vault.create(..., done_leaf=...); this one has no episode index. "
-            "Use episode_aware=False, or derive a vault with the episode leaves named."
-        )
-    ends: dict[str, str | None] = vault.episode_leaves
-    return [n for n in (ends.get("done"), ends.get("truncated")) if n]
 
 
 # --------------------------------------------------------------------------------------------
@@ -320,7 +120,7 @@ class _Plan:
 
     def __init__(
         self,
-        vault: Vault,
+        snap: Snapshot,
         batch: int,
         seq: int,
         *,
@@ -339,36 +139,36 @@ class _Plan:
         drop_remainder: bool,
         device_put: bool,
     ) -> None:
-        self.vault = vault
+        self.snap = snap
         self.batch, self.seq, self.head = batch, seq, seq - 1
         self.shuffle, self.seed, self.prefetch = shuffle, seed, prefetch
         self.stride, self.interleave = stride, interleave
         self.epochs, self.drop_remainder, self.device_put = epochs, drop_remainder, device_put
-        self.row_ids, self.names = _selection(vault, rows, leaves)
+        self.row_ids, self.names = selection(snap, rows, leaves)
         self.structured = leaves is None
         self._rebuild: Callable[[list[Any]], Any] | None = None  # set by the first batch
         self.end_leaves = list(end_leaves)
         self.read_names = self.names + [n for n in self.end_leaves if n not in self.names]
         self.out_count = len(self.names)
-        self.length = vault.committed_length
+        self.length = snap.length
         if self.length < seq:
             raise VaultReadError(
-                f"{vault.location}: sequences of {seq} timesteps need at least {seq} committed "
+                f"{snap.where}: sequences of {seq} timesteps need at least {seq} committed "
                 f"timesteps per row; the vault has {self.length}"
             )
-        meta = {leaf["name"]: leaf for leaf in vault.manifest["leaves"]}
-        self.items = [tuple(int(d) for d in meta[n]["shape"]) for n in self.read_names]
-        self.dtypes = [np.dtype(meta[n]["dtype"]) for n in self.read_names]
-        self.chunks = [meta[n]["chunk"] for n in self.read_names]
+        specs = [snap.manifest.leaf(n) for n in self.read_names]
+        self.items = [spec.shape for spec in specs]
+        self.dtypes = [np.dtype(spec.dtype) for spec in specs]
+        self.chunks = [spec.chunk for spec in specs]
         self.row_bytes = [
             math.prod(item) * dt.itemsize for item, dt in zip(self.items, self.dtypes, strict=True)
         ]
         self.step_bytes = sum(self.row_bytes)  # one row, one timestep, every leaf read
         self._choose_blocks(block_timesteps, block_rows, run_blocks)
         self.gap_at = np.array(
-            [int(g["at"]) for g in vault.gaps if 0 < int(g["at"]) < self.length], np.int64
+            [seam.at for seam in snap.commit.seams if 0 < seam.at < self.length], np.int64
         )
-        self.structure = vault.manifest["structure"]
+        self.structure = snap.manifest.structure
         batch_bytes = batch * seq * sum(self.row_bytes[: self.out_count])
         # small batches are cut ``pack`` at a time (one gather per leaf) and handed over together
         self.pack = max(1, min(MAX_PACK, PACK_BYTES // max(1, batch_bytes)))
@@ -401,7 +201,7 @@ class _Plan:
             steps = max(1, round(DEFAULT_BLOCK_BYTES / total / align)) * align
             self.block = -(-max(steps, self.seq) // align) * align
         else:
-            self.block = _int_arg("block_timesteps", block_timesteps, 1)
+            self.block = int_arg("block_timesteps", block_timesteps, 1)
             if self.block < self.seq:
                 raise VaultReadError(
                     f"block_timesteps ({self.block}) must be >= sequence_length ({self.seq})"
@@ -414,7 +214,7 @@ class _Plan:
                 chunk_rows = int(self.chunks[heaviest][0])
                 if block_rows >= chunk_rows:
                     block_rows -= block_rows % chunk_rows  # whole chunks of the heaviest leaf
-        self.block_rows = min(_int_arg("block_rows", block_rows, 1), n_rows)
+        self.block_rows = min(int_arg("block_rows", block_rows, 1), n_rows)
         self.n_time = -(-self.length // self.block)
         self.n_row_groups = -(-n_rows // self.block_rows)
         self.n_blocks = self.n_time * self.n_row_groups
@@ -423,7 +223,7 @@ class _Plan:
             dominant = chunk_time[heaviest]
             wasted = -(-self.head // dominant) * dominant if self.head else 0
             run_blocks = max(1, math.ceil(wasted / (HEAD_OVERHEAD * self.block)))
-        self.run_blocks = _int_arg("run_blocks", run_blocks, 1)
+        self.run_blocks = int_arg("run_blocks", run_blocks, 1)
 
     # ------------------------------------------------------------------------- schedule
     def _schedule(self, epoch: int) -> list[list[int]]:
@@ -473,7 +273,7 @@ class _Plan:
         ids = self.row_ids[first : first + count]
         contiguous = ids[-1] - ids[0] == count - 1 and bool(np.all(np.diff(ids) == 1))
         rows: Any = slice(int(ids[0]), int(ids[-1]) + 1) if contiguous else ids.tolist()
-        names, views, _ = self.vault._views(rows, lo, hi, None, None, self.read_names)
+        names, views = _read.views(self.snap, rows, lo, hi, self.read_names)
         r0 = j * self.block_rows
         for buf, view, name in zip(group.buffers, views, names, strict=True):
             fut = ts.array(buf[r0 : r0 + count, col : col + hi - lo]).write(view)
@@ -481,7 +281,7 @@ class _Plan:
 
     def _issue(self, epoch: int, index: int, blocks: list[int], last: bool) -> _Group:
         buffers = [
-            _aligned_empty((len(blocks) * self.block_rows, self.seg, *item), dt)
+            _read.aligned_empty((len(blocks) * self.block_rows, self.seg, *item), dt)
             for item, dt in zip(self.items, self.dtypes, strict=True)
         ]
         group = _Group(epoch, index, blocks, last, buffers)
@@ -501,7 +301,7 @@ class _Plan:
     def _complete(self, group: _Group) -> None:
         """Wait for the group's reads; fill the heads carried over; keep the new tails."""
         for name, fut in group.futures:
-            self.vault._result(fut, name)
+            _read.result(self.snap, fut, name)
         group.futures.clear()
         h, rb = self.head, self.block_rows
         tails = {}
@@ -700,7 +500,7 @@ class _Plan:
                     pending = None
                     if epoch_batches == 0 and self.epochs is None:
                         raise VaultReadError(
-                            f"{self.vault.location}: an epoch yields no batch of "
+                            f"{self.snap.where}: an epoch yields no batch of "
                             f"{self.batch} (too few valid sequences of {self.seq} timesteps); "
                             "repeating forever would never yield one"
                         )
@@ -727,7 +527,7 @@ class DatasetStream(Stream[StreamBatch]):
 
 
 def as_dataset(
-    vault: Vault,
+    snap: Snapshot,
     sample_batch_size: int,
     sequence_length: int,
     *,
@@ -794,22 +594,22 @@ def as_dataset(
     thread. Errors met while reading (for example :class:`VaultCorruptError`) are raised by
     ``next()``.
     """
-    batch = _int_arg("sample_batch_size", sample_batch_size, 1)
-    seq = _int_arg("sequence_length", sequence_length, 1)
+    batch = int_arg("sample_batch_size", sample_batch_size, 1)
+    seq = int_arg("sequence_length", sequence_length, 1)
     if epochs is not None:
-        epochs = _int_arg("epochs", epochs, 0)
+        epochs = int_arg("epochs", epochs, 0)
     plan = _Plan(
-        vault,
+        snap,
         batch,
         seq,
         shuffle=bool(shuffle),
-        seed=_int_arg("seed", seed, 0),
-        prefetch=_int_arg("prefetch", prefetch, 0),
-        end_leaves=_episode_end_leaves(vault) if episode_aware else [],
-        stride=_int_arg("stride", stride, 1),
+        seed=int_arg("seed", seed, 0),
+        prefetch=int_arg("prefetch", prefetch, 0),
+        end_leaves=episode_end_leaves(snap) if episode_aware else [],
+        stride=int_arg("stride", stride, 1),
         block_timesteps=block_timesteps,
         block_rows=block_rows,
-        interleave=_int_arg("interleave", interleave, 1),
+        interleave=int_arg("interleave", interleave, 1),
         run_blocks=run_blocks,
         rows=rows,
         leaves=leaves,
@@ -839,89 +639,3 @@ def _on_device() -> bool:
     import jax
 
     return bool(jax.default_backend() != "cpu")
-
-
-# --------------------------------------------------------------------------------------------
-# iter_windows
-# --------------------------------------------------------------------------------------------
-
-
-class WindowStream(Stream[Any]):
-    """The iterator :func:`iter_windows` returns; :meth:`ranges` tells which window is which."""
-
-    def __init__(
-        self,
-        items: Generator[Any, None, None],
-        depth: int,
-        ranges: Callable[[int], list[tuple[int, int]]],
-    ) -> None:
-        super().__init__(items, depth, name="rlvault-windows")
-        self._ranges = ranges
-
-    def ranges(self, epoch: int = 0) -> list[tuple[int, int]]:
-        """The ``(start, stop)`` time ranges of epoch ``epoch``'s windows, in yield order."""
-        return self._ranges(_int_arg("epoch", epoch, 0))
-
-
-def iter_windows(
-    vault: Vault,
-    window: int,
-    *,
-    shuffle: bool = False,
-    seed: int = 0,
-    prefetch: int = 1,
-    capacity: int | None = None,
-    rows: Sequence[int] | slice | None = None,
-    leaves: Sequence[str] | None = None,
-    epochs: int | None = 1,
-    drop_remainder: bool = False,
-) -> WindowStream:
-    """Successive windows ``[t0, t0 + window)`` of the committed data as trajectory-buffer
-    states (``TrajectoryBufferState``, what :meth:`Vault.read` gives), the next ``prefetch``
-    read in the background.
-
-    Each epoch visits every committed timestep (as of this call) exactly once: windows
-    ``[0, w), [w, 2w), ...``, the last one shorter unless ``drop_remainder``; with ``shuffle``
-    in a seeded random order, new each epoch. Every state has a time axis of ``capacity``
-    (default ``window``, so a jitted ``sample`` never retraces); a shorter last window is a
-    state that is not full (``current_index`` = its length). Sequences never span two windows;
-    a window shorter than the buffer's sequence length cannot be sampled (``can_sample`` is
-    false). ``WindowStream.ranges(epoch)`` lists the windows in yield order.
-
-    Memory: ``prefetch + 1`` windows (the consumer's and those read ahead).
-    """
-    window = _int_arg("window", window, 1)
-    prefetch = _int_arg("prefetch", prefetch, 0)
-    seed = _int_arg("seed", seed, 0)
-    if epochs is not None:
-        epochs = _int_arg("epochs", epochs, 0)
-    cap = window if capacity is None else _int_arg("capacity", capacity, 1)
-    if cap < window:
-        raise VaultReadError(
-            f"capacity ({cap}) must be >= window ({window}): a smaller state would drop the "
-            "start of each window"
-        )
-    _selection(vault, rows, leaves)  # fail now, not in the background
-    length = vault.committed_length
-    bounds = [(t, min(t + window, length)) for t in range(0, length, window)]
-    if drop_remainder and bounds and bounds[-1][1] - bounds[-1][0] < window:
-        bounds.pop()
-    if not bounds:
-        raise VaultReadError(
-            f"{vault.location}: no window of {window} timesteps: {length} committed"
-        )
-
-    def ranges(epoch: int) -> list[tuple[int, int]]:
-        if not shuffle:
-            return list(bounds)
-        order = np.random.default_rng([seed, epoch]).permutation(len(bounds))
-        return [bounds[int(i)] for i in order]
-
-    def produce() -> Generator[Any, None, None]:
-        epoch = 0
-        while epochs is None or epoch < epochs:
-            for lo, hi in ranges(epoch):
-                yield vault.read(rows=rows, start=lo, stop=hi, leaves=leaves, capacity=cap)
-            epoch += 1
-
-    return WindowStream(produce(), prefetch, ranges)

@@ -20,19 +20,30 @@ from typing import Any
 import numpy as np
 import tensorstore as ts
 
-from vault._episodes import BOUNDS, RETURNS, EpisodeTable
+from vault._episodes import EpisodeTable
 from vault._errors import VaultNotFoundError
-from vault._location import child_spec, display, kvstore_spec
-from vault._reclaim import TRASH_DIR
-from vault._schema import (
-    FILL_CHUNKS_KEY,
+from vault._format import (
+    BOUNDS,
+    COMMIT_ATTR,
+    COMMIT_KEY,
+    EPISODES,
+    EXPERIENCE,
+    MANIFEST_ATTR,
+    MANIFEST_KEY,
+    RETURNS,
+    SEAMS_KEY,
+    TRASH_DIR,
+    ZARR_JSON,
+    Manifest,
+    chunk_key,
     episode_record_problems,
     is_int,
     is_int_list,
+    leaf_key,
     manifest_problems,
+    seam_problems,
 )
-from vault._store import COMMIT_KEY, EXPERIENCE, MANIFEST_KEY
-from vault._vault import Vault, _context
+from vault._location import Location, parse_location
 
 Progress = Callable[[int, int], None]
 """Called as ``progress(done, total)``; units: chunks, then blocks of the episode scan."""
@@ -98,10 +109,10 @@ class _Array:
 
 
 class _Checker:
-    def __init__(self, root: dict[str, Any], ctx: Any, progress: Progress | None) -> None:
-        self.root, self.ctx, self.progress = root, ctx, progress
-        self.kv = ts.KvStore.open(root, context=ctx).result()
-        self.report = VerifyReport(display(root))
+    def __init__(self, location: Location, progress: Progress | None) -> None:
+        self.location, self.progress = location, progress
+        self.kv = location.kvstore()
+        self.report = VerifyReport(str(location))
         self.done = 0
         self.total = 0
 
@@ -127,7 +138,7 @@ class _Checker:
             return "invalid", str(err)
 
     # ----------------------------------------------------------------------------- metadata
-    def manifest(self) -> dict[str, Any] | None:
+    def manifest(self) -> Manifest | None:
         state, doc = self.read_json(MANIFEST_KEY)
         if state == "missing":
             raise VaultNotFoundError(f"no vault at {self.report.location} (no {MANIFEST_KEY})")
@@ -135,36 +146,36 @@ class _Checker:
             self.problem(_MANIFEST, f"not valid JSON: {doc}")
             return None
         attrs = doc.get("attributes") if isinstance(doc, dict) else None
-        if not isinstance(attrs, dict) or "rlvault" not in attrs:
+        if not isinstance(attrs, dict) or MANIFEST_ATTR not in attrs:
             raise VaultNotFoundError(
                 f"{self.report.location} is not an rlvault vault (no 'rlvault' attributes in "
                 f"{MANIFEST_KEY})"
             )
-        found = manifest_problems(attrs["rlvault"])
+        found = manifest_problems(attrs[MANIFEST_ATTR])
         for message in found:
             self.problem(_MANIFEST, message)
-        return None if found else attrs["rlvault"]
+        return None if found else Manifest.from_json(attrs[MANIFEST_ATTR], self.report.location)
 
     def groups(self, names: list[str], episodes: bool) -> None:
-        parents = {EXPERIENCE} | ({"episodes"} if episodes else set())
+        parents = {EXPERIENCE} | ({EPISODES} if episodes else set())
         for name in names:
             parts = name.split("/")[:-1]
             parents.update(f"{EXPERIENCE}/{'/'.join(parts[:i])}" for i in range(1, len(parts) + 1))
         for group in sorted(parents):
-            key = f"{group}/{MANIFEST_KEY}"
+            key = f"{group}/{ZARR_JSON}"
             state, doc = self.read_json(key)
             if state != "ok" or not isinstance(doc, dict) or doc.get("node_type") != "group":
                 what = {"missing": "missing", "invalid": "not valid JSON"}.get(state, "not a group")
                 self.problem(key, f"group metadata {what} (zarr-python cannot open the hierarchy)")
 
-    def commit(self, manifest: dict[str, Any] | None) -> dict[str, Any] | None:
+    def commit(self, manifest: Manifest | None) -> dict[str, Any] | None:
         state, doc = self.read_json(COMMIT_KEY)
         if state != "ok":
             self.problem(_COMMIT, "missing" if state == "missing" else f"not valid JSON: {doc}")
             return None
-        record = doc.get("attributes", {}).get("rlvault_commit") if isinstance(doc, dict) else None
+        record = doc.get("attributes", {}).get(COMMIT_ATTR) if isinstance(doc, dict) else None
         if not isinstance(record, dict):
-            self.problem(_COMMIT, "no 'rlvault_commit' attributes")
+            self.problem(_COMMIT, f"no '{COMMIT_ATTR}' attributes")
             return None
         length = record.get("committed_length")
         if not is_int(length, 0):
@@ -172,17 +183,13 @@ class _Checker:
             return None
         if not is_int(record.get("seq"), 0):
             self.problem(_COMMIT, f"seq must be an int >= 0, got {record.get('seq')!r}")
-        gaps = record.get("gaps", [])
-        if not isinstance(gaps, list) or not all(
-            isinstance(g, dict) and is_int(g.get("at"), 0) and is_int(g.get("lost"), 0)
-            for g in gaps
-        ):
-            self.problem(
-                _COMMIT, f"gaps must be a list of {{'at': int, 'lost': int}}, got {gaps!r}"
-            )
-            record["gaps"] = []
-        if manifest is not None and manifest.get("episodes") is not None:
-            bad = episode_record_problems(record.get("episodes"), int(manifest["rows"]), length)
+        bad_seams = seam_problems(record.get(SEAMS_KEY, []))
+        for message in bad_seams:
+            self.problem(_COMMIT, message)
+        if bad_seams:
+            record[SEAMS_KEY] = []
+        if manifest is not None and manifest.episodes is not None:
+            bad = episode_record_problems(record.get("episodes"), manifest.rows, length)
             for message in bad:
                 self.problem(_COMMIT, message)
             if bad:
@@ -192,7 +199,7 @@ class _Checker:
 
     def array(self, arr: _Array) -> bool:
         """Check ``arr``'s metadata against what the manifest says and open it."""
-        key = f"{arr.key}/{MANIFEST_KEY}"
+        key = f"{arr.key}/{ZARR_JSON}"
         state, meta = self.read_json(key)
         if state != "ok" or not isinstance(meta, dict):
             self.problem(key, "array metadata missing" if state == "missing" else f"{meta}")
@@ -224,9 +231,9 @@ class _Checker:
         name = encoding.get("name", "default")
         sep = encoding.get("configuration", {}).get("separator")
         arr.encoding = (name, sep or ("/" if name == "default" else "."))
-        spec = {"driver": "zarr3", "kvstore": child_spec(self.root, arr.key)}
+        spec = {"driver": "zarr3", "kvstore": self.location.child_spec(arr.key)}
         try:
-            arr.handle = ts.open(spec, context=self.ctx, read=True).result()
+            arr.handle = ts.open(spec, context=self.location.context(), read=True).result()
         except ValueError as err:
             self.problem(key, f"TensorStore cannot open the array: {_one_line(err)}")
             return False
@@ -255,7 +262,7 @@ class _Checker:
             batch: list[tuple[str, Any]] = []
             absent: list[str] = []
             for index in itertools.product(*(range(n) for n in _counts(arr))):
-                key = _chunk_key(arr, index)
+                key = chunk_key(index, *arr.encoding)
                 place = f"{arr.key} chunk {'.'.join(map(str, index))}"
                 if key not in keys:
                     absent.append(key)
@@ -282,7 +289,7 @@ class _Checker:
         """Old versions of replaced files that a writer holds until it frees them."""
         prefix = f"{TRASH_DIR}/"
         keys = self.kv.list(ts.KvStore.KeyRange(prefix, prefix[:-1] + "0")).result()
-        held = [k for k in keys if bytes(k).decode() != f"{prefix}zarr.json"]
+        held = [k for k in keys if bytes(k).decode() != f"{prefix}{ZARR_JSON}"]
         if held:
             self.warn(
                 TRASH_DIR,
@@ -319,12 +326,6 @@ def _one_line(err: BaseException | str) -> str:
 
 def _counts(arr: _Array) -> list[int]:
     return [math.ceil(e / c) for e, c in zip(arr.extent, arr.chunk or [], strict=True)]
-
-
-def _chunk_key(arr: _Array, index: tuple[int, ...]) -> str:
-    name, sep = arr.encoding
-    parts = sep.join(str(i) for i in index)
-    return f"c{sep}{parts}" if name == "default" else parts
 
 
 # --------------------------------------------------------------------------------- episodes
@@ -572,28 +573,23 @@ def verify(location_or_vault: Any, progress: Progress | None = None) -> VerifyRe
     Memory stays bounded: chunks are decoded a batch at a time (``READ_BATCH_BYTES``) and the
     episode scan reads a block of time-chunks at a time (``SCAN_BLOCK_BYTES``).
     """
-    if isinstance(location_or_vault, Vault):
-        root, ctx = location_or_vault._root, location_or_vault._ctx
+    if hasattr(location_or_vault, "snapshot"):  # an open Vault
+        location = location_or_vault.snapshot.location
     else:
-        root = kvstore_spec(location_or_vault)
-        ctx = _context(root)
-    checker = _Checker(root, ctx, progress)
+        location = parse_location(location_or_vault)
+    checker = _Checker(location, progress)
     manifest = checker.manifest()
     record = checker.commit(manifest)
     if manifest is None:
         return checker.report
-    cfg = manifest.get("episodes")
-    names = [leaf["name"] for leaf in manifest["leaves"]]
-    checker.groups(names, cfg is not None)
-    rows = int(manifest["rows"])
+    cfg = manifest.episodes
+    checker.groups(manifest.leaf_names, cfg is not None)
+    rows = manifest.rows
     leaves = {
-        leaf["name"]: _Array(
-            f"{EXPERIENCE}/{leaf['name']}",
-            [rows, None, *leaf["shape"]],
-            np.dtype(leaf["dtype"]).name,
-            list(leaf["chunk"]),
+        leaf.name: _Array(
+            leaf_key(leaf.name), [rows, None, *leaf.shape], leaf.dtype, list(leaf.chunk)
         )
-        for leaf in manifest["leaves"]
+        for leaf in manifest.leaves
     }
     index = [_Array(BOUNDS, [None, 4], "int64", None), _Array(RETURNS, [None], "float64", None)]
     opened = [arr for arr in leaves.values() if checker.array(arr)]
@@ -612,13 +608,15 @@ def verify(location_or_vault: Any, progress: Progress | None = None) -> VerifyRe
     checker.total = sum(math.prod(_counts(arr)) for arr in opened)
     scan = None
     if episodes is not None and index_ok:
-        flags = {role: leaves[name] for role, name in (cfg or {}).items() if name is not None}
+        roles = cfg.as_dict() if cfg is not None else {}
+        flags = {role: leaves[name] for role, name in roles.items() if name is not None}
         if all(arr.handle is not None for arr in flags.values()):
-            scan = _EpisodeScan(checker, flags, index, episodes, record["gaps"], rows, length)
+            seams = record.get(SEAMS_KEY, [])
+            scan = _EpisodeScan(checker, flags, index, episodes, seams, rows, length)
             checker.total += len(scan.edges) - 1
     checker.trash()
     checker.tick()
-    checker.chunks(opened, manifest.get(FILL_CHUNKS_KEY) is True)
+    checker.chunks(opened, manifest.fill_chunks_stored)
     if scan is not None:
         scan.run()
     return checker.report

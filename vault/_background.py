@@ -1,0 +1,64 @@
+"""Background writing: an ordered queue of jobs on one thread, with back-pressure and an error
+latch.
+
+Jobs run one at a time, in the order they were submitted. At most ``max_pending`` wait; a
+submit beyond that blocks until the oldest is done (back-pressure). Once a job fails, the jobs
+queued after it do nothing (nothing after a failed write is committed) and the error is raised
+once, by the next :meth:`submit`, :meth:`flush` or :meth:`close`.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+from collections.abc import Callable
+from typing import Any
+
+
+class BackgroundQueue:
+    def __init__(self, max_pending: int = 2, name: str = "vault-write") -> None:
+        self.max_pending = max_pending
+        self._name = name
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pending: collections.deque[concurrent.futures.Future[None]] = collections.deque()
+        self._error: BaseException | None = None
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def submit(self, job: Callable[[], Any]) -> None:
+        """Queue ``job``; blocks while ``max_pending`` jobs wait."""
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=self._name)
+        while len(self._pending) >= self.max_pending:
+            self._pending[0].result()  # back-pressure: wait for the oldest
+            self._pending.popleft()  # (only once done: an interrupted wait keeps it listed)
+        self._pending.append(self._pool.submit(self._run, job))
+
+    def _run(self, job: Callable[[], Any]) -> None:
+        if self._error is not None:
+            return  # an earlier job failed: do nothing after it
+        try:
+            job()
+        except BaseException as err:
+            self._error = err
+
+    def wait(self) -> BaseException | None:
+        """Wait for every queued job; returns (and clears) the first error, if any."""
+        while self._pending:
+            self._pending[0].result()
+            self._pending.popleft()
+        err, self._error = self._error, None
+        return err
+
+    def take_error(self) -> BaseException | None:
+        """The first error of a finished job, once every job has ended (None: none failed)."""
+        if self._error is None:
+            return None
+        return self.wait()
+
+    def close(self) -> None:
+        """Stop the thread (after the queued jobs)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None

@@ -1,0 +1,215 @@
+"""The commit protocol (shared/DESIGN.md, Vault invariant 2): grow, data, episode index,
+commit record, in that order.
+
+Data chunks of every leaf and the episode-index entries are written and awaited first; then
+the commit record is replaced atomically (the file kvstore writes a temp file, fsyncs and
+renames; an object store replaces an object in one PUT). Readers never look past the committed
+length, so after a crash the vault shows exactly the last committed prefix and the next append
+overwrites any partial tail. Each step runs as a named fault point (``vault/_faults.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vault._episodes import FLAG_START_UNKNOWN, INDEX_CHUNK, advance
+from vault._errors import VaultCorruptError
+from vault._faults import run_point
+from vault._format import (
+    BOUNDS,
+    COMMIT_KEY,
+    RETURNS,
+    ZARR_JSON,
+    CommitRecord,
+    EpisodeLeaves,
+    EpisodeState,
+    OpenEpisodes,
+    leaf_key,
+)
+from vault._plan import AppendJob
+from vault._reclaim import Reclaimer
+from vault._snapshot import Snapshot
+
+
+def apply(snap: Snapshot, job: AppendJob, reclaimer: Reclaimer | None = None) -> Snapshot:
+    """Append ``job`` to the vault at ``snap`` (its writer's latest commit); returns the
+    snapshot of the new commit. ``reclaimer``: where old versions of replaced files go."""
+    info = {"begin": job.begin, "end": job.end}
+    return run_point("append", info, lambda: _apply(snap, job, reclaimer))
+
+
+def _apply(snap: Snapshot, job: AppendJob, reclaimer: Reclaimer | None) -> Snapshot:
+    held: list[tuple[Path, int]] = []
+    with reclaimer.appending() if reclaimer is not None else contextlib.nullcontext():
+        try:
+            return _append(snap, job, reclaimer, held)
+        finally:
+            if reclaimer is not None:
+                reclaimer.release(held)
+
+
+def _append(
+    snap: Snapshot, job: AppendJob, rec: Reclaimer | None, held: list[tuple[Path, int]]
+) -> Snapshot:
+    futures = []
+    arrays = snap.arrays
+    if job.parts:
+        if rec is not None:
+            held += rec.hold(replaced_by_append(snap, job.begin, job.end))
+        arrays = grow(snap, job.end)
+        futures = [
+            arr[:, job.begin : job.end].write(part)
+            for arr, part in zip(arrays, job.parts, strict=True)
+        ]
+    index = snap.index
+    episodes = snap.commit.episodes
+    cfg = snap.manifest.episodes
+    if cfg is not None and episodes is not None:
+        index, episodes, written = _index_entries(snap, cfg, job, episodes, rec, held)
+        futures += written
+    for future in futures:
+        future.result()
+    if rec is not None:
+        held += rec.hold([COMMIT_KEY])
+    commit = CommitRecord(
+        committed_length=job.end,
+        source_counter=job.source_counter,
+        seq=snap.commit.seq + 1,
+        seams=job.seams,
+        episodes=episodes,
+    )
+    run_point("commit", {"length": job.end}, lambda: write_commit(snap, commit))
+    return dataclasses.replace(snap, commit=commit, arrays=arrays, index=index)
+
+
+def _index_entries(
+    snap: Snapshot,
+    cfg: EpisodeLeaves,
+    job: AppendJob,
+    episodes: EpisodeState,
+    rec: Reclaimer | None,
+    held: list[tuple[Path, int]],
+) -> tuple[tuple[Any, ...], EpisodeState, list[Any]]:
+    """The episodes that end in the job's data: (index handles, new state, write futures)."""
+    rows = snap.rows
+    open_eps = episodes.open
+    if job.lost_before:
+        open_eps = OpenEpisodes.fresh(rows, job.begin, FLAG_START_UNKNOWN)
+    elif job.restart is not None:
+        flags = np.where(job.restart, 0, FLAG_START_UNKNOWN).tolist()
+        open_eps = OpenEpisodes.fresh(rows, job.begin, flags)
+    count = episodes.count
+    index = snap.index
+    futures: list[Any] = []
+    if job.parts:
+        names = snap.names
+
+        def part(name: str | None) -> np.ndarray | None:
+            return None if name is None else job.parts[names.index(name)]
+
+        done = part(cfg.done)
+        if done is None:
+            raise VaultCorruptError(f"{snap.where}: episode config lacks 'done'")
+        bounds, returns, open_eps = advance(
+            open_eps, job.begin, done, part(cfg.truncated), part(cfg.reward)
+        )
+        new_count = count + len(bounds)
+        if len(bounds):
+            if rec is not None:
+                held += rec.hold(replaced_in_index(snap, count, new_count))
+
+            def write() -> tuple[Any, ...]:
+                grown = grow_index(snap, new_count)
+                futures.append(grown[0][count:new_count].write(bounds))
+                futures.append(grown[1][count:new_count].write(returns))
+                return grown
+
+            index = run_point("index", {"count": count, "new_count": new_count}, write)
+            count = new_count
+    return index, EpisodeState(count, open_eps), futures
+
+
+def write_commit(snap: Snapshot, commit: CommitRecord) -> None:
+    """Replace the commit record atomically."""
+    kv = snap.location.kvstore()
+    kv.write(COMMIT_KEY, commit.to_bytes()).result()
+
+
+def grow(snap: Snapshot, length: int) -> tuple[Any, ...]:
+    """Every array at least ``length`` long, growing a whole time-chunk at a time.
+
+    Resizing rewrites (and fsyncs) each array's metadata, so arrays grow by at least a quarter
+    (rounded up to whole chunks) rather than on every append; the Zarr shape may therefore run
+    past the committed length (that tail holds the fill value). The commit record is the truth.
+    """
+    arrays = list(snap.arrays)
+    if all(arr.shape[1] >= length for arr in arrays):
+        return snap.arrays
+
+    def resize() -> tuple[Any, ...]:
+        futures = []
+        for i, (arr, leaf) in enumerate(zip(arrays, snap.manifest.leaves, strict=True)):
+            if arr.shape[1] < length:
+                step = leaf.chunk_time
+                wanted = max(length, arr.shape[1] + arr.shape[1] // 4)  # grow >= 25 %
+                target = -(-wanted // step) * step
+                grown = arr.resize(
+                    exclusive_max=[None, target] + [None] * (arr.rank - 2),
+                    expand_only=True,
+                    resize_metadata_only=True,
+                )
+                futures.append((i, grown))
+        for i, future in futures:
+            arrays[i] = future.result()
+        return tuple(arrays)
+
+    shapes = {name: int(a.shape[1]) for name, a in zip(snap.names, arrays, strict=True)}
+    return run_point("resize", {"length": length, "shapes": shapes}, resize)
+
+
+def grow_index(snap: Snapshot, count: int) -> tuple[Any, ...]:
+    """The episode-index arrays holding at least ``count`` episodes (25 % headroom)."""
+    index = snap.index
+    if index[0].shape[0] >= count:
+        return index
+    wanted = max(count, index[0].shape[0] * 5 // 4)
+    target = -(-wanted // INDEX_CHUNK) * INDEX_CHUNK
+    futures = [
+        arr.resize(
+            exclusive_max=[target] + [None] * (arr.rank - 1),
+            expand_only=True,
+            resize_metadata_only=True,
+        )
+        for arr in index
+    ]
+    return tuple(f.result() for f in futures)
+
+
+def replaced_by_append(snap: Snapshot, begin: int, end: int) -> Iterator[str]:
+    """Keys that appending ``[begin, end)`` replaces: the partly filled time-chunk at ``begin``
+    of every leaf (all its row blocks), and the metadata of arrays that grow."""
+    for leaf, arr in zip(snap.manifest.leaves, snap.arrays, strict=True):
+        folder = leaf_key(leaf.name)
+        if arr.shape[1] < end:
+            yield f"{folder}/{ZARR_JSON}"
+        chunk_rows, chunk_time = leaf.chunk[0], leaf.chunk[1]
+        if begin % chunk_time:
+            item = "/".join(["0"] * len(leaf.shape))
+            for r in range(-(-snap.rows // chunk_rows)):
+                key = f"{folder}/c/{r}/{begin // chunk_time}"
+                yield f"{key}/{item}" if item else key
+
+
+def replaced_in_index(snap: Snapshot, count: int, new_count: int) -> Iterator[str]:
+    """Keys that adding episodes ``[count, new_count)`` replaces."""
+    for key, item in ((BOUNDS, "/0"), (RETURNS, "")):
+        if snap.index[0].shape[0] < new_count:
+            yield f"{key}/{ZARR_JSON}"
+        if count % INDEX_CHUNK:
+            yield f"{key}/c/{count // INDEX_CHUNK}{item}"

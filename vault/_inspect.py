@@ -1,0 +1,38 @@
+"""Facts about vaults at a location without opening them for reading data: which vaults are
+under a prefix, who holds a vault's writer lock, how much storage a vault uses."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from vault._format import leaf_key
+from vault._location import LockHolder, parse_location
+from vault._vault import LocationLike
+
+
+@dataclasses.dataclass(frozen=True)
+class FoundVault:
+    """A vault found under a prefix: its location, and why it looks broken (None: sound)."""
+
+    location: str
+    problem: str | None = None
+
+
+def find_vaults(prefix: LocationLike) -> list[FoundVault]:
+    """Every vault under ``prefix`` (vaults are not searched inside; hidden folders are
+    skipped on a file system), sorted by location. Something with the layout of a vault whose
+    manifest cannot be read is listed with its problem."""
+    return [FoundVault(str(loc), why) for loc, why in parse_location(prefix).find_vaults()]
+
+
+def lock_holder(location: LocationLike) -> LockHolder | None:
+    """Who holds the writer lock of the vault at ``location`` (None: nobody, or the location
+    cannot tell)."""
+    return parse_location(location).lock_holder()
+
+
+def disk_usage(location: LocationLike, leaf: str | None = None) -> int | None:
+    """Bytes the vault at ``location`` stores (of one leaf with ``leaf``); None where the
+    location cannot tell cheaply."""
+    where = parse_location(location)
+    return where.disk_usage("" if leaf is None else leaf_key(leaf))

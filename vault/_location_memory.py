@@ -1,0 +1,106 @@
+"""``memory://`` vaults: in-process TensorStore memory kvstores, for tests and scratch data.
+
+Every handle of one ``memory://`` location shares one TensorStore context (a memory store
+lives inside a context), and the writer lock is a per-process table.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from typing import Any
+from urllib.parse import urlparse
+
+from vault._errors import VaultLockedError
+from vault._location import Capabilities, Location, LockHolder
+from vault._writer_id import holder_record, locked_message
+
+_HOLDERS: dict[str, dict[str, Any]] = {}
+_GUARD = threading.Lock()
+_CONTEXTS: dict[str, Any] = {}
+
+
+class MemoryLocation(Location):
+    """A prefix of a process-wide memory store named by its path."""
+
+    capabilities = Capabilities(
+        exclusive_lock=True,
+        hard_links=False,
+        atomic_rename=False,
+        listing=True,
+        conditional_writes=False,
+        persistent=False,
+    )
+
+    def __init__(self, path: str) -> None:
+        path = path.strip("/")
+        self.path = f"{path}/" if path else ""
+
+    @classmethod
+    def from_url(cls, text: str) -> MemoryLocation:
+        parsed = urlparse(text)
+        return cls(parsed.netloc + parsed.path)
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return {"driver": "memory", "path": self.path}
+
+    def __str__(self) -> str:
+        return f"memory://{self.path}"
+
+    def __repr__(self) -> str:
+        return f"MemoryLocation({self.path!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, MemoryLocation) and other.path == self.path
+
+    def __hash__(self) -> int:
+        return hash(("memory", self.path))
+
+    def context(self) -> Any:
+        """One context per top-level name, so every handle sees the same store."""
+        import tensorstore as ts
+
+        key = self.path
+        with _GUARD:
+            if key not in _CONTEXTS:
+                _CONTEXTS[key] = ts.Context()
+            return _CONTEXTS[key]
+
+    def child(self, name: str) -> MemoryLocation:
+        return MemoryLocation(f"{self.path}{name.strip('/')}")
+
+    def writer_lock(self) -> _MemoryLock:
+        return _MemoryLock(self)
+
+    def lock_holder(self) -> LockHolder | None:
+        with _GUARD:
+            holder = _HOLDERS.get(self.path)
+        return None if holder is None else LockHolder.from_json(holder)
+
+    def find_vaults(self) -> list[tuple[Location, str | None]]:
+        # Each memory location has its own context (store): children share the parent's name
+        # as a prefix but not its store, so only this location itself can be a vault here.
+        from vault._location import vault_kind
+
+        kind = vault_kind(self.read, looks_like=False)
+        return [] if kind is None else [(self, None if kind == "ok" else kind)]
+
+
+class _MemoryLock:
+    def __init__(self, location: MemoryLocation) -> None:
+        key = location.path
+        with _GUARD:
+            if key in _HOLDERS:
+                holder = LockHolder.from_json(_HOLDERS[key])
+                raise VaultLockedError(locked_message(str(location), holder))
+            _HOLDERS[key] = holder_record()
+        self._finalizer = weakref.finalize(self, _unlock, key)
+
+    def release(self) -> None:
+        self._finalizer()
+
+
+def _unlock(key: str) -> None:
+    with _GUARD:
+        _HOLDERS.pop(key, None)

@@ -1,0 +1,176 @@
+"""The one writer of a vault: its lock, where the next append goes (the tip), and how appends
+run (now, or queued in the background).
+
+A :class:`Writer` plans each write (``vault/_plan.py``), runs it through the commit protocol
+(``vault/_commit.py``) and keeps the snapshot of its latest commit. The tip moves only once an
+append has run (blocking) or is queued (non-blocking): a write that fails or is interrupted
+(Ctrl-C) leaves it at the last commit, so the next write of the same buffer appends exactly
+what is missing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from vault import _commit
+from vault._background import BackgroundQueue
+from vault._errors import VaultError, VaultModeError
+from vault._location import WriterLock
+from vault._plan import (
+    AppendJob,
+    ArraysView,
+    BufferView,
+    OnOverrun,
+    Tip,
+    check_leaves,
+    plan_append,
+    plan_write,
+)
+from vault._reclaim import Reclaimer
+from vault._snapshot import Snapshot
+
+
+class Writer:
+    """Appends to the vault at ``snapshot`` while holding its writer ``lock``."""
+
+    def __init__(self, snapshot: Snapshot, lock: WriterLock) -> None:
+        self.snapshot = snapshot  # the latest commit of this writer
+        self.tip = Tip.of(snapshot.commit)
+        self.closed = False
+        self._lock: WriterLock | None = lock
+        self._queue = BackgroundQueue()
+        self._reclaimer: Reclaimer | None = None
+        self._reclaimer_checked = False
+
+    @property
+    def where(self) -> str:
+        return self.snapshot.where
+
+    @property
+    def max_pending(self) -> int:
+        return self._queue.max_pending
+
+    @max_pending.setter
+    def max_pending(self, value: int) -> None:
+        self._queue.max_pending = int(value)
+
+    @property
+    def reclaimer(self) -> Reclaimer | None:
+        """Frees replaced files off the write path (created at the first append, where the
+        location can hold files by hard links)."""
+        if not self._reclaimer_checked:
+            self._reclaimer_checked = True
+            if self.snapshot.location.capabilities.hard_links:
+                self._reclaimer = self.snapshot.location.reclaimer()
+        return self._reclaimer
+
+    # ------------------------------------------------------------------------- writing
+    def write(self, state: Any, *, on_overrun: OnOverrun, new_buffer: bool, block: bool) -> int:
+        """Append what ``state`` holds beyond the tip; returns how many timesteps per row."""
+        self._check_open()
+        view = BufferView(state)
+        values = check_leaves(self.snapshot.manifest, view, self.where)
+        job = plan_write(
+            self.tip,
+            view,
+            values,
+            where=self.where,
+            on_overrun=on_overrun,
+            new_buffer=new_buffer,
+            copy=not block,
+        )
+        if job is None:
+            return 0
+        if block:
+            self.run_now(job)
+        else:
+            self._queue.submit(lambda: self._apply(job))
+            self.tip = job.tip
+        return job.end - job.begin
+
+    def append(self, experience: Any, restart: np.ndarray | None, lost: int = 0) -> int:
+        """Append arrays ``[rows, n, ...]`` (blocking); ``restart`` and ``lost`` as in
+        :class:`~vault._plan.AppendJob`. Returns ``n``."""
+        self._check_open()
+        self.flush()
+        view = ArraysView(experience)
+        values = check_leaves(self.snapshot.manifest, view, self.where)
+        parts = [np.asarray(v) for v in values]
+        job = plan_append(self.tip, self.snapshot.rows, parts, restart, lost)
+        self.run_now(job)
+        return view.time_len
+
+    def run_now(self, job: AppendJob) -> None:
+        """Run ``job`` in this thread, after every queued one."""
+        self.flush()
+        try:
+            self._apply(job)
+        except BaseException as err:
+            self._back_to_commit()
+            if isinstance(err, Exception) and not isinstance(err, VaultError):
+                raise VaultError(
+                    f"{self.where}: the write failed ({type(err).__name__}: {err}); the vault "
+                    f"is at its last commit ({self.snapshot.length} timesteps). Writing the "
+                    "same buffer again appends what is missing."
+                ) from err
+            raise
+        self.tip = job.tip
+
+    def _apply(self, job: AppendJob) -> None:
+        self.snapshot = _commit.apply(self.snapshot, job, self.reclaimer)
+
+    def _back_to_commit(self) -> None:
+        """After a failed append: the tip is what is really committed."""
+        self.snapshot = self.snapshot.refreshed()
+        self.tip = Tip.of(self.snapshot.commit)
+
+    # ------------------------------------------------------------------------- lifecycle
+    def _check_open(self) -> None:
+        self._raise_background_error()
+        if self.closed:
+            raise VaultModeError(f"{self.where}: this Vault was closed")
+
+    def _raise_background_error(self) -> None:
+        self._raise_failure(self._queue.take_error())
+
+    def flush(self) -> None:
+        """Wait until every queued write is committed; raise a background error if one
+        failed."""
+        self._raise_failure(self._queue.wait())
+
+    def _raise_failure(self, err: BaseException | None) -> None:
+        if err is None:
+            return
+        self._back_to_commit()
+        raise VaultError(
+            f"{self.where}: a background write failed ({type(err).__name__}: {err}); the vault "
+            f"is at its last commit ({self.snapshot.length} timesteps). Writing the same "
+            "buffer again appends what is missing."
+        ) from err
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def refresh(self) -> Snapshot:
+        """Wait for queued writes, then re-read the commit record."""
+        self.flush()
+        self.snapshot = self.snapshot.refreshed()
+        self.tip = Tip.of(self.snapshot.commit)
+        return self.snapshot
+
+    def close(self) -> None:
+        """Wait for queued writes, free held files, stop the thread, release the lock."""
+        try:
+            self.flush()
+        finally:
+            if self._reclaimer is not None:
+                self._reclaimer.close()
+                self._reclaimer = None
+            self._queue.close()
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+            self.closed = True
