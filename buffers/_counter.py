@@ -7,8 +7,10 @@ the high one. The Vault reads it on the host with :func:`timesteps_added`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
@@ -33,6 +35,48 @@ def advance(counter: Array, n: int | Array) -> Array:
     new_low = low + jnp.asarray(n, dtype=jnp.uint32)
     carry = (new_low < low).astype(jnp.uint32)
     return jnp.stack([high + carry, new_low], axis=-1)
+
+
+def derive(count: Callable[..., Any], *inputs: Any) -> Array:
+    """Counter(s) holding ``count(xp, *inputs)``: for a state built without its counter.
+
+    ``count`` is written once against an array namespace ``xp`` (``numpy`` or ``jax.numpy``)
+    and returns integer counts, one per stacked state. With concrete inputs on at most one
+    device it runs with numpy on the host and the counter reaches the device in one transfer,
+    with no XLA compilation (a state built outside ``jit``, e.g. by a Vault read, costs no
+    compile); with tracers, or inputs spread over several devices, it runs with ``jax.numpy``.
+    Both give the same counter, on the device (and with the commitment) of the inputs.
+    """
+    on_host, sharding = _host_placement(inputs)
+    if not on_host:
+        counts = count(jnp, *(jnp.asarray(x) for x in inputs))
+        return advance(jnp.zeros((*jnp.shape(counts), 2), jnp.uint32), counts)
+    counts = np.asarray(count(np, *(np.asarray(x) for x in inputs))).astype(np.int64)
+    # ``advance`` from zero carries nothing into the high word for the int32 counts it sees
+    # (negative ones wrap in the low word); the host keeps that and is exact beyond 2**32.
+    high = np.maximum(counts >> 32, 0)
+    low = counts & (_LOW - 1)
+    host = np.stack([high, low], axis=-1).astype(np.uint32)
+    return jax.device_put(host, sharding)
+
+
+def _host_placement(inputs: tuple[Any, ...]) -> tuple[bool, Any]:
+    """``(True, sharding)`` when ``inputs`` are concrete and committed to at most one device
+    (``sharding``: that device's, or ``None`` for the default device, uncommitted, as eager
+    ``jax.numpy`` would give); ``(False, None)`` when ``jax.numpy`` must run (tracers, several
+    devices)."""
+    sharding: Any = None
+    for x in inputs:
+        if isinstance(x, jax.core.Tracer):
+            return False, None
+        if not isinstance(x, jax.Array) or not getattr(x, "committed", True):
+            continue
+        if not isinstance(x.sharding, jax.sharding.SingleDeviceSharding):
+            return False, None
+        if sharding is not None and x.sharding.device_set != sharding.device_set:
+            return False, None  # jax.numpy raises its usual error for mixed devices
+        sharding = x.sharding
+    return True, sharding
 
 
 def to_int(counter: Any) -> Any:

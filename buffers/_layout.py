@@ -13,9 +13,9 @@ from typing import Any
 
 import jax
 
+from buffers._core import tree_shape_prefix
 from buffers._errors import BatchStructureError, LeafMismatch
 from buffers._validation import leaves_with_paths, validate_batch
-from buffers.trajectory_buffer import tree_shape_prefix
 
 
 def layout_prefix(add_batches: bool, add_sequences: bool, batch_size: int | None) -> list[Any]:

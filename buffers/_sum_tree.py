@@ -19,11 +19,11 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from buffers._pytree import pytree_dataclass
+from buffers._pytree import Replaceable, pytree_dataclass
 
 
 @pytree_dataclass
-class SumTreeState:
+class SumTreeState(Replaceable):
     """``nodes``: float32 ``[2C]``; ``max_recorded_priority``: the largest leaf value ever set."""
 
     nodes: Array

@@ -6,6 +6,7 @@ nothing inside a compiled step and reports every bad leaf, not only the first.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -62,6 +63,54 @@ def check_priority_exponent(priority_exponent: float) -> None:
         0.0 <= float(priority_exponent) <= 1.0,
         f"`priority_exponent` must be in [0, 1], got {priority_exponent!r}",
     )
+
+
+def resolve_time_axis(
+    add_batch_size: int, max_size: int | None, max_length_time_axis: int | None, stacklevel: int
+) -> int:
+    """``max_length_time_axis`` from exactly one of ``max_size`` / ``max_length_time_axis``."""
+    check(
+        (max_size is None) != (max_length_time_axis is None),
+        "give exactly one of `max_size` and `max_length_time_axis`, got "
+        f"max_size={max_size!r}, max_length_time_axis={max_length_time_axis!r}",
+    )
+    if max_length_time_axis is not None:
+        return positive_int("max_length_time_axis", max_length_time_axis)
+    max_size = positive_int("max_size", max_size)
+    t_len = max_size // add_batch_size
+    check(
+        t_len >= 1,
+        f"`max_size` ({max_size}) must be at least `add_batch_size` ({add_batch_size})",
+    )
+    if t_len * add_batch_size != max_size:
+        warnings.warn(
+            f"max_size={max_size} is not a multiple of add_batch_size={add_batch_size}: the "
+            f"buffer holds {t_len * add_batch_size} timesteps ({add_batch_size} rows x "
+            f"{t_len}), {max_size - t_len * add_batch_size} fewer than asked. See "
+            "`buffer.capacity`.",
+            stacklevel=stacklevel + 1,
+        )
+    return t_len
+
+
+def check_sequence_args(
+    sample_sequence_length: int, period: int, min_length_time_axis: int, t_len: int
+) -> int:
+    """Validate sequence arguments; return the effective minimum length (>= sequence length)."""
+    positive_int("sample_sequence_length", sample_sequence_length)
+    positive_int("period", period)
+    positive_int("min_length_time_axis", min_length_time_axis, allow_zero=True)
+    check(
+        sample_sequence_length <= t_len,
+        f"`sample_sequence_length` ({sample_sequence_length}) must be <= "
+        f"`max_length_time_axis` ({t_len})",
+    )
+    check(
+        min_length_time_axis <= t_len,
+        f"`min_length_time_axis` ({min_length_time_axis}) must be <= "
+        f"`max_length_time_axis` ({t_len})",
+    )
+    return max(min_length_time_axis, sample_sequence_length)
 
 
 def validate_batch(

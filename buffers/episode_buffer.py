@@ -34,21 +34,27 @@ import jax.numpy as jnp
 from jax import Array
 
 from buffers import _sum_tree
+from buffers._core import (
+    Experience,
+    advance_indices,
+    empty_ring,
+    ready_mask,
+    tree_shape_prefix,
+    write_experience,
+)
 from buffers._pytree import frozen_container, pytree_dataclass
 from buffers._sum_tree import SumTreeState
-from buffers._validation import check, positive_int, validate_batch
+from buffers._validation import (
+    check,
+    check_sequence_args,
+    positive_int,
+    resolve_time_axis,
+    validate_batch,
+)
 from buffers.trajectory_buffer import (
-    Experience,
     TrajectoryBuffer,
     TrajectoryBufferSample,
     TrajectoryBufferState,
-    advance_indices,
-    check_sequence_args,
-    init,
-    ready_mask,
-    resolve_time_axis,
-    tree_shape_prefix,
-    write_experience,
 )
 
 EpisodeEnd = str | Callable[[Any], Array]
@@ -73,18 +79,14 @@ class EpisodeBufferSample(TrajectoryBufferSample, Generic[Experience]):
     """Sampled windows ``[batch, L, ...]``; ``mask`` (bool ``[batch, L]``) is false on the
     zero padding after a short episode (all true without ``pad``)."""
 
-    mask: Array = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
+    mask: Array | None = dataclasses.field(default=None, kw_only=True)
 
 
 def episode_init(
     experience: Experience, add_batch_size: int, max_length_time_axis: int
 ) -> EpisodeBufferState[Experience]:
-    base = init(experience, add_batch_size, max_length_time_axis)
     return EpisodeBufferState(
-        experience=base.experience,
-        current_index=base.current_index,
-        is_full=base.is_full,
-        write_counter=base.write_counter,
+        **empty_ring(experience, add_batch_size, max_length_time_axis),
         episode_step=jnp.zeros((add_batch_size, max_length_time_axis), jnp.int32),
         last_done=jnp.ones((add_batch_size,), bool),
         sum_tree_state=_sum_tree.init(add_batch_size * max_length_time_axis),
@@ -152,7 +154,7 @@ def episode_add(
     steps = _steps_within(ends, last_step, state.last_done)
     new_slots = (state.current_index + jnp.arange(n, dtype=jnp.int32)) % t_len
     episode_step = state.episode_step.at[:, new_slots].set(steps, unique_indices=True)
-    state = state.replace(  # type: ignore[attr-defined]
+    state = state.replace(
         experience=write_experience(state.experience, batch, state.current_index, t_len),
         episode_step=episode_step,
         last_done=ends[:, -1],
@@ -166,7 +168,7 @@ def episode_add(
     slots = jnp.broadcast_to(slots[None], rows.shape)
     weights = _window_weights(state, rows, slots, sequence_length, pad)
     tree = _sum_tree.set_batch(state.sum_tree_state, rows * t_len + slots, weights, device=device)
-    return state.replace(sum_tree_state=tree)  # type: ignore[attr-defined]
+    return state.replace(sum_tree_state=tree)
 
 
 def episode_can_sample(state: EpisodeBufferState[Experience], min_length_time_axis: int) -> Array:
@@ -233,7 +235,7 @@ def episode_state_from(
     slots = jnp.broadcast_to(jnp.arange(t_len, dtype=jnp.int32)[None], (b_size, t_len))
     weights = _window_weights(out, rows, slots, sequence_length, pad)
     tree = _sum_tree.set_batch(out.sum_tree_state, rows * t_len + slots, weights, device=device)
-    return out.replace(sum_tree_state=tree)  # type: ignore[attr-defined]
+    return out.replace(sum_tree_state=tree)
 
 
 @frozen_container
@@ -244,7 +246,7 @@ class EpisodeBuffer(TrajectoryBuffer, Generic[Experience]):
     from a vault) into this buffer's state.
     """
 
-    from_state: Callable[..., Any] = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
+    from_state: Callable[..., Any] = dataclasses.field(kw_only=True)
     pad: bool = dataclasses.field(default=False, kw_only=True)
 
 

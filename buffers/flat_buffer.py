@@ -11,14 +11,11 @@ from typing import Any, Generic, NamedTuple
 import chex
 import jax
 
+from buffers._core import Experience
 from buffers._layout import layout_add
-from buffers._pytree import pytree_dataclass
+from buffers._pytree import Replaceable, pytree_dataclass
 from buffers._validation import check, positive_int
-from buffers.trajectory_buffer import (
-    Experience,
-    TrajectoryBuffer,
-    make_trajectory_buffer,
-)
+from buffers.trajectory_buffer import TrajectoryBuffer, make_trajectory_buffer
 
 
 class ExperiencePair(NamedTuple, Generic[Experience]):
@@ -29,7 +26,7 @@ class ExperiencePair(NamedTuple, Generic[Experience]):
 
 
 @pytree_dataclass
-class TransitionSample(Generic[Experience]):
+class TransitionSample(Replaceable, Generic[Experience]):
     """``experience``: an :class:`ExperiencePair` of ``[sample_batch_size, ...]`` leaves.
 
     ``valid`` is false for items sampled from a state that was not ready.

@@ -11,12 +11,12 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from buffers._pytree import frozen_container
+from buffers._pytree import Replaceable, frozen_container
 from buffers._validation import check, positive_int
 
 
 @frozen_container
-class Mixer:
+class Mixer(Replaceable):
     """``sample(states, key)`` and ``can_sample(states)`` over a sequence of buffer states."""
 
     sample: Callable[..., Any]

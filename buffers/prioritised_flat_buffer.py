@@ -30,8 +30,8 @@ from buffers.prioritised_trajectory_buffer import (
 class PrioritisedTransitionSample(TransitionSample):
     """A :class:`TransitionSample` with item ``indices`` and normalised ``probabilities``."""
 
-    indices: Indices = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
-    probabilities: Probabilities = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
+    indices: Indices | None = dataclasses.field(default=None, kw_only=True)
+    probabilities: Probabilities | None = dataclasses.field(default=None, kw_only=True)
 
 
 def prioritised_transition_sample(

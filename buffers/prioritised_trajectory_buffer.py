@@ -23,23 +23,30 @@ import jax.numpy as jnp
 from jax import Array
 
 from buffers import _sum_tree
+from buffers._core import (
+    Experience,
+    advance_indices,
+    can_sample,
+    empty_ring,
+    gather,
+    ready_mask,
+    tree_shape_prefix,
+    write_experience,
+)
 from buffers._pytree import frozen_container, pytree_dataclass
 from buffers._sum_tree import SumTreeState
-from buffers._validation import check, check_priority_exponent, positive_int, validate_batch
+from buffers._validation import (
+    check,
+    check_priority_exponent,
+    check_sequence_args,
+    positive_int,
+    resolve_time_axis,
+    validate_batch,
+)
 from buffers.trajectory_buffer import (
-    Experience,
     TrajectoryBuffer,
     TrajectoryBufferSample,
     TrajectoryBufferState,
-    advance_indices,
-    can_sample,
-    check_sequence_args,
-    gather,
-    init,
-    ready_mask,
-    resolve_time_axis,
-    tree_shape_prefix,
-    write_experience,
 )
 
 Priorities = Array
@@ -65,20 +72,16 @@ class PrioritisedTrajectoryBufferState(TrajectoryBufferState, Generic[Experience
 class PrioritisedTrajectoryBufferSample(TrajectoryBufferSample, Generic[Experience]):
     """Sampled sequences with their item ``indices`` and normalised ``probabilities``."""
 
-    indices: Indices = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
-    probabilities: Probabilities = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
+    indices: Indices | None = dataclasses.field(default=None, kw_only=True)
+    probabilities: Probabilities | None = dataclasses.field(default=None, kw_only=True)
 
 
 def prioritised_init(
     experience: Experience, add_batch_size: int, max_length_time_axis: int, period: int
 ) -> PrioritisedTrajectoryBufferState[Experience]:
-    base = init(experience, add_batch_size, max_length_time_axis)
     capacity = add_batch_size * (max_length_time_axis // period)
     return PrioritisedTrajectoryBufferState(
-        experience=base.experience,
-        current_index=base.current_index,
-        is_full=base.is_full,
-        write_counter=base.write_counter,
+        **empty_ring(experience, add_batch_size, max_length_time_axis),
         sum_tree_state=_sum_tree.init(capacity),
     )
 
@@ -156,7 +159,7 @@ def prioritised_add(
     new_priority = jnp.broadcast_to(tree.max_recorded_priority, gained_idx.shape)
     tree = _sum_tree.set_batch(tree, gained_idx, new_priority, gained_mask, device)
     experience = write_experience(state.experience, batch, state.current_index, t_len)
-    return state.replace(  # type: ignore[attr-defined]
+    return state.replace(
         experience=experience, sum_tree_state=tree, **advance_indices(state, seq_len, t_len)
     )
 
@@ -223,14 +226,14 @@ def set_priorities(
     values = jnp.where(priorities == 0, 0.0, priorities**priority_exponent)
     mask = item_is_valid(state, indices, sample_sequence_length, period)
     tree = _sum_tree.set_batch(state.sum_tree_state, indices, values, mask, device)
-    return state.replace(sum_tree_state=tree)  # type: ignore[attr-defined]
+    return state.replace(sum_tree_state=tree)
 
 
 @frozen_container
 class PrioritisedTrajectoryBuffer(TrajectoryBuffer, Generic[Experience]):
     """A trajectory buffer with ``set_priorities(state, indices, priorities)``."""
 
-    set_priorities: Callable[..., Any] = dataclasses.field(default=None, kw_only=True)  # type: ignore[assignment]
+    set_priorities: Callable[..., Any] = dataclasses.field(kw_only=True)
 
 
 def check_device(device: str) -> str:

@@ -14,30 +14,43 @@ from typing import Generic, TypeVar
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from buffers import _counter
+from buffers._core import ready_mask, tree_shape_prefix
 from buffers._errors import BufferConfigError
-from buffers._pytree import frozen_container, pytree_dataclass
+from buffers._pytree import Replaceable, derived, frozen_container, pytree_dataclass
 from buffers._validation import check_timestep, positive_int, validate_batch
-from buffers.trajectory_buffer import ready_mask
 
 Transition = TypeVar("Transition", bound=chex.ArrayTree)
 
 
 @pytree_dataclass
-class ReplayBufferState(Generic[Transition]):
+class ReplayBufferState(Replaceable, Generic[Transition]):
     """``data`` leaves ``[buffer_size, ...]``; ``position``: next slot; ``size``: stored count;
-    ``write_counter``: transitions ever added (never wraps)."""
+    ``write_counter``: transitions ever added (never wraps). Built by hand without it, it is
+    derived: the fewest transitions consistent with ``position`` and ``size`` (``position``,
+    plus ``buffer_size`` when full)."""
 
     data: Transition
     position: Array
     size: Array
-    write_counter: Array = None  # type: ignore[assignment]
+    write_counter: Array = derived(default=None)
+
+    def __post_init__(self) -> None:
+        if self.write_counter is None:
+            n = tree_shape_prefix(self.data, np.ndim(self.position) + 1)[-1]
+            counter = _counter.derive(
+                lambda xp, position, size: xp.where(size >= n, position + n, position),
+                self.position,
+                self.size,
+            )
+            object.__setattr__(self, "write_counter", counter)
 
 
 @frozen_container
-class ReplayBuffer:
+class ReplayBuffer(Replaceable):
     """``ReplayBuffer(buffer_size)``: ``init``, ``add``, ``sample``, ``sample_masked``,
     ``add_and_sample``; all pure and jittable (``batch_size`` is static)."""
 

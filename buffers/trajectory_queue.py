@@ -18,36 +18,52 @@ from typing import Any, Generic
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from buffers import _counter
-from buffers._errors import QueueFullError
-from buffers._pytree import frozen_container, pytree_dataclass
-from buffers._validation import check, positive_int, validate_batch
-from buffers.trajectory_buffer import (
+from buffers._core import (
     Experience,
-    init,
+    empty_experience,
     is_tracing,
     ready_mask,
-    resolve_time_axis,
     tree_shape_prefix,
 )
+from buffers._errors import QueueFullError
+from buffers._pytree import Replaceable, derived, frozen_container, pytree_dataclass
+from buffers._validation import check, positive_int, resolve_time_axis, validate_batch
 
 
 @pytree_dataclass
-class TrajectoryQueueState(Generic[Experience]):
+class TrajectoryQueueState(Replaceable, Generic[Experience]):
     """``experience [B, T, ...]``, ``write_index``, ``read_index``, ``is_full`` (as the reference)
-    and ``write_counter`` (timesteps ever added, see :func:`buffers.timesteps_added`)."""
+    and ``write_counter`` (timesteps ever added, see :func:`buffers.timesteps_added`).
+
+    Built by hand without ``write_counter``, it is derived: the fewest timesteps consistent
+    with the indices (``write_index``, plus ``T`` when the writes have wrapped: the queue is
+    full or ``write_index < read_index``).
+    """
 
     experience: Experience
     write_index: Array
     read_index: Array
     is_full: Array
-    write_counter: Array = None  # type: ignore[assignment]
+    write_counter: Array = derived(default=None)
+
+    def __post_init__(self) -> None:
+        if self.write_counter is None:
+            t_len = tree_shape_prefix(self.experience, np.ndim(self.write_index) + 2)[-1]
+            counter = _counter.derive(
+                lambda xp, write, read, full: xp.where(full | (write < read), write + t_len, write),
+                self.write_index,
+                self.read_index,
+                self.is_full,
+            )
+            object.__setattr__(self, "write_counter", counter)
 
 
 @pytree_dataclass
-class TrajectoryQueueSample(Generic[Experience]):
+class TrajectoryQueueSample(Replaceable, Generic[Experience]):
     """``experience`` leaves ``[B, sample_sequence_length, ...]``; ``valid``: ``bool[B]``."""
 
     experience: Experience
@@ -57,9 +73,8 @@ class TrajectoryQueueSample(Generic[Experience]):
 def queue_init(
     experience: Experience, add_batch_size: int, max_length_time_axis: int
 ) -> TrajectoryQueueState[Experience]:
-    base = init(experience, add_batch_size, max_length_time_axis)
     return TrajectoryQueueState(
-        experience=base.experience,
+        experience=empty_experience(experience, add_batch_size, max_length_time_axis),
         write_index=jnp.array(0, jnp.int32),  # distinct arrays: states may be donated
         read_index=jnp.array(0, jnp.int32),
         is_full=jnp.array(False),
@@ -104,7 +119,7 @@ def queue_add(
         batch,
     )
     new_write = (state.write_index + seq_len) % t_len
-    return state.replace(  # type: ignore[attr-defined]
+    return state.replace(
         experience=experience,
         write_index=jnp.where(ok, new_write, state.write_index).astype(jnp.int32),
         is_full=jnp.where(ok, new_write == state.read_index, state.is_full),
@@ -122,7 +137,7 @@ def queue_sample(
     times = (state.read_index + jnp.arange(sequence_length)) % t_len
     experience = jax.tree.map(lambda x: x[:, times], state.experience)
     new_read = (state.read_index + sequence_length) % t_len
-    new_state = state.replace(  # type: ignore[attr-defined]
+    new_state = state.replace(
         read_index=jnp.where(ready, new_read, state.read_index).astype(jnp.int32),
         is_full=state.is_full & ~ready,
     )
@@ -130,7 +145,7 @@ def queue_sample(
 
 
 @frozen_container
-class TrajectoryQueue(Generic[Experience]):
+class TrajectoryQueue(Replaceable, Generic[Experience]):
     """``init``, ``add``, ``sample`` (returns ``(state, sample)``), ``can_sample``, ``can_add``."""
 
     init: Callable[..., Any]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from _cli_vaults import Cli, build
 
-from vault._verify import FILL_CHUNKS_KEY
+from vault._format import FILL_CHUNKS_KEY
 
 
 def _flip(path: Path) -> None:

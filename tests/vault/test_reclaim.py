@@ -34,7 +34,7 @@ def test_old_versions_are_held_while_appending_then_freed(tmp_path: Path) -> Non
     v = Vault.create(str(tmp_path / "v"), EXAMPLE, rows=ROWS, done_leaf="done")
     v.append(block(0, 5))
     record = (tmp_path / "v" / "commit" / "zarr.json").read_bytes()
-    rec = v._reclaimer
+    rec = v._writer.reclaimer
     assert rec is not None
     with rec.appending():  # the reaper pauses while an append runs
         v.append(block(5, 2))
@@ -73,7 +73,7 @@ CHILD = textwrap.dedent(
     from vault import Vault
 
     v = Vault.open({path!r}, mode="a")
-    with v._reclaimer_for_append().appending():  # keep the reaper from freeing anything
+    with v._writer.reclaimer.appending():  # keep the reaper from freeing anything
         for i in range(4):
             v.append(block(6 + 2 * i, 2))
         os.kill(os.getpid(), signal.SIGKILL)

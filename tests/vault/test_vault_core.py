@@ -28,6 +28,7 @@ from vault import (
     VaultNotFoundError,
     VaultReadError,
     VaultStructureError,
+    VaultVersionError,
 )
 from vault._reclaim import MAX_HELD, MAX_HELD_BYTES, TRASH_DIR
 
@@ -226,9 +227,9 @@ def test_user_metadata_cannot_overwrite_reserved_keys(tmp_path: Path, rec: Recor
     vault = Vault.create(str(tmp_path / "v"), rec.state, metadata=meta)
     reopened = Vault.open(str(tmp_path / "v"))
     assert reopened.metadata == meta
-    assert reopened.manifest["format_version"] == 2
+    assert reopened.manifest.format_version == 2
     assert reopened.rows == ROWS
-    assert vault.manifest["rlvault_version"]
+    assert vault.manifest.rlvault_version
     with pytest.raises(VaultMetadataError, match="JSON-serialisable"):
         Vault.create(str(tmp_path / "w"), rec.state, metadata={"x": object()})
 
@@ -253,7 +254,9 @@ def test_format_version_1_vaults_still_open_and_newer_ones_are_refused(
     old.close()
     doc["attributes"]["rlvault"]["format_version"] = 3
     root.write_text(json.dumps(doc))
-    with pytest.raises(VaultCorruptError, match="format_version 3 is not supported"):
+    with pytest.raises(
+        VaultVersionError, match="in format version 3; this rlvault reads versions 1 to 2. Upgrade"
+    ):
         Vault.open(str(tmp_path / "v"))
 
 

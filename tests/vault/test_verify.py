@@ -18,7 +18,8 @@ import pytest
 import tensorstore as ts
 
 from vault import Vault, VaultNotFoundError
-from vault._verify import FILL_CHUNKS_KEY, MAX_PER_KIND, manifest_problems, verify
+from vault._format import FILL_CHUNKS_KEY, manifest_problems
+from vault._verify import MAX_PER_KIND, verify
 
 ROWS = 3
 EXAMPLE = {

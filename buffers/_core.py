@@ -1,0 +1,119 @@
+"""The ring buffer's shared pieces: every buffer kind composes these pure functions.
+
+Experience is ``[B, T, ...]`` (rows, time axis, then the timestep's own shape), written along
+the time axis at ``current_index`` and wrapping; ``is_full`` records that every time index has
+been written. The public trajectory buffer (:mod:`buffers.trajectory_buffer`) binds these
+functions; the flat, item, n-step, episode, prioritised and queue buffers reuse them and
+replace only what differs. Argument validators live in :mod:`buffers._validation`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import chex
+import jax
+import jax.numpy as jnp
+from jax import Array
+
+from buffers import _counter
+from buffers._errors import NotReadyError
+from buffers._validation import check_timestep
+
+Experience = TypeVar("Experience", bound=chex.ArrayTree)
+
+
+def tree_shape_prefix(tree: Any, n_axes: int = 1) -> tuple[int, ...]:
+    """The leading ``n_axes`` sizes shared by every leaf of ``tree``."""
+    leaves = jax.tree_util.tree_leaves(tree)
+    return tuple(leaves[0].shape[:n_axes])
+
+
+def is_tracing(x: Any) -> bool:
+    return isinstance(x, jax.core.Tracer)
+
+
+def empty_experience(experience: Any, add_batch_size: int, max_length_time_axis: int) -> Any:
+    """Zeros ``[add_batch_size, max_length_time_axis, ...]`` shaped like one timestep."""
+    experience = check_timestep(experience)
+    return jax.tree.map(
+        lambda x: jnp.zeros((add_batch_size, max_length_time_axis, *x.shape), x.dtype),
+        experience,
+    )
+
+
+def empty_ring(experience: Any, add_batch_size: int, max_length_time_axis: int) -> dict[str, Any]:
+    """The fields of an empty ring state for timesteps shaped like ``experience`` (one
+    timestep, no batch axis): ``experience``, ``current_index``, ``is_full``, ``write_counter``.
+    """
+    return {
+        "experience": empty_experience(experience, add_batch_size, max_length_time_axis),
+        "current_index": jnp.array(0, dtype=jnp.int32),
+        "is_full": jnp.array(False),
+        "write_counter": _counter.zero(),
+    }
+
+
+def write_experience(experience: Any, batch: Any, current_index: Array, t_len: int) -> Any:
+    """Write ``batch`` (``[B, L, ...]``) into ``experience`` at ``current_index``, wrapping."""
+    seq_len = tree_shape_prefix(batch, 2)[1]
+    if seq_len == 1:
+        return jax.tree.map(
+            lambda buf, new: jax.lax.dynamic_update_slice_in_dim(buf, new, current_index, 1),
+            experience,
+            batch,
+        )
+    indices = (current_index + jnp.arange(seq_len, dtype=jnp.int32)) % t_len
+    return jax.tree.map(
+        lambda buf, new: buf.at[:, indices].set(new, unique_indices=True), experience, batch
+    )
+
+
+def advance_indices(state: Any, seq_len: int, t_len: int) -> dict[str, Array]:
+    """The ``current_index``, ``is_full`` and ``write_counter`` after adding ``seq_len``."""
+    new_index = state.current_index + seq_len
+    return {
+        "current_index": (new_index % t_len).astype(jnp.int32),
+        "is_full": state.is_full | (new_index >= t_len),
+        "write_counter": _counter.advance(state.write_counter, seq_len),
+    }
+
+
+def can_sample(state: Any, min_length_time_axis: int) -> Array:
+    """Whether at least ``min_length_time_axis`` timesteps per row have been added."""
+    return state.is_full | (state.current_index >= min_length_time_axis)
+
+
+def ready_mask(ready: Array, batch_size: int, what: str) -> Array:
+    """Raise eagerly if not ready; return the ``valid`` mask (false when not ready)."""
+    if not is_tracing(ready) and not bool(ready):
+        raise NotReadyError(
+            f"{what}: the buffer cannot be sampled yet (`can_sample(state)` is false). "
+            "Add more experience first, or check `can_sample` before sampling."
+        )
+    return jnp.broadcast_to(ready, (batch_size,))
+
+
+def sample_windows(
+    state: Any, rng_key: chex.PRNGKey, batch_size: int, sequence_length: int, period: int
+) -> tuple[Array, Array]:
+    """Draw ``(rows, time_indices[batch, L])`` uniformly over rows and valid window starts.
+
+    Window starts are ``period`` apart, counted from the oldest timestep, so a window never
+    straddles the write position and never includes unwritten slots.
+    """
+    b_size, t_len = tree_shape_prefix(state.experience, 2)
+    max_time = jnp.where(state.is_full, t_len, state.current_index)
+    head = jnp.where(state.is_full, state.current_index, 0)
+    max_start = max_time - sequence_length
+    num_items = jnp.where(max_start >= 0, max_start // period + 1, 0)
+    key_items, key_rows = jax.random.split(rng_key)
+    items = jax.random.randint(key_items, (batch_size,), 0, jnp.maximum(num_items, 1))
+    rows = jax.random.randint(key_rows, (batch_size,), 0, b_size)
+    starts = (head + items * period) % t_len
+    times = (starts[:, None] + jnp.arange(sequence_length)) % t_len
+    return rows, times
+
+
+def gather(experience: Any, rows: Array, times: Array) -> Any:
+    return jax.tree.map(lambda x: x[rows[:, None], times], experience)
