@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from vault._episodes import EpisodeTable
     from vault._format import CommitRecord, EpisodeLeaves, LeafSpec, Manifest, Seam
     from vault._inspect import FoundVault, disk_usage, find_vaults, lock_holder
-    from vault._location import Capabilities, Location, LockHolder, parse_location
+    from vault._location import Capabilities, Location, LockHolder
+    from vault._locations import parse_location
     from vault._snapshot import Snapshot
     from vault._stats import LeafStats, episode_stats, leaf_stats, time_blocks
     from vault._stream import DatasetStream, StreamBatch
@@ -61,7 +62,7 @@ _LAZY = {
     "Location": "vault._location",
     "Capabilities": "vault._location",
     "LockHolder": "vault._location",
-    "parse_location": "vault._location",
+    "parse_location": "vault._locations",
     "FoundVault": "vault._inspect",
     "find_vaults": "vault._inspect",
     "lock_holder": "vault._inspect",

@@ -4,27 +4,39 @@ exists (the latest uid when none is given), else creates it there."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vault._errors import VaultNotFoundError, VaultStructureError
 from vault._format import MANIFEST_KEY
-from vault._location import parse_location
-
-if TYPE_CHECKING:
-    from vault._vault import Vault
+from vault._location import Location
+from vault._locations import parse_location
 
 
-def reference_vault(
+@dataclasses.dataclass(frozen=True)
+class ReferenceTarget:
+    """What the reference-style constructor does: open ``location`` (``create`` false: for
+    appending, the lock taken at the first write, as the reference), or create a vault there
+    shaped like ``structure`` (``rows`` given for a single timestep) with ``codec``/``level``."""
+
+    location: Location
+    create: bool
+    structure: Any = None
+    rows: int | None = None
+    codec: str | None = "auto"
+    level: int | None = None
+
+
+def reference_target(
     vault_name: str,
     experience_structure: Any,
     rel_dir: str,
     vault_uid: str | None,
     compression: dict[str, Any] | None,
-    metadata: dict[str, Any] | None,
-) -> Vault:
-    from vault._vault import Vault
-
+) -> ReferenceTarget:
+    """Where ``Vault(vault_name, experience_structure, rel_dir, vault_uid, compression)``
+    goes, and whether it creates."""
     base = parse_location(rel_dir).child(vault_name)
     if vault_uid is None and experience_structure is None:
         existing = sorted(str(loc) for loc, broken in base.find_vaults() if broken is None)
@@ -33,9 +45,7 @@ def reference_vault(
         vault_uid = _dt.datetime.now().strftime("%Y%m%d%H%M%S")
     location = base.child(vault_uid)
     if location.read(MANIFEST_KEY) is not None:
-        # As the reference: open for reading and writing; the writer lock is taken by the
-        # first write, so that reopening a vault to read it does not need the lock.
-        return Vault._open(location, "a", lazy_lock=True)
+        return ReferenceTarget(location, create=False)
     if experience_structure is None:
         raise VaultNotFoundError(
             f"no vault at {location}: give `experience_structure` (a buffer state) to create one"
@@ -45,9 +55,7 @@ def reference_vault(
     if not hasattr(experience_structure, "experience"):
         # The reference passes ``state.experience``: leaves ``[B, T, ...]``.
         experience_structure, rows = timestep_of(experience_structure)
-    return Vault.create(
-        location, experience_structure, rows=rows, codec=codec, level=level, metadata=metadata
-    )
+    return ReferenceTarget(location, True, experience_structure, rows, codec, level)
 
 
 def timestep_of(experience: Any) -> tuple[Any, int]:

@@ -21,9 +21,10 @@ from vault import _read, _structure
 from vault._create import create_vault, plan_manifest
 from vault._episodes import EpisodeTable
 from vault._errors import VaultArgumentError, VaultReadError, VaultStructureError
-from vault._location import Location, parse_location
+from vault._location import Location
+from vault._locations import LocationLike, parse_location
 from vault._snapshot import Snapshot
-from vault._vault import LocationLike, Vault
+from vault._vault import Vault
 from vault._writer import Writer
 
 BLOCK_BYTES = 64 << 20

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from vault._format import leaf_key
-from vault._location import LockHolder, parse_location
-from vault._vault import LocationLike
+from vault._location import LockHolder
+from vault._locations import LocationLike, parse_location
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,12 +1,12 @@
 """Where a vault lives: one parser for paths, URLs and kvstore specs, and the location type.
 
-:func:`parse_location` turns a plain path, a ``file://`` or ``memory://`` URL, or a raw
+``vault/_locations.py`` turns a plain path, a ``file://`` or ``memory://`` URL, or a raw
 TensorStore kvstore spec (a dict) into a :class:`Location`. A location knows its kvstore spec,
 how to show itself, its TensorStore context, and what it can do (:class:`Capabilities`); it
 provides the writer lock, the reclaimer of replaced files (or none), staging of derived vaults,
 recovery after a crash, disk usage and discovery of vaults under it. Code asks a location what
 it can do; it never branches on a driver name. A new storage kind is one new module with a
-:class:`Location` subclass, registered in :data:`SCHEMES` / :data:`DRIVERS`.
+:class:`Location` subclass, registered in ``vault/_locations.py``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ import abc
 import contextlib
 import dataclasses
 import json
-import os
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlparse
 
 from vault._errors import VaultLocationError
 from vault._format import COMMIT_KEY, MANIFEST_ATTR, MANIFEST_KEY, ZARR_JSON
@@ -186,70 +184,3 @@ def vault_kind(read: Callable[[str], bytes | None], looks_like: bool) -> str | N
     if isinstance(attrs, dict) and MANIFEST_ATTR in attrs:
         return "ok"
     return "zarr.json has no 'rlvault' attributes" if looks_like else None
-
-
-# ------------------------------------------------------------------------------------ parse
-def parse_location(location: Location | str | os.PathLike[str] | dict[str, Any]) -> Location:
-    """A :class:`Location` from a path, ``file://`` / ``memory://`` URL, kvstore spec or a
-    location; anything else is :class:`VaultLocationError`."""
-    if isinstance(location, Location):
-        return location
-    if isinstance(location, dict):
-        driver = location.get("driver")
-        factory = DRIVERS.get(str(driver))
-        if factory is None:
-            raise VaultLocationError(
-                f"unsupported kvstore driver {driver!r} in {location!r}; supported: "
-                f"{sorted(DRIVERS)}"
-            )
-        return factory(location)
-    try:
-        text = os.fspath(location)
-    except TypeError:
-        raise VaultLocationError(
-            f"a vault location is a path, a URL or a kvstore spec, got {type(location).__name__}"
-        ) from None
-    parsed = urlparse(text)
-    scheme = parsed.scheme if len(parsed.scheme) > 1 else ""  # "C:" is a drive, not a scheme
-    factory_url = SCHEMES.get(scheme)
-    if factory_url is None:
-        raise VaultLocationError(
-            f"unsupported vault location scheme {scheme!r} in {text!r}; supported: a path, "
-            + ", ".join(f"{s}://" for s in sorted(SCHEMES) if s)
-        )
-    return factory_url(text)
-
-
-def _file_url(text: str) -> Location:
-    from vault._location_file import FileLocation
-
-    return FileLocation.from_url(text)
-
-
-def _memory_url(text: str) -> Location:
-    from vault._location_memory import MemoryLocation
-
-    return MemoryLocation.from_url(text)
-
-
-def _file_spec(spec: dict[str, Any]) -> Location:
-    from vault._location_file import FileLocation
-
-    return FileLocation.from_url(str(spec.get("path", "")))
-
-
-def _memory_spec(spec: dict[str, Any]) -> Location:
-    from vault._location_memory import MemoryLocation
-
-    return MemoryLocation(str(spec.get("path", "")))
-
-
-SCHEMES: dict[str, Callable[[str], Location]] = {
-    "": _file_url,
-    "file": _file_url,
-    "memory": _memory_url,
-}
-DRIVERS: dict[str, Callable[[dict[str, Any]], Location]] = {
-    "file": _file_spec,
-    "memory": _memory_spec,
-}

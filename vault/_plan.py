@@ -132,14 +132,14 @@ def check_leaves(manifest: Manifest, view: BufferView | ArraysView, where: str) 
     except VaultStructureError as err:
         raise VaultStructureError(f"{where}: {err}") from None
     if node != manifest.structure:
-        want = set(manifest.leaf_names)
-        have = set(_structure.leaf_names(node))
-        problems = [f"experience/{n}: missing from the state" for n in sorted(want - have)]
-        problems += [f"experience/{n}: not in the vault" for n in sorted(have - want)]
-        if not problems:
-            problems = ["container types differ from the vault's structure"]
+        stored = set(manifest.leaf_names)
+        given = set(_structure.leaf_names(node))
+        differ = [f"experience/{n}: missing from the state" for n in sorted(stored - given)]
+        differ += [f"experience/{n}: not in the vault" for n in sorted(given - stored)]
+        if not differ:
+            differ = ["container types differ from the vault's structure"]
         raise VaultStructureError(
-            f"{where}: the state's structure differs from the vault's; nothing written", problems
+            f"{where}: the state's structure differs from the vault's; nothing written", differ
         )
     values = _structure.leaves(view.experience, node)
     problems = []
@@ -150,10 +150,10 @@ def check_leaves(manifest: Manifest, view: BufferView | ArraysView, where: str) 
         shape = tuple(int(d) for d in value.shape[view.stack + 2 :])
         dtype = np.dtype(value.dtype).name
         if shape != leaf.shape or dtype != leaf.dtype:
-            want = ", ".join(map(str, (rows, "T", *leaf.shape)))
+            expected = ", ".join(map(str, (rows, "T", *leaf.shape)))
             got = ", ".join(map(str, (view.rows, "T", *shape)))
             problems.append(
-                f"experience/{leaf.name}: expected [{want}] {leaf.dtype}, got [{got}] {dtype}"
+                f"experience/{leaf.name}: expected [{expected}] {leaf.dtype}, got [{got}] {dtype}"
             )
     if problems:
         raise VaultStructureError(

@@ -8,18 +8,19 @@ writer (``vault/_writer.py``: planning, the commit protocol, background queue).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from vault import _read
+from vault._compat import reference_target
 from vault._create import create_vault, plan_manifest
 from vault._episodes import EpisodeTable
 from vault._errors import VaultArgumentError, VaultExistsError, VaultModeError, VaultReadError
 from vault._format import MANIFEST_KEY, Manifest, Seam
-from vault._location import Location, LockHolder, parse_location
+from vault._location import LockHolder
+from vault._locations import LocationLike, parse_location
 from vault._plan import OnOverrun
 from vault._snapshot import Snapshot, load_snapshot
 from vault._writer import Writer
@@ -27,8 +28,6 @@ from vault._writer import Writer
 if TYPE_CHECKING:
     from vault._stream import DatasetStream
     from vault._windows import WindowStream
-
-LocationLike = str | os.PathLike[str] | dict[str, Any] | Location
 
 
 class Vault:
@@ -47,11 +46,20 @@ class Vault:
         compression: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
     ) -> None:
-        from vault._compat import reference_vault
-
-        other = reference_vault(
-            vault_name, experience_structure, rel_dir, vault_uid, compression, metadata
-        )
+        target = reference_target(vault_name, experience_structure, rel_dir, vault_uid, compression)
+        if target.create:
+            other = Vault.create(
+                target.location,
+                target.structure,
+                rows=target.rows,
+                codec=target.codec,
+                level=target.level,
+                metadata=metadata,
+            )
+        else:
+            # As the reference: open for reading and writing; the writer lock is taken by the
+            # first write, so that reopening a vault to read it does not need the lock.
+            other = Vault._open(target.location, "a", lazy_lock=True)
         self.__dict__.update(other.__dict__)
 
     def _setup(self, snap: Snapshot, mode: str, writer: Writer | None) -> None:

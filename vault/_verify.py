@@ -43,7 +43,8 @@ from vault._format import (
     manifest_problems,
     seam_problems,
 )
-from vault._location import Location, parse_location
+from vault._location import Location
+from vault._locations import parse_location
 
 Progress = Callable[[int, int], None]
 """Called as ``progress(done, total)``; units: chunks, then blocks of the episode scan."""
