@@ -38,14 +38,10 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import gc
-import importlib
-import importlib.metadata
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -56,42 +52,34 @@ from types import ModuleType
 from typing import Any, TextIO
 
 import jax
-import jax.numpy as jnp
-import numpy as np
-from _bench_common import (
-    log,
-    package_version,
+from _buffer_workloads import (
+    KINDS,
+    LAYOUTS,
+    Config,
+    Workload,
+    adds_to_fill,
+    describe_layout,
+    layout_capacity,
+    load_libraries,
+    make_batch,
+    make_buffer,
+    make_workload,
+    n_iters,
+    scan_add,
+    timestep,
+)
+from _probes import (
+    code_provenance,
+    machine_info,
     peak_rss_bytes,
     proc_status_bytes,
     reset_peak_rss,
     tree_nbytes,
 )
+from _report import log
 
-KINDS = ("flat", "item", "trajectory", "prioritised_trajectory")
-LAYOUTS = ("single", "batch")
 LOOPS = ("loop", "scan")
 PROBE_MARK = "BENCH_PROBE_JSON "
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """Sizes and iteration counts of one benchmark run."""
-
-    capacity: int
-    repeats: int
-    inner: int
-    n_add1_loop: int
-    n_add1_scan: int
-    n_addb_loop: int
-    n_addb_scan: int
-    n_sample_loop: int
-    n_sample_scan: int
-    add_batch_size: int = 128
-    sample_batch_size: int = 256
-    sample_sequence_length: int = 2
-    period: int = 1
-    obs_shape: tuple[int, ...] = (32, 32, 3)
-
 
 FULL = Config(
     capacity=500_000,
@@ -115,180 +103,6 @@ QUICK = Config(
     n_sample_loop=20,
     n_sample_scan=20,
 )
-
-
-# --------------------------------------------------------------------------------------------
-# Libraries, buffers, data
-# --------------------------------------------------------------------------------------------
-
-
-def load_libraries() -> dict[str, ModuleType]:
-    """``{"rlvault": buffers, "flashbax": flashbax}``; Flashbax only when importable."""
-    import buffers
-
-    libs: dict[str, ModuleType] = {"rlvault": buffers}
-    with contextlib.suppress(ImportError):
-        libs["flashbax"] = importlib.import_module("flashbax")
-    return libs
-
-
-def timestep(cfg: Config) -> dict[str, jax.Array]:
-    """One timestep (no batch or time axis)."""
-    return {
-        "obs": jnp.zeros(cfg.obs_shape, jnp.float32),
-        "reward": jnp.zeros((), jnp.float32),
-        "done": jnp.zeros((), jnp.bool_),
-        "action": jnp.zeros((), jnp.int32),
-    }
-
-
-def layout_capacity(cfg: Config, layout: str) -> int:
-    """Timesteps held: the batch layout rounds down to a multiple of ``add_batch_size``."""
-    if layout == "single":
-        return cfg.capacity
-    return (cfg.capacity // cfg.add_batch_size) * cfg.add_batch_size
-
-
-def make_buffer(lib: ModuleType, kind: str, layout: str, cfg: Config) -> Any:
-    """The buffer of ``kind`` whose ``add`` takes one timestep (single) or 128 (batch)."""
-    cap = layout_capacity(cfg, layout)
-    single = layout == "single"
-    rows = 1 if single else cfg.add_batch_size
-    seq, period = cfg.sample_sequence_length, cfg.period
-    if kind == "flat":
-        return lib.make_flat_buffer(
-            cap,
-            cfg.sample_batch_size,
-            cfg.sample_batch_size,
-            add_batch_size=None if single else rows,
-        )
-    if kind == "item":
-        return lib.make_item_buffer(
-            cap, cfg.sample_batch_size, cfg.sample_batch_size, add_batches=not single
-        )
-    if kind == "trajectory":
-        return lib.make_trajectory_buffer(
-            rows, cfg.sample_batch_size, seq, period, seq, max_length_time_axis=cap // rows
-        )
-    if kind == "prioritised_trajectory":
-        return lib.make_prioritised_trajectory_buffer(
-            rows,
-            cfg.sample_batch_size,
-            seq,
-            period,
-            seq,
-            max_length_time_axis=cap // rows,
-            priority_exponent=0.6,
-            device="cpu",
-        )
-    raise ValueError(f"unknown buffer kind {kind!r}")
-
-
-def describe_layout(kind: str, layout: str, cfg: Config) -> str:
-    cap = layout_capacity(cfg, layout)
-    b = cfg.add_batch_size
-    seq = f"sample_sequence_length={cfg.sample_sequence_length}, period={cfg.period}"
-    if kind == "flat":
-        return f"max_length={cap}, add_batch_size={None if layout == 'single' else b}"
-    if kind == "item":
-        return f"max_length={cap}, add_batches={layout == 'batch'}"
-    rows = 1 if layout == "single" else b
-    return f"add_batch_size={rows}, max_length_time_axis={cap // rows}, {seq}"
-
-
-def make_batch(kind: str, layout: str, cfg: Config) -> dict[str, jax.Array]:
-    """What one ``add`` call takes for this kind and layout (non-zero data)."""
-    if layout == "single":
-        prefix: tuple[int, ...] = (1, 1) if kind.endswith("trajectory") else ()
-    else:
-        b = cfg.add_batch_size
-        prefix = (b, 1) if kind.endswith("trajectory") else (b,)
-    rng = np.random.default_rng(0)
-    return {
-        "obs": jnp.asarray(rng.standard_normal((*prefix, *cfg.obs_shape), dtype=np.float32)),
-        "reward": jnp.ones(prefix, jnp.float32),
-        "done": jnp.zeros(prefix, jnp.bool_),
-        "action": jnp.ones(prefix, jnp.int32),
-    }
-
-
-def adds_to_fill(cfg: Config, layout: str) -> int:
-    """``add`` calls that write every slot (each call adds 1 or ``add_batch_size`` timesteps)."""
-    per_add = 1 if layout == "single" else cfg.add_batch_size
-    return layout_capacity(cfg, layout) // per_add
-
-
-# --------------------------------------------------------------------------------------------
-# Jitted workloads
-# --------------------------------------------------------------------------------------------
-
-
-def checksum(tree: Any) -> jax.Array:
-    """A scalar that depends on every element of ``tree`` (keeps the sample from being elided)."""
-    total = jnp.zeros((), jnp.float32)
-    for leaf in jax.tree_util.tree_leaves(tree):
-        total = total + jnp.sum(leaf.astype(jnp.float32))
-    return total
-
-
-def scan_add(add: Callable[[Any, Any], Any], n: int) -> Callable[[Any, Any], Any]:
-    """``state -> state`` after ``n`` adds of ``batch``, all inside one ``lax.scan``."""
-
-    def run(state: Any, batch: Any) -> Any:
-        def body(carry: Any, _: None) -> tuple[Any, None]:
-            return add(carry, batch), None
-
-        out, _ = jax.lax.scan(body, state, None, length=n)
-        return out
-
-    return run
-
-
-def scan_sample(sample: Callable[[Any, Any], Any], n: int) -> Callable[[Any, Any], jax.Array]:
-    """``n`` samples inside one ``lax.scan``, each reduced into a running checksum."""
-
-    def run(state: Any, key: jax.Array) -> jax.Array:
-        def body(acc: jax.Array, k: jax.Array) -> tuple[jax.Array, None]:
-            return acc + checksum(sample(state, k)), None
-
-        out, _ = jax.lax.scan(body, jnp.zeros((), jnp.float32), jax.random.split(key, n))
-        return out
-
-    return run
-
-
-@dataclasses.dataclass
-class Workload:
-    """One library's buffer for one (kind, layout) and its jitted functions (compiled once)."""
-
-    buffer: Any
-    batch: dict[str, jax.Array]
-    add_loop: Callable[[Any, Any], Any]
-    add_scan: Callable[[Any, Any], Any]
-    n_add_loop: int
-    n_add_scan: int
-    sample_loop: Callable[[Any, Any], Any] | None = None
-    sample_scan: Callable[[Any, Any], jax.Array] | None = None
-    first_call_s: dict[str, float] = dataclasses.field(default_factory=dict)
-
-
-def make_workload(lib: ModuleType, kind: str, layout: str, cfg: Config) -> Workload:
-    buf = make_buffer(lib, kind, layout, cfg)
-    single = layout == "single"
-    n_loop = cfg.n_add1_loop if single else cfg.n_addb_loop
-    n_scan = cfg.n_add1_scan if single else cfg.n_addb_scan
-    wl = Workload(
-        buffer=buf,
-        batch=make_batch(kind, layout, cfg),
-        add_loop=jax.jit(buf.add, donate_argnums=0),
-        add_scan=jax.jit(scan_add(buf.add, n_scan), donate_argnums=0),
-        n_add_loop=n_loop,
-        n_add_scan=n_scan,
-    )
-    if not single:
-        wl.sample_loop = jax.jit(buf.sample)
-        wl.sample_scan = jax.jit(scan_sample(buf.sample, cfg.n_sample_scan))
-    return wl
 
 
 # --------------------------------------------------------------------------------------------
@@ -414,14 +228,6 @@ def run_group(
     del state
     gc.collect()
     return results, info
-
-
-def n_iters(cfg: Config, op: str, loop: str) -> int:
-    if op == "add_1":
-        return cfg.n_add1_loop if loop == "loop" else cfg.n_add1_scan
-    if op.startswith("add_"):
-        return cfg.n_addb_loop if loop == "loop" else cfg.n_addb_scan
-    return cfg.n_sample_loop if loop == "loop" else cfg.n_sample_scan
 
 
 def run_timings(libs: dict[str, ModuleType], cfg: Config) -> tuple[list[dict[str, Any]], list[Any]]:
@@ -602,62 +408,6 @@ def run_memory_probes(libs: dict[str, ModuleType], cfg: Config, quick: bool) -> 
 # --------------------------------------------------------------------------------------------
 
 
-def rlvault_provenance() -> dict[str, Any]:
-    """Commit of the checkout that ``buffers`` is imported from, and whether ``buffers/`` has
-    uncommitted changes (results are only comparable for the same code)."""
-    import buffers
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(buffers.__file__)))
-
-    def git(*cmd: str) -> str | None:
-        try:
-            done = subprocess.run(
-                ["git", "-C", root, *cmd], capture_output=True, text=True, check=True, timeout=10
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return done.stdout.strip()
-
-    status = git("status", "--porcelain", "--", "buffers")
-    return {
-        "buffers_path": os.path.dirname(os.path.abspath(buffers.__file__)),
-        "git_commit": git("rev-parse", "HEAD"),
-        "buffers_dirty": None if status is None else bool(status),
-    }
-
-
-def machine_info() -> dict[str, Any]:
-    cpu_model = None
-    mem_total = None
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu_model = next(
-                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), None
-            )
-        with open("/proc/meminfo") as f:
-            mem_total = next(
-                (int(ln.split()[1]) * 1024 for ln in f if ln.startswith("MemTotal")), None
-            )
-    except OSError:
-        pass
-    return {
-        "cpu_count": os.cpu_count(),
-        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "cpu_model": cpu_model,
-        "mem_total_bytes": mem_total,
-        "platform": platform.platform(),
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "jaxlib": package_version("jaxlib"),
-        "numpy": np.__version__,
-        "flashbax": package_version("flashbax"),
-        "rlvault": package_version("rlvault"),
-        "backend": jax.default_backend(),
-        "devices": [str(d) for d in jax.devices()],
-        "xla_flags": os.environ.get("XLA_FLAGS"),
-    }
-
-
 def fmt_us(x: float | None) -> str:
     if x is None:
         return "-"
@@ -797,7 +547,9 @@ def main(argv: list[str] | None = None) -> int:
     log(f"libraries: {list(libs)}; config: {cfg}")
     t_start = time.perf_counter()
     load_start = os.getloadavg()
-    provenance = rlvault_provenance()  # at start: the code that was imported and timed
+    provenance = code_provenance(
+        "buffers", ("buffers",)
+    )  # at start: the code that was imported and timed
     memory: list[Any] = []
     if not args.no_memory:
         log("peak-memory probes (fresh subprocesses):")

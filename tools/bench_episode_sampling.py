@@ -27,7 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _bench_common import log, package_version
+from _probes import package_version
+from _report import log
 
 import buffers as fbx
 

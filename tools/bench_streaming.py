@@ -1,10 +1,11 @@
 """Benchmark streaming reads (``as_dataset``) against reading the whole vault at once.
 
-Workload: the data of ``tools/bench_vault.py`` (16 rows): ``image`` (Atari-like uint8
-``(84, 84, 3)`` frames from ``make_frame_pool``, plus ``action``, ``reward``, ``done``),
-4,096 timesteps (1.39 GB raw), and ``vector`` (float32 ``(64,)`` random walks, same scalars),
-65,536 timesteps (278 MB raw). Each vault is created with the default codecs and chunks and
-``done_leaf="done"`` (so the episode-aware stream can run), appended 1,024 timesteps at a time.
+Workload: the data of ``tools/bench_vault.py`` (from ``tools/_workloads.py``; 16 rows):
+``image`` (Atari-like uint8 ``(84, 84, 3)`` frames from ``make_frame_pool``, plus ``action``,
+``reward``, ``done``), 4,096 timesteps (1.39 GB raw), and ``vector`` (float32 ``(64,)``
+random walks, same scalars), 65,536 timesteps (278 MB raw). Each vault is created with the
+default codecs and chunks and ``done_leaf="done"`` (so the episode-aware stream can run),
+appended 1,024 timesteps at a time.
 
 Measured per variant in ``rounds`` rounds (after one untimed warm-up of everything); in each
 round every measurement runs cold (every vault file's pages dropped from the page cache with
@@ -56,25 +57,25 @@ from pathlib import Path
 from typing import Any
 
 import jax
-from _bench_common import log, peak_rss_bytes, reset_peak_rss, tree_nbytes, write_json
-from bench_vault import (
-    DataSource,
+from _probes import (
+    MB,
     code_provenance,
     drop_page_cache,
-    example_timestep,
     loadavg,
     machine_info,
-    make_frame_pool,
-    step_nbytes,
+    peak_rss_bytes,
+    reset_peak_rss,
+    total_file_bytes,
+    tree_nbytes,
 )
+from _report import log, write_json
+from _workloads import VARIANTS, DataSource, example_timestep, make_frame_pool, step_nbytes
 
 from vault import Vault
 
-MB = 1e6
 PROBE_MARK = "BENCH_STREAMING_PROBE_JSON "
 READ_ALL = "read all (read_numpy)"
 TARGET_RATIO = 0.70
-VARIANTS = ("image", "vector")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,7 +250,7 @@ def run_variant(
     log(f"{variant}: vault of {raw / MB:,.0f} MB raw built in {time.perf_counter() - t0:.1f} s")
     with vault.as_dataset(1, 1) as probe:  # the block size the default configuration picks
         block, block_bytes = probe.block_timesteps, probe.block_bytes
-    disk = sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    disk = total_file_bytes(path)
     streams = dict(cfg.streams[variant])
     measurements: list[tuple[str, Callable[[], dict[str, Any]]]] = [
         (READ_ALL, lambda: read_all(path))
@@ -391,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = QUICK if args.quick else FULL
     variants = list(VARIANTS) if args.variant == "both" else [args.variant]
     load_start = loadavg()
-    code_start = code_provenance()
+    code_start = code_provenance("vault", ("vault", "buffers"))
     t_start = time.perf_counter()
     workdir = Path(tempfile.mkdtemp(prefix="bench_streaming_", dir=args.tmpdir))
     log(f"bench_streaming: {'quick' if args.quick else 'full'} run in {workdir}")
@@ -406,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         "target_ratio": TARGET_RATIO,
         "machine": machine_info(),
         "rlvault_code": code_start,
-        "rlvault_code_at_end": code_provenance(),
+        "rlvault_code_at_end": code_provenance("vault", ("vault", "buffers")),
         "loadavg": {"start": load_start, "end": loadavg()},
         "total_s": time.perf_counter() - t_start,
         "variants": variant_results,

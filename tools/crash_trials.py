@@ -12,25 +12,28 @@ Where the kill lands (``--fault``):
 
 * ``random`` (default): the parent kills the writer after a random number of commits plus a
   random 0-20 ms: anywhere in its loop, mostly outside the short resize and commit steps.
-* ``resize``: inside the array resize step of an append (``Vault._grow``: one TensorStore
-  metadata rewrite per array, all in flight at once).
-* ``commit``: inside the replacement of the commit record (``Vault._write_commit``).
+* ``resize``: inside the array resize step of an append (one TensorStore metadata rewrite
+  per array that grows, all in flight at once).
+* ``commit``: inside the replacement of the commit record.
 
-For ``resize`` and ``commit`` the writer kills itself. It wraps the private method; after
-``skip`` calls (drawn by the parent) every call that does work starts a thread that sleeps a
-random fraction of the previous call's duration, then, holding a lock that the call must take
-to mark its return, sends SIGKILL to its own process if the call has not returned. A call that
-returns first was a miss (reported); the next call is armed again. TensorStore releases the GIL
-while it waits, so the kill lands while the operation is in flight. These trials use 4-step
-time chunks, so that an append resizes the arrays often.
+The writer sees the steps of each append through the library's fault-injection hook
+(``vault.set_fault_hook``; points ``vault.FAULT_POINTS``): the hook is called around each
+step with a ``step`` function that it must call once. For ``resize`` and ``commit`` the writer
+kills itself: after ``skip`` calls of the targeted step (drawn by the parent) every call starts
+a thread that sleeps a random fraction of the previous call's duration, then, holding a lock
+that the hook must take to mark the step's return, sends SIGKILL to its own process if the
+step has not returned. A step that returns first was a miss (reported); the next call is armed
+again. TensorStore releases the GIL while it waits, so the kill lands while the operation is
+in flight. These trials use 4-step time chunks, so that an append resizes the arrays often.
 
-The writer prints markers (``> resize ...`` on entry, ``< resize`` on return; likewise for
-``append`` and ``commit``), so each trial records where the kill landed: for the targeted
-faults exactly (the kill is sent only before the wrapper has seen the call return), for
-``random`` the last marker printed before the kill (approximate). Each trial also records what
-the kill left on disk before anything reopens the vault: for ``resize`` how many of the arrays
-that had to grow had their new shape written, for ``commit`` whether the old or the new record
-is in place, and the TensorStore temp files (``*.__lock``) left behind.
+The writer prints markers (``> resize length=.. shapes=..`` on entry, ``< resize`` on return;
+likewise ``> append`` and ``> commit length=..``; the episode-index step is not marked), so
+each trial records where the kill landed: for the targeted faults exactly (the kill is sent
+only before the hook has seen the step return), for ``random`` the last marker printed before
+the kill (approximate). Each trial also records what the kill left on disk before anything
+reopens the vault: for ``resize`` how many of the arrays that had to grow had their new shape
+written, for ``commit`` whether the old or the new record is in place, and the TensorStore
+temp files (``*.__lock``) left behind.
 
 Usage: ``python tools/crash_trials.py --trials 200 [--fault resize]`` (prints JSON: trials,
 failures, where the kills landed, trials/s). The test suite runs 50 random trials and 10 of
@@ -112,9 +115,28 @@ def _buffer_and_add(donate: bool = False) -> tuple[Any, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-class _Injector:
-    """Markers around ``Vault._append``, ``_grow`` (calls that resize) and ``_write_commit``;
-    for a targeted fault, the self-kill inside the targeted call (see the module docstring)."""
+MARKED = ("append", "resize", "commit")  # fault points the writer prints markers for
+
+
+def describe(point: str, info: dict[str, Any]) -> str | None:
+    """The marker text of a step, what the parent parses (see ``_parse`` and ``_on_disk``);
+    None for a step that is not marked."""
+    if point not in MARKED:
+        return None
+    if point == "resize":
+        length, shapes = int(info["length"]), {k: int(v) for k, v in info["shapes"].items()}
+        if all(n >= length for n in shapes.values()):
+            return None  # no array has to grow: nothing is resized
+        return f"length={length} shapes=" + ",".join(f"{k}:{n}" for k, n in shapes.items())
+    if point == "commit":
+        return f"length={int(info['length'])}"
+    return ""
+
+
+class FaultInjector:
+    """The writer's fault hook (``vault.set_fault_hook``): markers around the marked steps of
+    every append and, for a targeted fault, the self-kill inside the targeted step (see the
+    module docstring)."""
 
     def __init__(self, fault: str, skip: int, rng: random.Random) -> None:
         self.fault, self.skip, self.rng = fault, skip, rng
@@ -123,60 +145,41 @@ class _Injector:
         self.calls = 0
         self.last_s = FIRST_GUESS_S
 
-    def install(self, vault_cls: Any) -> None:
-        def grow_info(vault: Any, length: int) -> str | None:
-            shapes = {n: int(a.shape[1]) for n, a in zip(vault._names, vault._arrays, strict=True)}
-            if all(s >= length for s in shapes.values()):
-                return None  # no array has to grow: nothing is resized
-            return f"length={length} shapes=" + ",".join(f"{n}:{s}" for n, s in shapes.items())
+    def __call__(self, point: str, info: dict[str, Any], step: Callable[[], Any]) -> Any:
+        text = describe(point, info)
+        if text is None:
+            return step()
+        if point != self.fault:
+            print(f"> {point} {text}".rstrip(), flush=True)
+            out = step()
+            print(f"< {point}", flush=True)
+            return out
+        return self.targeted(point, text, step)
 
-        vault_cls._append = self._wrap("append", vault_cls._append, lambda v, *a: "")
-        vault_cls._grow = self._wrap("resize", vault_cls._grow, grow_info)
-        vault_cls._write_commit = self._wrap(
-            "commit", vault_cls._write_commit, lambda v, length, *a: f"length={length}"
-        )
-
-    def _wrap(
-        self, name: str, real: Callable[..., Any], describe: Callable[..., str | None]
-    ) -> Callable[..., Any]:
-        def wrapper(vault: Any, *args: Any) -> Any:
-            info = describe(vault, *args)
-            if info is None:
-                return real(vault, *args)
-            if name != self.fault:
-                print(f"> {name} {info}".rstrip(), flush=True)
-                out = real(vault, *args)
-                print(f"< {name}", flush=True)
-                return out
-            return self._targeted(name, info, real, vault, *args)
-
-        return wrapper
-
-    def _targeted(
-        self, name: str, info: str, real: Callable[..., Any], vault: Any, *args: Any
-    ) -> Any:
+    def targeted(self, point: str, text: str, step: Callable[[], Any]) -> Any:
         self.calls += 1
         armed = self.calls > self.skip
         delay = self.rng.random() * self.last_s if armed else 0.0
         note = f" armed={delay * 1e3:.3f}" if armed else ""
-        print(f"> {name} {info}{note}", flush=True)
+        print(f"> {point} {text}{note}", flush=True)
         with self.guard:
             self.inside = self.calls
         if armed:
-            threading.Thread(target=self._kill_later, args=(self.calls, delay), daemon=True).start()
+            threading.Thread(target=self.kill_later, args=(self.calls, delay), daemon=True).start()
         t0 = time.perf_counter()
-        out = real(vault, *args)
-        elapsed = time.perf_counter() - t0
-        with self.guard:  # from here on no kill can come for this call
-            self.inside = 0
-        self.last_s = elapsed
-        print(f"< {name}", flush=True)
+        try:
+            out = step()
+        finally:
+            with self.guard:  # from here on no kill can come for this call
+                self.inside = 0
+        self.last_s = time.perf_counter() - t0
+        print(f"< {point}", flush=True)
         return out
 
-    def _kill_later(self, token: int, delay: float) -> None:
+    def kill_later(self, token: int, delay: float) -> None:
         time.sleep(delay)
         with self.guard:
-            if self.inside == token:  # the call is still in progress (it cannot return now)
+            if self.inside == token:  # the step is still in progress (it cannot return now)
                 os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -195,7 +198,12 @@ def child(
     from vault import Vault
 
     if markers or fault != "random":
-        _Injector(fault, skip, random.Random(seed)).install(Vault)
+        from vault import FAULT_POINTS, set_fault_hook
+
+        unknown = [p for p in MARKED if p not in FAULT_POINTS]
+        if unknown:
+            raise RuntimeError(f"vault.FAULT_POINTS {FAULT_POINTS} lacks the points {unknown}")
+        set_fault_hook(FaultInjector(fault, skip, random.Random(seed)))
     buf, add = _buffer_and_add()
     state = buf.init(example())
     if start:
