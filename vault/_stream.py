@@ -84,7 +84,7 @@ class StreamBatch(NamedTuple):
 # --------------------------------------------------------------------------------------------
 
 
-class _Group:
+class _BlockGroup:
     """Blocks read side by side into one buffer per leaf ``[slots * block_rows, seg, ...]``:
     slot ``j`` holds rows ``[j * block_rows, ...)``; in each row, ``head`` timesteps before the
     block, then the block's timesteps."""
@@ -101,7 +101,7 @@ class _Group:
         self.carries: list[tuple[int, int]] = []  # (slot, block whose tail is its head)
 
 
-class _Pending:
+class _PartialBatch:
     """A batch being filled (it may take sequences from several groups)."""
 
     def __init__(self, arrays: list[np.ndarray], size: int) -> None:
@@ -267,7 +267,9 @@ class _Plan:
         lo = block % self.n_time * self.block
         return lo, min(lo + self.block, self.length)
 
-    def _read_into(self, group: _Group, j: int, block: int, col: int, lo: int, hi: int) -> None:
+    def _read_into(
+        self, group: _BlockGroup, j: int, block: int, col: int, lo: int, hi: int
+    ) -> None:
         """Read timesteps ``[lo, hi)`` of the block's rows into slot ``j`` from column ``col``."""
         first, count = self._rows_of(block)
         ids = self.row_ids[first : first + count]
@@ -279,12 +281,12 @@ class _Plan:
             fut = ts.array(buf[r0 : r0 + count, col : col + hi - lo]).write(view)
             group.futures.append((name, fut))
 
-    def _issue(self, epoch: int, index: int, blocks: list[int], last: bool) -> _Group:
+    def _issue(self, epoch: int, index: int, blocks: list[int], last: bool) -> _BlockGroup:
         buffers = [
             _read.aligned_empty((len(blocks) * self.block_rows, self.seg, *item), dt)
             for item, dt in zip(self.items, self.dtypes, strict=True)
         ]
-        group = _Group(epoch, index, blocks, last, buffers)
+        group = _BlockGroup(epoch, index, blocks, last, buffers)
         previous = set(self._issued_blocks)
         for j, b in enumerate(blocks):
             lo, hi = self._times_of(b)
@@ -298,7 +300,7 @@ class _Plan:
         self._issued_blocks = list(blocks)
         return group
 
-    def _complete(self, group: _Group) -> None:
+    def _complete(self, group: _BlockGroup) -> None:
         """Wait for the group's reads; fill the heads carried over; keep the new tails."""
         for name, fut in group.futures:
             _read.result(self.snap, fut, name)
@@ -317,14 +319,14 @@ class _Plan:
         # Copies: the next group may need them after this group's buffers are released.
         self._tails = {b: [np.array(p) for p in parts] for b, parts in tails.items()}
 
-    def _cancel(self, groups: collections.deque[_Group]) -> None:
+    def _cancel(self, groups: collections.deque[_BlockGroup]) -> None:
         for group in groups:
             for _, fut in group.futures:
                 fut.cancel()
         groups.clear()
 
     # ------------------------------------------------------------------------- sequences
-    def _starts(self, group: _Group) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _starts(self, group: _BlockGroup) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Where each valid sequence of the group starts: flat indices into its buffers (seen
         as ``[slots * block_rows * seg]``), with its vault row and start time; slot by slot
         in time order (every row at ``t``, then ``t + 1``), or permuted with ``shuffle``."""
@@ -366,7 +368,9 @@ class _Plan:
             base, row, start = base[order], row[order], start[order]
         return base, row, start
 
-    def _end_free(self, group: _Group, j: int, block: int, first: int, count: int) -> np.ndarray:
+    def _end_free(
+        self, group: _BlockGroup, j: int, block: int, first: int, count: int
+    ) -> np.ndarray:
         """``[rows, count]``: no episode end in the first ``seq - 1`` steps of the windows that
         start at columns ``first, first + 1, ...`` of slot ``j``."""
         h, r0 = self.head, j * self.block_rows
@@ -380,7 +384,7 @@ class _Plan:
         np.cumsum(flags, axis=1, out=csum[:, 1:])
         return np.asarray(csum[:, h : h + count] == csum[:, :count])
 
-    def _new_batch(self) -> _Pending:
+    def _new_batch(self) -> _PartialBatch:
         """Output arrays of one pack of batches, carved 64-byte aligned out of one allocation
         (JAX adopts aligned buffers without a copy)."""
         raw = np.empty(self.batch_layout[-1] + 64, np.uint8)
@@ -391,9 +395,9 @@ class _Plan:
                 self.batch_layout, self.batch_shapes, self.dtypes[: self.out_count], strict=False
             )
         ]
-        return _Pending(arrays, self.capacity)
+        return _PartialBatch(arrays, self.capacity)
 
-    def _fill(self, pending: _Pending, flat: list[np.ndarray], base: np.ndarray) -> None:
+    def _fill(self, pending: _PartialBatch, flat: list[np.ndarray], base: np.ndarray) -> None:
         """Copy the sequences starting at ``base`` (of the group's buffers ``flat``, seen as
         ``[rows * width, ...]``) into the pending batch."""
         idx = base[:, None] + self._steps if self.seq > 1 else base[:, None]
@@ -401,7 +405,7 @@ class _Plan:
         for out, leaf in zip(pending.arrays, flat, strict=True):
             np.take(leaf, idx, axis=0, out=out[lo:hi], mode="clip")
 
-    def _finish(self, pending: _Pending, epoch: int, last: bool) -> list[StreamBatch]:
+    def _finish(self, pending: _PartialBatch, epoch: int, last: bool) -> list[StreamBatch]:
         """The pack's batches: its full ones, and at the end of an epoch (``last``) the
         incomplete rest unless ``drop_remainder``."""
         b = self.batch
@@ -449,7 +453,7 @@ class _Plan:
     def batches(self) -> Generator[list[StreamBatch], None, None]:
         """The producer: yields the batches a pack at a time (non-empty lists)."""
         groups = self._groups()
-        inflight: collections.deque[_Group] = collections.deque()
+        inflight: collections.deque[_BlockGroup] = collections.deque()
 
         def issue_next() -> bool:
             nxt = next(groups, None)
@@ -458,7 +462,7 @@ class _Plan:
             inflight.append(self._issue(*nxt))
             return True
 
-        pending: _Pending | None = None
+        pending: _PartialBatch | None = None
         epoch_batches = 0
         try:
             while inflight or issue_next():
