@@ -31,7 +31,6 @@ import itertools
 import math
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import jax
@@ -40,7 +39,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import buffers as fbx
-from vault import Vault
+from vault import Vault, disk_usage
 
 SIZE = 10  # the grid is SIZE x SIZE
 TIME_LIMIT = 40  # steps before truncation
@@ -433,10 +432,6 @@ def train(path: str, cfg: Settings, seed: int) -> dict[str, Any]:
     }
 
 
-def _disk_bytes(path: str) -> int:
-    return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small, fast run (for tests)")
@@ -463,15 +458,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"({int(table.truncated.sum())} truncated at {TIME_LIMIT} steps), "
         f"mean length {table.length.mean():.1f}"
     )
-    size = _disk_bytes(path)
-    raw = (
-        vault.committed_length
-        * vault.rows
-        * sum(
-            math.prod(leaf["shape"]) * np.dtype(leaf["dtype"]).itemsize
-            for leaf in vault.manifest["leaves"]
-        )
-    )
+    size = disk_usage(path) or 0
+    raw = vault.committed_length * vault.rows * vault.manifest.step_bytes
     print(f"dataset size on disk: {size / 2**20:.2f} MiB ({raw / max(size, 1):.1f}x compression)")
 
     t1 = time.perf_counter()
