@@ -53,6 +53,7 @@ class LockHolder:
     pid: int | None
     host: str | None
     since: str | None
+    thread: str | None = None
 
     def __str__(self) -> str:
         return f"pid {self.pid} on {self.host} since {self.since}"
@@ -61,7 +62,7 @@ class LockHolder:
     def from_json(cls, doc: Any) -> LockHolder | None:
         if not isinstance(doc, dict):
             return None
-        return cls(doc.get("pid"), doc.get("host"), doc.get("since"))
+        return cls(doc.get("pid"), doc.get("host"), doc.get("since"), doc.get("thread"))
 
 
 class WriterLock(Protocol):

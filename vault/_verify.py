@@ -152,6 +152,10 @@ class _Checker:
                 f"{self.report.location} is not an rlvault vault (no 'rlvault' attributes in "
                 f"{MANIFEST_KEY})"
             )
+        raw = attrs[MANIFEST_ATTR]
+        version = raw.get("format_version") if isinstance(raw, dict) else None
+        if is_int(version, 1) and version > FORMAT_VERSION:  # not corrupt: newer than us
+            Manifest.from_json(attrs[MANIFEST_ATTR], self.report.location)  # VaultVersionError
         found = manifest_problems(attrs[MANIFEST_ATTR])
         for message in found:
             self.problem(_MANIFEST, message)

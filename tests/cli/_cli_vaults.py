@@ -7,6 +7,7 @@ builders return every appended value so tests can check what the command shows o
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -64,7 +65,7 @@ def flatten(tree: dict[str, Any]) -> dict[str, np.ndarray]:
 
 
 def build(
-    path: Path,
+    path: Path | str,
     *,
     rows: int = ROWS,
     writes: tuple[int, ...] = WRITES,
@@ -72,7 +73,8 @@ def build(
     episodes: bool = True,
     metadata: dict[str, Any] | None = None,
 ) -> dict[str, np.ndarray]:
-    """Write a vault at ``path``; return ``{leaf path: [rows, T, ...]}`` of all it holds."""
+    """Write a vault at ``path`` (a folder or a URL); return ``{leaf path: [rows, T, ...]}``
+    of all it holds."""
     rng = np.random.default_rng(seed)
     kw: dict[str, Any] = {}
     if episodes:
@@ -88,6 +90,11 @@ def build(
             parts.append(flatten(data))
             t += n
     return {k: np.concatenate([p[k] for p in parts], axis=1) for k in LEAVES}
+
+
+def tree_bytes(path: Path) -> int:
+    """Sum of the sizes of every file under ``path`` (what ``disk_bytes`` must report)."""
+    return sum(os.lstat(p).st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 def reference_episodes(data: dict[str, np.ndarray]) -> list[tuple[int, int, int, float, bool]]:

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import uuid
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _cli_vaults import ROWS, Cli, block, build, one_error_line
+from _cli_vaults import ROWS, Cli, block, build, one_error_line, tree_bytes
 
 from vault import Vault
-from vault.cli._facts import disk_bytes
 
 COMMANDS = [
     "ls",
@@ -64,7 +64,7 @@ def test_ls_lists_every_vault_and_broken_ones(cli: Cli, tmp_path: Path) -> None:
     assert first["episodes"] is None
     raw = sum(v[0, 0].nbytes for v in a.values()) * ROWS * 5
     assert first["raw_bytes"] == raw
-    assert first["disk_bytes"] == disk_bytes(tmp_path / "runs" / "a") > 0
+    assert first["disk_bytes"] == tree_bytes(tmp_path / "runs" / "a") > 0
     assert first["format_version"] >= 2
     assert first["created"].startswith("20")
     assert "corrupt manifest" in bad["error"]
@@ -90,8 +90,9 @@ def test_info_structure_sizes_metadata_writer(
     assert leaves["obs"]["codecs"] == "blosc(zstd-1, shuffle) + crc32c"
     assert leaves["done"]["codecs"] == "zstd-3 + crc32c"
     assert leaves["obs"]["raw_bytes"] == data["obs"].nbytes
+    assert leaves["obs"]["disk_bytes"] == tree_bytes(path / "experience" / "obs") > 0
     assert doc["raw_bytes"] == sum(v.nbytes for v in data.values())
-    assert doc["disk_bytes"] == disk_bytes(path)
+    assert doc["disk_bytes"] == tree_bytes(path)
     assert doc["ratio"] == pytest.approx(doc["raw_bytes"] / doc["disk_bytes"])
     assert doc["episodes"] == len(Vault.open(str(path)).episodes())
     assert doc["episode_leaves"] == {"done": "done", "truncated": "trunc", "reward": "reward"}
@@ -222,3 +223,81 @@ def test_corrupt_chunk_exits_3_in_one_line(
     assert "experience/obs, chunk 1.2.0 is corrupt" in line
     line = one_error_line(cli("stats", path, code=3))
     assert "experience/obs, chunk 1.2.0" in line
+
+
+def test_info_of_a_location_that_cannot_tell_its_size(cli: Cli) -> None:
+    """A ``memory://`` vault (this process's): sizes it cannot tell are ``None`` / ``-``."""
+    location = f"memory://cli-info-{uuid.uuid4().hex}"
+    build(location, writes=(4,), episodes=False)
+    doc = cli.json("info", location)
+    assert doc["path"] == Vault.open(location).location
+    assert doc["committed"] == 4
+    assert doc["disk_bytes"] is None
+    assert doc["ratio"] is None
+    assert {leaf["disk_bytes"] for leaf in doc["leaves"]} == {None}
+    assert doc["writer"] == {"held": False, "holder": None}
+    assert re.search(r"disk size\s+-", cli("info", location).stdout)
+    assert [e["path"] for e in cli.json("ls", location)] == [doc["path"]]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["info", "s3://bucket/x"],
+        ["verify", "s3://bucket/x"],
+        ["ls", "s3://bucket/x"],
+        ["show", "s3://bucket/x"],
+        ["stats", "s3://bucket/x"],
+        ["episodes", "s3://bucket/x"],
+        ["slice", "s3://bucket/x", "--out", "out"],
+        ["combine", "s3://bucket/x", "s3://bucket/y", "--out", "out"],
+        ["export", "s3://bucket/x", "--out", "out.npz"],
+    ],
+)
+def test_unsupported_location_is_one_line_exit_1(
+    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: list[str]
+) -> None:
+    """Object storage is not supported yet: one line naming the location, no traceback."""
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(cli(*args, code=1))
+    assert "s3://bucket/x" in line
+    assert "unsupported vault location scheme 's3'" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command", ["slice", "combine"])
+def test_unsupported_destination_is_one_line_exit_1(
+    cli: Cli, vault_dir: tuple[Path, dict[str, np.ndarray]], command: str
+) -> None:
+    path, _ = vault_dir
+    before = sorted(p.name for p in path.parent.iterdir())
+    sources = [path, path] if command == "combine" else [path]
+    line = one_error_line(cli(command, *sources, "--out", "s3://bucket/new", code=1))
+    assert "unsupported vault location scheme 's3' in 's3://bucket/new'" in line
+    assert sorted(p.name for p in path.parent.iterdir()) == before
+
+
+@pytest.mark.parametrize("command", ["info", "show", "stats", "episodes", "plot", "export"])
+def test_newer_format_says_upgrade_exit_1(cli: Cli, tmp_path: Path, command: str) -> None:
+    path = tmp_path / "v"
+    build(path, writes=(4,))
+    doc = json.loads((path / "zarr.json").read_text())
+    doc["attributes"]["rlvault"]["format_version"] = 99
+    (path / "zarr.json").write_text(json.dumps(doc))
+    extra = ["--out", tmp_path / "o.png"] if command in ("plot", "export") else []
+    line = one_error_line(cli(command, path, *extra, code=1))
+    assert f"{path}: the vault is in format version 99" in line
+    assert "Upgrade rlvault (pip install -U rlvault)" in line
+
+
+def test_a_bug_is_one_line_too(
+    cli: Cli, vault_dir: tuple[Path, dict[str, np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from vault.cli import _facts
+
+    def broken(vault: Vault) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(_facts, "summary", broken)
+    line = one_error_line(cli("info", vault_dir[0], code=1))
+    assert line == "vault: unexpected RuntimeError: boom (a bug in rlvault: please report it)"

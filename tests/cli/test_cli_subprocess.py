@@ -15,7 +15,7 @@ from pathlib import Path
 from _cli_vaults import build
 
 COMMAND = [str(Path(sys.executable).with_name("vault"))]
-HEAVY = ("jax", "matplotlib", "zarr", "PIL")
+HEAVY = ("jax", "matplotlib", "zarr", "PIL", "numpy", "tensorstore")
 
 
 def run(*args: object) -> subprocess.CompletedProcess[str]:
@@ -66,6 +66,12 @@ def test_failures_are_one_line_with_their_exit_code(tmp_path: Path) -> None:
     assert "Traceback" not in verified.stderr + shown.stderr + missing.stderr
     usage = run("show", tmp_path / "v", "--nope")
     assert usage.returncode == 1
+    remote = run("info", "s3://bucket/x")
+    assert remote.returncode == 1
+    assert remote.stderr.count("\n") == 1
+    assert remote.stderr.startswith(
+        "vault: unsupported vault location scheme 's3' in 's3://bucket/x'; supported: a path"
+    )
 
 
 def test_help_imports_nothing_heavy() -> None:
@@ -77,8 +83,9 @@ def test_help_imports_nothing_heavy() -> None:
         "except SystemExit:\n"
         "    pass\n"
         f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\n"
+        "print('vault._vault' in sys.modules)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     )
-    assert out.stdout.strip().splitlines()[-1] == "[]"
+    assert out.stdout.strip().splitlines()[-2:] == ["[]", "False"]

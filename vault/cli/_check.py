@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -17,6 +17,9 @@ from vault.cli._common import (
     progress_bar,
     stdout,
 )
+
+if TYPE_CHECKING:
+    from vault import VerifyReport
 
 
 def verify(path: PathArg, json_out: JsonOpt = False) -> None:
@@ -37,7 +40,7 @@ def verify(path: PathArg, json_out: JsonOpt = False) -> None:
         exit_with(EXIT_CORRUPT)
 
 
-def _render_report(report: Any) -> None:
+def _render_report(report: VerifyReport) -> None:
     from rich.markup import escape
     from rich.table import Table
 
@@ -75,13 +78,13 @@ def stats(
 ) -> None:
     """Per-leaf min / max / mean / std and NaN / Inf counts, streamed chunk by chunk; episode
     return and length statistics when the vault keeps an episode index."""
-    from vault._stats import episode_stats, leaf_stats
+    from vault import episode_stats, leaf_stats
 
     vault = open_vault(path)
     with progress_bar("computing statistics", bytes_unit=True) as progress:
         leaves = leaf_stats(vault, leaves=leaf, progress=progress)
     episodes = None
-    if getattr(vault, "has_episodes", False):
+    if vault.has_episodes:
         episodes = episode_stats(vault.episodes(include_open=True))
     doc = {
         "path": vault.location,

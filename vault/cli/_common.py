@@ -1,7 +1,8 @@
 """Shared CLI plumbing: consoles, exit codes, JSON output, range parsing, progress bars.
 
-Only the standard library, typer and rich are imported here; numpy, TensorStore and the vault
-itself are imported inside the functions that need them, so ``vault --help`` stays fast.
+Only the standard library, typer, rich and the ``vault`` package itself (whose ``__init__``
+loads only the error classes) are imported here; numpy, TensorStore and ``vault.Vault`` are
+imported inside the functions that need them, so ``vault --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -11,10 +12,13 @@ import json
 import math
 import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+
+from vault import VaultCorruptError, VaultError, VaultNotFoundError
 
 if TYPE_CHECKING:
     from vault import Vault
@@ -24,7 +28,6 @@ PathArg = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
-EXIT_OK = 0
 EXIT_OTHER = 1
 EXIT_NOT_FOUND = 2
 EXIT_CORRUPT = 3
@@ -62,17 +65,22 @@ def say_error(message: str) -> None:
 
 
 def exit_code_of(err: BaseException) -> int | None:
-    """The exit code for a library error, or ``None`` for an unexpected exception."""
+    """The exit code of an expected failure (by the error's type), or ``None`` for an
+    unexpected exception (a bug).
+
+    ``VaultNotFoundError`` 2, ``VaultCorruptError`` 3; every other ``VaultError`` 1, among
+    them ``VaultVersionError`` (a newer format: the message says to upgrade rlvault; the
+    vault is not corrupt) and ``VaultLocationError`` (a location kind that is not supported,
+    or that cannot do what was asked).
+    """
     if isinstance(err, CliError):
         return err.code
-    errors = sys.modules.get("vault._errors")
-    if errors is not None:
-        if isinstance(err, errors.VaultNotFoundError):
-            return EXIT_NOT_FOUND
-        if isinstance(err, errors.VaultCorruptError):
-            return EXIT_CORRUPT
-        if isinstance(err, errors.VaultError):
-            return EXIT_OTHER
+    if isinstance(err, VaultNotFoundError):
+        return EXIT_NOT_FOUND
+    if isinstance(err, VaultCorruptError):
+        return EXIT_CORRUPT
+    if isinstance(err, VaultError):
+        return EXIT_OTHER
     if isinstance(err, FileNotFoundError):
         return EXIT_NOT_FOUND
     if isinstance(err, OSError):
@@ -163,20 +171,24 @@ def parse_rows(text: str | None, rows: int) -> list[int] | None:
 
 
 def open_vault(path: str) -> Vault:
-    """Open a vault read-only; a malformed manifest or array metadata is VaultCorruptError."""
-    from vault import Vault, VaultCorruptError, VaultError
+    """Open a vault read-only (the library validates its metadata: a malformed manifest is
+    ``VaultCorruptError``, a newer format ``VaultVersionError``)."""
+    from vault import Vault
 
-    try:
-        return Vault.open(path)
-    except VaultError:
-        raise
-    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as err:
-        if isinstance(err, ValueError) and str(err).startswith("unsupported vault location"):
-            fail(str(err))
-        raise VaultCorruptError(
-            f"{path}: malformed vault metadata ({type(err).__name__}: {one_line(err)}); "
-            f"run `vault verify {path}` for every problem"
-        ) from None
+    return Vault.open(path)
+
+
+def local_path(location: str) -> Path | None:
+    """The directory of a location on the local file system (a path or ``file://`` URL),
+    ``None`` for any other kind; ``VaultLocationError`` for a location that is not supported.
+
+    The CLI checks a local destination or search folder itself (it must not exist, it must
+    be a directory), before the library is asked to do anything.
+    """
+    from vault import parse_location
+
+    spec = parse_location(location).spec
+    return Path(spec["path"]) if spec.get("driver") == "file" else None
 
 
 ProgressFn = Callable[[int, int], None]
@@ -215,17 +227,6 @@ def progress_bar(description: str, *, bytes_unit: bool = False) -> Iterator[Prog
 
     with bar:
         yield update
-
-
-@contextlib.contextmanager
-def spinner(description: str) -> Iterator[None]:
-    """An indeterminate progress indicator on stderr (terminals only)."""
-    console = stderr()
-    if not console.is_terminal:
-        yield
-        return
-    with console.status(description):
-        yield
 
 
 def _ignore(done: int, total: int) -> None:

@@ -6,9 +6,7 @@ so a destination is complete or absent; the sources are only read.
 
 from __future__ import annotations
 
-import inspect
-from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -16,39 +14,39 @@ from vault.cli._common import (
     JsonOpt,
     emit_json,
     fail,
+    local_path,
     open_vault,
     parse_rows,
     parse_span,
     progress_bar,
-    spinner,
     stdout,
 )
 from vault.cli._episodes import require_episodes
 
+if TYPE_CHECKING:
+    from vault import Vault
+
 OutOpt = Annotated[
-    Path, typer.Option("--out", "-o", help="The new vault (must not exist).", show_default=False)
+    str,
+    typer.Option(
+        "--out", "-o", help="The new vault, a path or URL (must not exist).", show_default=False
+    ),
 ]
 SourceArg = Annotated[
     str, typer.Argument(metavar="SOURCE", help="Source vault.", show_default=False)
 ]
 
 
-def _run(description: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """Call a derive function, with a progress bar if it reports progress, else a spinner."""
-    if "progress" in inspect.signature(fn).parameters:
-        with progress_bar(description) as progress:
-            return fn(*args, progress=progress, **kwargs)
-    with spinner(description):
-        return fn(*args, **kwargs)
-
-
-def _check_out(out: Path) -> None:
-    if out.exists():
+def _check_out(out: str) -> None:
+    """Refuse a local destination that exists (even an empty folder) before reading anything;
+    the library refuses any existing vault at the destination when it starts writing."""
+    folder = local_path(out)
+    if folder is not None and folder.exists():
         fail(f"{out} already exists; choose a new destination (nothing is ever overwritten)")
 
 
-def _report(vault: Any, json_out: bool, **extra: Any) -> None:
-    episodes = len(vault.episodes()) if getattr(vault, "has_episodes", False) else None
+def _report(vault: Vault, json_out: bool, **extra: Any) -> None:
+    episodes = len(vault.episodes()) if vault.has_episodes else None
     doc = {
         "path": vault.location,
         "rows": vault.rows,
@@ -86,7 +84,8 @@ def slice_(
     lo, hi = parse_span(time, src.committed_length, "--time")
     if hi == lo:
         fail(f"--time {time!r} selects no timesteps")
-    made = _run("slicing", lib.derive_slice, src, str(out), rows=picked, start=lo, stop=hi)
+    with progress_bar("slicing") as progress:
+        made = lib.derive_slice(src, out, rows=picked, start=lo, stop=hi, progress=progress)
     _report(made, json_out, source=src.location, time=[lo, hi], rows_selected=picked)
 
 
@@ -122,7 +121,8 @@ def subsample(
     )
     if len(table) == 0:
         fail(f"{src.location}: no complete episode passes the filters; nothing written")
-    made = _run("copying episodes", lib.derive_episodes, src, str(out), table)
+    with progress_bar("copying episodes") as progress:
+        made = lib.derive_episodes(src, out, table, progress=progress)
     _report(made, json_out, source=src.location, selected=len(table))
 
 
@@ -141,5 +141,6 @@ def combine(
     if len(sources) < 2:
         fail("combine needs at least two source vaults")
     opened = [open_vault(s) for s in sources]
-    made = _run("combining", lib.combine, opened, str(out))
+    with progress_bar("combining") as progress:
+        made = lib.combine(opened, out, progress=progress)
     _report(made, json_out, sources=[v.location for v in opened])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,11 +18,14 @@ from vault.cli._common import (
     stdout,
 )
 
+if TYPE_CHECKING:
+    from vault import Vault
+
 SORT_KEYS = ("return", "length", "row", "start")
 
 
-def require_episodes(vault: Any) -> None:
-    if not getattr(vault, "has_episodes", False):
+def require_episodes(vault: Vault) -> None:
+    if not vault.has_episodes:
         fail(
             f"{vault.location} keeps no episode index (create the vault with done_leaf=... "
             "so that the writer records episodes)"
@@ -108,7 +111,7 @@ def plot(
     if out.suffix.lower() != ".png":
         fail(f"--out must name a .png file, got {out}")
     vault = open_vault(path)
-    table = vault.episodes() if getattr(vault, "has_episodes", False) else None
+    table = vault.episodes() if vault.has_episodes else None
     leaf = _plot.reward_leaf(vault, reward)
     with progress_bar("reading rewards", bytes_unit=True) as progress:
         curve = _plot.reward_curve(vault, leaf, progress=progress) if leaf else None

@@ -21,13 +21,14 @@ import shutil
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from vault.cli._common import (
     JsonOpt,
     PathArg,
+    ProgressFn,
     emit_json,
     fail,
     open_vault,
@@ -36,7 +37,9 @@ from vault.cli._common import (
     progress_bar,
 )
 from vault.cli._common import stdout as console
-from vault.cli._facts import step_bytes
+
+if TYPE_CHECKING:
+    from vault import Vault
 
 FORMATS = ("npz", "npy")
 MANIFEST_NAME = "__manifest__"
@@ -77,7 +80,7 @@ def export(
         "rows": picked if picked is not None else list(range(vault.rows)),
         "time": [lo, hi],
         "leaves": names,
-        "manifest": vault.manifest,
+        "manifest": vault.manifest.to_json(),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     with _staged(out) as tmp, progress_bar("exporting", bytes_unit=True) as progress:
@@ -120,21 +123,21 @@ def _staged(out: Path) -> Iterator[Path]:
 
 
 def _write_npy(
-    vault: Any,
+    vault: Vault,
     names: list[str],
     rows: list[int] | None,
     lo: int,
     hi: int,
     folder: Path,
-    progress: Any,
+    progress: ProgressFn,
 ) -> dict[str, Path]:
     import numpy as np
 
-    from vault._stats import time_blocks
+    from vault import time_blocks
 
-    meta = {x["name"]: x for x in vault.manifest["leaves"]}
+    meta = {n: vault.manifest.leaf(n) for n in names}
     n_rows = vault.rows if rows is None else len(rows)
-    step = {n: n_rows * step_bytes(meta[n]) for n in names}
+    step = {n: n_rows * meta[n].step_bytes for n in names}
     total = sum(step[n] for n in names) * (hi - lo)
     done = 0
     progress(done, total)
@@ -142,14 +145,14 @@ def _write_npy(
     for name in names:
         target = folder / f"{name}.npy"
         target.parent.mkdir(parents=True, exist_ok=True)
-        shape = (n_rows, hi - lo, *meta[name]["shape"])
-        dtype = np.dtype(meta[name]["dtype"])
+        shape = (n_rows, hi - lo, *meta[name].shape)
+        dtype = np.dtype(meta[name].dtype)
         files[name] = target
         if math.prod(shape) == 0:
             np.save(target, np.empty(shape, dtype))
             continue
         array = np.lib.format.open_memmap(target, mode="w+", dtype=dtype, shape=shape)
-        edges = time_blocks(hi - lo, int(meta[name]["chunk"][1]), step[name], BLOCK_BYTES)
+        edges = time_blocks(hi - lo, meta[name].chunk_time, step[name], BLOCK_BYTES)
         for t0, t1 in itertools.pairwise(edges):
             block = vault.read_numpy(rows=rows, start=lo + t0, stop=lo + t1, leaves=[name])
             array[:, t0:t1] = block[name]

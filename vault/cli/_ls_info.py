@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
@@ -16,6 +16,7 @@ from vault.cli._common import (
     emit_json,
     fail,
     human_bytes,
+    local_path,
     one_line,
     open_vault,
     stdout,
@@ -24,33 +25,40 @@ from vault.cli._common import (
 
 def ls(
     directory: Annotated[
-        Path,
-        typer.Argument(metavar="DIR", help="Folder to search (recursively).", show_default=False),
-    ] = Path("."),
+        str,
+        typer.Argument(
+            metavar="DIR", help="Folder (or location) to search, recursively.", show_default=False
+        ),
+    ] = ".",
     json_out: JsonOpt = False,
 ) -> None:
     """List every vault under DIR: path, rows, committed timesteps, episodes, sizes, format."""
-    if not directory.exists():
+    from vault import find_vaults
+
+    folder = local_path(directory)
+    if folder is not None and not folder.exists():
         fail(f"{directory}: no such file or directory", EXIT_NOT_FOUND)
-    if not directory.is_dir():
+    if folder is not None and not folder.is_dir():
         fail(f"{directory}: not a directory", EXIT_NOT_FOUND)
     entries: list[dict[str, Any]] = []
-    for path, broken in _facts.find_vaults(directory):
-        if broken is not None:
-            entries.append({"path": str(path), "error": broken})
+    for found in find_vaults(directory):
+        if found.problem is not None:
+            entries.append({"path": found.location, "error": found.problem})
             continue
         try:
-            vault = open_vault(str(path))
+            vault = open_vault(found.location)
             entries.append(_facts.summary(vault))
         except Exception as err:  # a broken vault is listed with its error, never fatal
-            entries.append({"path": str(path), "error": f"{type(err).__name__}: {one_line(err)}"})
+            entries.append(
+                {"path": found.location, "error": f"{type(err).__name__}: {one_line(err)}"}
+            )
     if json_out:
         emit_json(entries)
         return
     _ls_table(entries, directory)
 
 
-def _ls_table(entries: list[dict[str, Any]], directory: Path) -> None:
+def _ls_table(entries: list[dict[str, Any]], directory: str) -> None:
     from rich.table import Table
 
     console = stdout()
@@ -64,7 +72,7 @@ def _ls_table(entries: list[dict[str, Any]], directory: Path) -> None:
         numeric = name in ("rows", "committed", "episodes", "raw", "disk", "format")
         table.add_column(name, justify="right" if numeric else "left", overflow="fold")
     for e in entries:
-        path = _escape(os.path.relpath(e["path"], directory))
+        path = _escape(_relative(e["path"], directory))
         if "error" in e:
             table.add_row(path, *[""] * (len(columns) - 1), f"[red]{_escape(e['error'])}[/red]")
             continue
@@ -81,6 +89,18 @@ def _ls_table(entries: list[dict[str, Any]], directory: Path) -> None:
     console.print(table)
 
 
+def _relative(location: str, under: str) -> str:
+    """``location`` relative to the searched ``under`` (as given, relative or absolute)."""
+    folder = local_path(under)
+    if folder is not None:
+        return os.path.relpath(location, folder)
+    base = under.rstrip("/")
+    inside = location.rstrip("/")
+    if inside == base:
+        return "."
+    return inside[len(base) + 1 :] if inside.startswith(base + "/") else location
+
+
 def _escape(text: str) -> str:
     from rich.markup import escape
 
@@ -92,33 +112,32 @@ def info(
     json_out: JsonOpt = False,
 ) -> None:
     """Structure (leaves, shapes, dtypes, codecs, chunks), sizes, episodes, metadata, writer."""
+    from vault import disk_usage
+
     vault = open_vault(path)
     doc = _facts.summary(vault)
     manifest = vault.manifest
-    local = not vault.location.startswith("memory://")
-    leaves = []
-    for leaf in manifest["leaves"]:
-        leaf_dir = os.path.join(vault.location, "experience", leaf["name"])
-        leaves.append(
-            {
-                "name": leaf["name"],
-                "shape": [vault.rows, vault.committed_length, *leaf["shape"]],
-                "dtype": leaf["dtype"],
-                "chunk": leaf["chunk"],
-                "codecs": _facts.codec_text(leaf["codecs"]),
-                "raw_bytes": vault.committed_length * vault.rows * _facts.step_bytes(leaf),
-                "disk_bytes": _facts.disk_bytes(leaf_dir) if local else None,
-            }
-        )
-    doc["leaves"] = leaves
-    doc["gaps"] = vault.gaps
+    rows, committed = vault.rows, vault.committed_length
+    doc["leaves"] = [
+        {
+            "name": leaf.name,
+            "shape": [rows, committed, *leaf.shape],
+            "dtype": leaf.dtype,
+            "chunk": list(leaf.chunk),
+            "codecs": _facts.codec_text(leaf.codecs),
+            "raw_bytes": committed * rows * leaf.step_bytes,
+            "disk_bytes": disk_usage(vault.location, leaf=leaf.name),
+        }
+        for leaf in manifest.leaves
+    ]
+    doc["gaps"] = [seam.to_json() for seam in vault.seams]  # the seams; key kept for scripts
     doc["user_metadata"] = vault.metadata
-    doc["writer"] = _facts.writer(vault.location) if local else {"held": None, "holder": None}
-    doc["episode_leaves"] = getattr(vault, "episode_leaves", None) if doc["episodes"] else None
+    doc["writer"] = _facts.writer(vault)
+    doc["episode_leaves"] = vault.episode_leaves if vault.has_episodes else None
     if json_out:
         emit_json(doc)
         return
-    _render_info(doc, manifest["structure"])
+    _render_info(doc, manifest.structure)
 
 
 def _render_info(doc: dict[str, Any], structure: dict[str, Any]) -> None:
@@ -127,9 +146,8 @@ def _render_info(doc: dict[str, Any], structure: dict[str, Any]) -> None:
     from rich.tree import Tree
 
     console = stdout()
-    by_name = {leaf["name"]: leaf for leaf in doc["leaves"]}
     tree = Tree(f"[bold]{escape(doc['path'])}[/bold]  experience")
-    _add_nodes(tree, structure, "", by_name)
+    _add_nodes(tree, structure, iter(doc["leaves"]))
     console.print(tree)
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
@@ -145,15 +163,12 @@ def _render_info(doc: dict[str, Any], structure: dict[str, Any]) -> None:
         ("format version", str(doc["format_version"])),
         ("rlvault version", str(doc["rlvault_version"])),
         ("created", str(doc["created"])),
-        (
-            "writer holds it",
-            _facts.describe_holder(doc["writer"]) if doc["writer"]["held"] is not None else "-",
-        ),
+        ("writer holds it", _facts.describe_holder(doc["writer"])),
     ]
     if doc["gaps"]:
         seams = ", ".join(
-            f"{g['lost']} lost at t={g['at']}" if g["lost"] else f"restart at t={g['at']}"
-            for g in doc["gaps"]
+            f"{s['lost']} lost at t={s['at']}" if s["lost"] else f"restart at t={s['at']}"
+            for s in doc["gaps"]
         )
         rows.append(("seams", seams))
     if doc["episode_leaves"]:
@@ -171,31 +186,39 @@ def _render_info(doc: dict[str, Any], structure: dict[str, Any]) -> None:
         console.print("[bold]user metadata[/bold]  (none)")
 
 
-def _add_nodes(parent: Any, node: dict[str, Any], prefix: str, leaves: dict[str, Any]) -> None:
+def _add_nodes(parent: Any, node: dict[str, Any], leaves: Iterator[dict[str, Any]]) -> None:
+    """Add ``node``'s children under ``parent``. ``leaves`` yields the leaves' facts in the
+    manifest's order, which is the structure's depth-first leaf order."""
     from rich.markup import escape
 
-    from vault._structure import escape as key_escape
-
     kind = node["kind"]
+    children = node.get("children", [])
+    if kind == "leaf":  # the whole structure is one leaf
+        parent.add(_leaf_label("", next(leaves)))
+        return
     if kind == "dict":
-        labels = [(key_escape(k), k) for k in node["keys"]]
+        labels = [str(k) for k in node["keys"]]
     elif kind in ("namedtuple", "dataclass"):
-        labels = [(f, f) for f in node["fields"]]
+        labels = [str(f) for f in node["fields"]]
     else:
-        labels = [(str(i), f"[{i}]") for i in range(len(node.get("children", [])))]
-    for (part, label), child in zip(labels, node.get("children", []), strict=True):
-        path = f"{prefix}/{part}" if prefix else part
+        labels = [f"[{i}]" for i in range(len(children))]
+    for label, child in zip(labels, children, strict=True):
         if child["kind"] == "leaf":
-            leaf = leaves[path]
-            shape = ", ".join(map(str, leaf["shape"]))
-            parent.add(
-                f"[cyan]{escape(label)}[/cyan]  {leaf['dtype']} [{shape}]  "
-                f"chunk {leaf['chunk']}  {escape(leaf['codecs'])}  "
-                f"raw {human_bytes(leaf['raw_bytes'])}, disk {human_bytes(leaf['disk_bytes'])}"
-            )
+            parent.add(_leaf_label(label, next(leaves)))
         elif child["kind"] == "none":
             parent.add(f"{escape(label)}  None")
         else:
             cls = child.get("class", child["kind"]).rpartition(":")[2]
             branch = parent.add(f"[bold]{escape(label)}[/bold]  ({escape(cls)})")
-            _add_nodes(branch, child, path, leaves)
+            _add_nodes(branch, child, leaves)
+
+
+def _leaf_label(label: str, leaf: dict[str, Any]) -> str:
+    from rich.markup import escape
+
+    shape = ", ".join(map(str, leaf["shape"]))
+    return (
+        f"[cyan]{escape(label)}[/cyan]  {leaf['dtype']} [{shape}]  "
+        f"chunk {leaf['chunk']}  {escape(leaf['codecs'])}  "
+        f"raw {human_bytes(leaf['raw_bytes'])}, disk {human_bytes(leaf['disk_bytes'])}"
+    )

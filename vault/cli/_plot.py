@@ -10,42 +10,44 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vault.cli._common import fail
-from vault.cli._facts import step_bytes
+from vault.cli._common import ProgressFn, fail
+
+if TYPE_CHECKING:
+    from vault import EpisodeTable, Vault
 
 MAX_POINTS = 600
 BLOCK_BYTES = 64 << 20
 
 
-def reward_leaf(vault: Any, wanted: str | None) -> str | None:
+def reward_leaf(vault: Vault, wanted: str | None) -> str | None:
     """The reward leaf: ``wanted``, the vault's episode reward leaf, or a leaf ``reward``."""
     names = vault.leaf_names
     if wanted is not None:
         if wanted not in names:
             fail(f"{vault.location}: no leaf {wanted!r}; the vault has {names}")
         return wanted
-    named = (getattr(vault, "episode_leaves", None) or {}).get("reward")
+    named = vault.episode_leaves["reward"]
     if named:
         return str(named)
     return "reward" if "reward" in names else None
 
 
-def reward_curve(vault: Any, leaf: str, progress: Any = None) -> dict[str, Any]:
+def reward_curve(vault: Vault, leaf: str, progress: ProgressFn | None = None) -> dict[str, Any]:
     """Per-row mean reward over bins of ``width`` timesteps: ``{"t": bin centres, "rows":
     [rows, bins], "width": width}``. Multi-dimensional reward leaves are summed per step."""
-    from vault._stats import time_blocks
+    from vault import time_blocks
 
-    meta = next(x for x in vault.manifest["leaves"] if x["name"] == leaf)
+    meta = vault.manifest.leaf(leaf)
     length, rows = vault.committed_length, vault.rows
     width = max(1, math.ceil(length / MAX_POINTS))
     bins = math.ceil(length / width)
     sums = np.zeros((rows, bins), np.float64)
-    step = rows * step_bytes(meta)
-    edges = time_blocks(length, int(meta["chunk"][1]), step, BLOCK_BYTES)
+    step = rows * meta.step_bytes
+    edges = time_blocks(length, meta.chunk_time, step, BLOCK_BYTES)
     for t0, t1 in itertools.pairwise(edges):
         block = vault.read_numpy(start=t0, stop=t1, leaves=[leaf])[leaf]
         block = block.reshape(rows, t1 - t0, -1).sum(axis=2, dtype=np.float64)
@@ -65,8 +67,8 @@ def reward_curve(vault: Any, leaf: str, progress: Any = None) -> dict[str, Any]:
 
 
 def draw(
-    vault: Any,
-    table: Any,
+    vault: Vault,
+    table: EpisodeTable | None,
     leaf: str | None,
     curve: dict[str, Any] | None,
     out: Path,

@@ -8,12 +8,14 @@ summary replaces by ``...``) are read, so showing a terabyte vault reads a few t
 from __future__ import annotations
 
 import math
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from vault.cli._common import PathArg, emit_json, fail, open_vault, parse_rows, parse_span, stdout
-from vault.cli._facts import step_bytes
+
+if TYPE_CHECKING:
+    from vault import Vault
 
 EDGE = 3  # numpy's default edgeitems
 THRESHOLD = 1000  # numpy's default print threshold
@@ -27,13 +29,12 @@ def _edges(n: int) -> list[tuple[int, int]]:
     return [(0, EDGE + 1), (n - EDGE, n)]
 
 
-def summarised(vault: Any, name: str, rows: list[int], lo: int, hi: int) -> tuple[Any, bool]:
+def summarised(vault: Vault, name: str, rows: list[int], lo: int, hi: int) -> tuple[Any, bool]:
     """The selection of leaf ``name``, or (when it is larger than numpy's threshold) a
     stand-in whose numpy summary prints exactly like the full selection's."""
     import numpy as np
 
-    leaf = next(x for x in vault.manifest["leaves"] if x["name"] == name)
-    full = len(rows) * (hi - lo) * math.prod(leaf["shape"])
+    full = len(rows) * (hi - lo) * math.prod(vault.manifest.leaf(name).shape)
     if full <= THRESHOLD:
         return vault.read_numpy(rows=rows, start=lo, stop=hi, leaves=[name])[name], False
     picked_rows = [rows[i] for a, b in _edges(len(rows)) for i in range(a, b)]
@@ -79,9 +80,9 @@ def show(
         f"[bold]{vault.location}[/bold]: rows {_rows_text(picked)}, time [{lo}, {hi}) "
         f"of {vault.committed_length} committed"
     )
-    meta = {x["name"]: x for x in vault.manifest["leaves"]}
     for name in names:
-        shape = [len(picked), hi - lo, *meta[name]["shape"]]
+        spec = vault.manifest.leaf(name)
+        shape = [len(picked), hi - lo, *spec.shape]
         value, partial = summarised(vault, name, picked, lo, hi)
         text = np.array2string(
             value,
@@ -90,7 +91,7 @@ def show(
             max_line_width=max(40, console.width),
             separator=" ",
         )
-        console.print(f"[cyan]{name}[/cyan]  {meta[name]['dtype']} {shape}", highlight=False)
+        console.print(f"[cyan]{name}[/cyan]  {spec.dtype} {shape}", highlight=False)
         console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
@@ -100,10 +101,9 @@ def _rows_text(rows: list[int]) -> str:
     return ",".join(map(str, rows))
 
 
-def _show_json(vault: Any, names: list[str], rows: list[int], lo: int, hi: int) -> None:
-
-    meta = {x["name"]: x for x in vault.manifest["leaves"]}
-    size = sum(len(rows) * (hi - lo) * step_bytes(meta[n]) for n in names)
+def _show_json(vault: Vault, names: list[str], rows: list[int], lo: int, hi: int) -> None:
+    meta = {n: vault.manifest.leaf(n) for n in names}
+    size = sum(len(rows) * (hi - lo) * meta[n].step_bytes for n in names)
     if size > JSON_LIMIT_BYTES:
         fail(
             f"the selection is {size} bytes; --json prints every value, so narrow it with "
@@ -116,7 +116,7 @@ def _show_json(vault: Any, names: list[str], rows: list[int], lo: int, hi: int) 
             "rows": rows,
             "time": [lo, hi],
             "leaves": {
-                n: {"dtype": meta[n]["dtype"], "shape": list(data[n].shape), "values": data[n]}
+                n: {"dtype": meta[n].dtype, "shape": list(data[n].shape), "values": data[n]}
                 for n in names
             },
         }

@@ -1,7 +1,18 @@
 """The ``vault`` command: a typer app whose commands parse, call the library and render.
 
-Exit codes: 0 ok, 1 usage or other error, 2 not found / not a vault, 3 corrupt, 130
-interrupted. Every failure is one line on stderr (``vault: ...``), without a traceback.
+Exit codes, chosen by the type of the error (``vault.cli._common.exit_code_of``):
+
+* 0 ok;
+* 1 usage or other error, among them a vault written in a newer format
+  (``VaultVersionError``: the message says to upgrade rlvault; the vault is not corrupt) and
+  a location that is not supported (``VaultLocationError``, e.g. ``s3://`` today);
+* 2 not found / not a vault (``VaultNotFoundError``);
+* 3 corrupt (``VaultCorruptError``; ``vault verify`` also exits 3 when it finds a problem);
+* 130 interrupted (Ctrl-C; a destination being written is removed).
+
+Every failure is one line on stderr (``vault: ...``), without a traceback; an unexpected
+exception (a bug) is one line too, exit 1, naming its type. Usage errors (a missing or unknown
+option) are typer's: the usage line, a hint and the error, exit 1.
 """
 
 from __future__ import annotations
@@ -38,8 +49,11 @@ class _Group(TyperGroup):
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except Exception as err:
             code = exit_code_of(err)
-            if code is None:
-                raise
+            if code is None:  # a bug: still one line; the cause stays chained for debuggers
+                say_error(
+                    f"unexpected {type(err).__name__}: {err} (a bug in rlvault: please report it)"
+                )
+                raise typer.Exit(EXIT_OTHER) from err
             say_error(str(err))
             raise typer.Exit(code) from None
 
