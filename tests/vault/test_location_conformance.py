@@ -82,7 +82,8 @@ def test_opening_nothing_is_not_found(where: Location) -> None:
 def test_one_writer_at_a_time_and_the_lock_names_its_holder(where: Location) -> None:
     writer = Vault.create(where, EXAMPLE, rows=ROWS)
     holder = vault.lock_holder(where)
-    assert holder is not None and holder.pid is not None
+    assert holder is not None
+    assert holder.pid is not None
     with pytest.raises(VaultLockedError, match="only one writer at a time"):
         Vault.open(where, "a")
     reader = Vault.open(where)  # readers need no lock
@@ -144,7 +145,8 @@ def test_discovery_and_capabilities(where: Location) -> None:
     assert [f.location for f in found] == [str(where)]
     assert found[0].problem is None
     caps = where.capabilities
-    assert caps.exclusive_lock and caps.listing
+    assert caps.exclusive_lock
+    assert caps.listing
     usage = vault.disk_usage(where)
     assert usage is None or usage > 0
     assert (usage is not None) == caps.persistent

@@ -255,7 +255,8 @@ def test_format_version_1_vaults_still_open_and_newer_ones_are_refused(
     doc["attributes"]["rlvault"]["format_version"] = 3
     root.write_text(json.dumps(doc))
     with pytest.raises(
-        VaultVersionError, match="in format version 3; this rlvault reads versions 1 to 2. Upgrade"
+        VaultVersionError,
+        match=re.escape("in format version 3; this rlvault reads versions 1 to 2. Upgrade"),
     ):
         Vault.open(str(tmp_path / "v"))
 
