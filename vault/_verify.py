@@ -28,6 +28,7 @@ from vault._format import (
     COMMIT_KEY,
     EPISODES,
     EXPERIENCE,
+    FORMAT_VERSION,
     MANIFEST_ATTR,
     MANIFEST_KEY,
     RETURNS,
