@@ -60,7 +60,7 @@ it needs a write at least every ``time_axis - 1`` timesteps, which this workload
 
 Usage::
 
-    python tools/bench_vault.py --quick                   # smoke test, well under a minute
+    python tools/bench_vault.py --quick                   # smoke test, a minute or two
     python tools/bench_vault.py --out results.json        # full configuration, both variants
     python tools/bench_vault.py --variant vector --no-flashbax
     python tools/bench_vault.py --variant none --durability   # the durability section only
