@@ -36,6 +36,14 @@ Measured, per variant and library (only one library's buffer alive at a time):
 * the fixed cost of a small write (vector variant): the median ``vault.write`` time when one
   timestep was added since the previous write, appending to the vault of the main run
   ("after the run") and to a fresh vault;
+* first read in a new process (``--first-read``, on by default; ``tools/_first_read.py``): a
+  fresh Python process imports the library, opens an existing vault and reads all of it once
+  as a buffer state (blocked until ready); import, open, read and their total are timed inside
+  the child from before the import, the child's whole life by the parent. Vaults of their own:
+  vector 16 rows x 6,000 timesteps (25 MB raw), image 16 rows x one time axis of frames
+  (10,000 timesteps, 3.4 GB raw; 1,000 with ``--quick``). Page cache warm for both libraries
+  (the vault's files are read right before every run, and an untimed run per library comes
+  first); median and min of ``first_read_repeats`` runs per library, libraries alternating;
 * the disk's own sequential write + ``fsync`` bandwidth (and cold read-back) in the same temp
   directory, and the 1/5/15-minute load averages through the run (other work may share the
   machine);
@@ -52,7 +60,7 @@ it needs a write at least every ``time_axis - 1`` timesteps, which this workload
 
 Usage::
 
-    python tools/bench_vault.py --quick                   # smoke test, well under a minute
+    python tools/bench_vault.py --quick                   # smoke test, a minute or two
     python tools/bench_vault.py --out results.json        # full configuration, both variants
     python tools/bench_vault.py --variant vector --no-flashbax
     python tools/bench_vault.py --variant none --durability   # the durability section only
@@ -74,6 +82,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import _first_read
 import _recording
 from _probes import MB, code_provenance, loadavg, machine_info, measure_disk
 from _report import Rows, dig, log, ratio, table_lines, write_json
@@ -101,6 +110,8 @@ class Config:
     disk_bytes: int
     pool_games: int
     pool_frames: int
+    first_read_repeats: int = 5
+    first_read_steps: dict[str, int] = dataclasses.field(default_factory=dict)
     fbx_writes: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def writes_for(self, lib: str, variant: str) -> int:
@@ -121,6 +132,8 @@ FULL = Config(
     disk_bytes=1 << 30,
     pool_games=4,
     pool_frames=512,
+    first_read_repeats=5,
+    first_read_steps={"image": 10_000, "vector": 6_000},
 )
 QUICK = Config(
     rows=16,
@@ -134,6 +147,8 @@ QUICK = Config(
     disk_bytes=512 << 20,
     pool_games=4,
     pool_frames=192,
+    first_read_repeats=2,
+    first_read_steps={"image": 1_000, "vector": 6_000},
 )
 
 # Targets of the issue. Ratios are "rlvault advantage": > 1 means rlvault is better.
@@ -149,6 +164,15 @@ TARGET_RECORDING_MEDIAN_RATIO = _recording.TARGET_MEDIAN_RATIO
 DURABILITY_FULL = {"rounds": 6, "steps": 500, "every": 250, "time_axis": 2000, "crash_trials": 20}
 DURABILITY_QUICK = {"rounds": 1, "steps": 100, "every": 50, "time_axis": 200, "crash_trials": 2}
 
+# First-read rows: (key of tools/_first_read.py's times, label, statistics shown)
+FIRST_READ_ROWS = (
+    ("total_s", "import + open + read", ("median", "min")),
+    ("import_s", "import", ("median",)),
+    ("open_s", "open", ("median",)),
+    ("read_s", "read all as a state, blocked", ("median",)),
+    ("process_s", "whole process, timed by the parent", ("median",)),
+)
+
 
 # --------------------------------------------------------------------------------------------
 # Driver
@@ -160,6 +184,7 @@ def run_variant(
     libs: dict[str, tuple[ModuleType, Any]],
     cfg: Config,
     workdir: Path,
+    first_read: bool = True,
 ) -> dict[str, Any]:
     log(f"== {variant}")
     pool = None
@@ -218,6 +243,16 @@ def run_variant(
         "pool_generation_s": pool_s,
         "libraries": per_lib,
     }
+    if first_read:
+        out["first_read"] = _first_read.measure(
+            variant,
+            libs,
+            rows=cfg.rows,
+            steps=cfg.first_read_steps[variant],
+            repeats=cfg.first_read_repeats,
+            pool=pool,
+            workdir=workdir,
+        )
     return out
 
 
@@ -271,7 +306,7 @@ def run_durability(quick: bool, workdir: Path) -> dict[str, Any]:
 
 
 def variant_rows(table: Rows, vres: dict[str, Any], last: int) -> None:
-    """The rows of one variant: writes, reads, memory, disk, small writes."""
+    """The rows of one variant: writes, reads, memory, disk, small writes, first read."""
     variant = vres["variant"]
     libs = vres["libraries"]
     rl, fb = libs["rlvault"], libs.get("flashbax")
@@ -368,6 +403,24 @@ def variant_rows(table: Rows, vres: dict[str, Any], last: int) -> None:
                 f"<= {TARGET_SMALL_WRITE_MS:.0f} ms",
                 None if a is None else a <= TARGET_SMALL_WRITE_MS,
             )
+    if vres.get("first_read"):
+        first_read_rows(table, variant, vres["first_read"])
+
+
+def first_read_rows(table: Rows, variant: str, first: dict[str, Any]) -> None:
+    """The rows of ``tools/_first_read.py``'s result: times, lower is better."""
+    where = f"{first['rows']} x {first['timesteps']:,} steps, files in page cache"
+    fr_rl, fr_fb = first["libraries"]["rlvault"], first["libraries"].get("flashbax")
+    for key, part, stats in FIRST_READ_ROWS:
+        for stat in stats:
+            table.add(
+                variant,
+                f"first read in a new process ({where}): {part}, {stat}",
+                "s",
+                dig(fr_rl, key, stat),
+                dig(fr_fb, key, stat),
+                False,
+            )
 
 
 def durability_rows(table: Rows, durability: dict[str, Any]) -> None:
@@ -438,6 +491,31 @@ def markdown(result: dict[str, Any]) -> Iterator[str]:
         f"Machine: {result['machine']['cpu_count']} CPUs; load average (1/5/15 min) "
         f"{load['start']} at start, {load['end']} at end."
     )
+    firsts = [v["first_read"] for v in result["variants"] if v.get("first_read")]
+    if firsts:
+        lazy = sorted(
+            {
+                lib
+                for first in firsts
+                for lib, r in first["libraries"].items()
+                if r.get("jax_loaded_by_import") is False
+            }
+        )
+        note = (
+            f" {' and '.join(lazy)} loads JAX on the first read, not on import: compare the "
+            "totals rather than the import and read parts."
+            if lazy
+            else ""
+        )
+        yield (
+            "First read in a new process: per run a fresh Python process imports the library, "
+            "opens a vault of its own and reads all of it as a buffer state (blocked until "
+            "ready), timed inside the child from before the import; 'whole process' is the "
+            "child's life timed by the parent (interpreter start-up and exit included). Page "
+            "cache warm for both libraries (vault files read before every run, one untimed run "
+            f"per library first); median and min of {cfg['first_read_repeats']} runs, "
+            f"libraries alternating.{note}"
+        )
     durability = result.get("durability")
     if durability:
         rec, crash = durability["recording"], durability["crash_trials"]
@@ -473,6 +551,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help="recording overhead and crash-test throughput (default: on in the full run, off "
         "with --quick)",
+    )
+    p.add_argument(
+        "--first-read",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="first read of a vault in a new process, per variant (default: on)",
     )
     p.add_argument("--no-flashbax", action="store_true", help="run rlvault only")
     p.add_argument("--out", type=Path, default=None, help="write the JSON here")
@@ -519,7 +603,7 @@ def main(argv: list[str] | None = None) -> int:
             f"disk: write+fsync {disk['write_fsync_mb_s']:,.0f} MB/s, cold read "
             f"{disk['cold_read_mb_s']:,.0f} MB/s ({disk['bytes'] / MB:,.0f} MB)"
         )
-        variant_results = [run_variant(v, libs, cfg, workdir) for v in variants]
+        variant_results = [run_variant(v, libs, cfg, workdir, args.first_read) for v in variants]
         durability_result = run_durability(args.quick, workdir) if durability else None
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
