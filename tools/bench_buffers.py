@@ -78,7 +78,6 @@ from _probes import (
 )
 from _report import log
 
-LOOPS = ("loop", "scan")
 PROBE_MARK = "BENCH_PROBE_JSON "
 
 FULL = Config(
