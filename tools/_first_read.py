@@ -62,6 +62,8 @@ def build(
     for lo in range(0, steps, append_steps):
         state = add(state, source.next(min(append_steps, steps - lo)))
         v.write(state)
+    if lib == "rlvault":
+        v.close()  # frees the replaced files it held (trash/) and the writer lock
     del v, state, buffer, add
     gc.collect()
     return data_dir

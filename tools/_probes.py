@@ -114,8 +114,12 @@ def files_under(path: Path) -> list[Path]:
 
 
 def total_file_bytes(path: Path) -> int:
-    """Summed sizes of every file under ``path``."""
-    return sum(p.stat().st_size for p in files_under(path))
+    """Summed sizes of every file under ``path`` (a file freed while we look is skipped)."""
+    total = 0
+    for p in files_under(path):
+        with contextlib.suppress(FileNotFoundError):
+            total += p.stat().st_size
+    return total
 
 
 def dir_usage(path: Path) -> dict[str, int]:
@@ -183,9 +187,12 @@ def warm_page_cache(path: Path) -> dict[str, Any]:
     buf = bytearray(4 * MIB)
     read = 0
     for p in files:
-        with open(p, "rb", buffering=0) as f:
-            while n := f.readinto(buf):
-                read += n
+        try:
+            with open(p, "rb", buffering=0) as f:
+                while n := f.readinto(buf):
+                    read += n
+        except FileNotFoundError:  # freed while we looked (a writer's trash/)
+            continue
     return {"files": len(files), "bytes_read": read, "resident_after_bytes": resident_bytes(files)}
 
 
