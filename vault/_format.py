@@ -219,7 +219,7 @@ class Manifest:
             if cfg is None
             else EpisodeLeaves(**{k: cfg.get(k) for k in EPISODE_ROLES}),
             fill_chunks_stored=doc.get(FILL_CHUNKS_KEY) is True,
-            format_version=version,  # type: ignore[arg-type]
+            format_version=int(doc["format_version"]),
         )
 
 

@@ -93,6 +93,15 @@ class Location(abc.ABC):
     def child(self, name: str) -> Location:
         """The location of ``name`` (a relative key) under this one."""
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Location) and type(other) is type(self) and other.spec == self.spec
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, str(self)))
+
     def child_spec(self, name: str) -> dict[str, Any]:
         """The kvstore spec of ``name`` (a relative key, no leading slash) under the root."""
         spec = dict(self.spec)

@@ -62,15 +62,6 @@ class FileLocation(Location):
     def __str__(self) -> str:
         return self.path.as_posix()
 
-    def __repr__(self) -> str:
-        return f"FileLocation({str(self)!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, FileLocation) and other.path == self.path
-
-    def __hash__(self) -> int:
-        return hash(self.path)
-
     def context(self) -> Any:
         return _shared_context()
 

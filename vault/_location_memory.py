@@ -48,15 +48,6 @@ class MemoryLocation(Location):
     def __str__(self) -> str:
         return f"memory://{self.path}"
 
-    def __repr__(self) -> str:
-        return f"MemoryLocation({self.path!r})"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, MemoryLocation) and other.path == self.path
-
-    def __hash__(self) -> int:
-        return hash(("memory", self.path))
-
     def context(self) -> Any:
         """One context per top-level name, so every handle sees the same store."""
         import tensorstore as ts
