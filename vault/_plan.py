@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -30,6 +31,11 @@ class Tip:
     length: int
     source_counter: int | None
     seams: tuple[Seam, ...]
+    # True once this writer has written (or checked) the buffer the counter belongs to; a
+    # counter read from the commit record may belong to a buffer of another process
+    known_source: bool = False
+    # the last appended timestep, one array [rows, ...] per leaf (None: read it if needed)
+    last: tuple[np.ndarray, ...] | None = None
 
     @classmethod
     def of(cls, commit: CommitRecord) -> Tip:
@@ -54,10 +60,16 @@ class AppendJob:
     lost_before: bool = False
     restart: np.ndarray | None = None
 
-    @property
-    def tip(self) -> Tip:
-        """The tip after this job."""
-        return Tip(self.end, self.source_counter, self.seams)
+    def tip_after(self, before: Tip) -> Tip:
+        """The tip after this job (which was planned at ``before``)."""
+        last = tuple(np.array(p[:, -1]) for p in self.parts) if self.end > self.begin else None
+        return Tip(
+            self.end,
+            self.source_counter,
+            self.seams,
+            known_source=self.source_counter is not None,
+            last=before.last if last is None else last,
+        )
 
 
 class BufferView:
@@ -71,7 +83,17 @@ class BufferView:
             )
         from buffers import timesteps_added
 
-        current = np.asarray(state.current_index if hasattr(state, "current_index") else 0)
+        # the ring position of the next add: ``current_index`` (replay buffers) or
+        # ``write_index`` (queues)
+        position = getattr(state, "current_index", None)
+        if position is None:
+            position = getattr(state, "write_index", None)
+        if position is None:
+            raise VaultStructureError(
+                f"write() needs the buffer's position (`current_index` or `write_index`); "
+                f"{type(state).__name__} has neither"
+            )
+        current = np.asarray(position)
         self.stack = current.ndim  # leading device/vmap axes folded into rows
         if self.stack and (np.any(current != current.flat[0])):
             raise VaultStructureError(
@@ -84,20 +106,45 @@ class BufferView:
             raise VaultStructureError(f"stacked state with different write counters {counter}")
         self.counter = int(counters[0])
         self.current = int(current.flat[0]) if current.size else 0
-        self.full = bool(np.asarray(state.is_full).flat[0])
         self.experience = state.experience
         first = first_leaf(state.experience)
+        if len(first.shape) < self.stack + 2:
+            raise VaultStructureError(
+                f"the state's experience leaves must be [rows, time, ...], got shape "
+                f"{tuple(first.shape)}"
+            )
         self.time_len = int(first.shape[self.stack + 1])
         self.rows = int(math.prod(first.shape[: self.stack + 1]))
+        if not 0 <= self.current < max(self.time_len, 1):
+            raise VaultStructureError(
+                f"the state's position ({self.current}) is outside its time axis "
+                f"[0, {self.time_len}); nothing written"
+            )
+        self.full = self.counter >= self.time_len
+        if self.counter % max(self.time_len, 1) != self.current:
+            raise VaultStructureError(
+                f"the state's position ({self.current}) disagrees with its write counter "
+                f"({self.counter} timesteps added to a time axis of {self.time_len}); "
+                "nothing written"
+            )
 
     @property
     def stored(self) -> int:
         """Timesteps per row the buffer holds now."""
-        return self.time_len if self.full else self.current
+        return min(self.counter, self.time_len)
 
     def leaf(self, value: Any) -> np.ndarray:
         arr = np.asarray(value)
         return arr.reshape((self.rows, self.time_len, *arr.shape[self.stack + 2 :]))
+
+    def timestep(self, values: list[Any], counter: int) -> tuple[np.ndarray, ...] | None:
+        """The timestep this buffer got as its ``counter``-th add (from 0), one array
+        ``[rows, ...]`` per leaf; None when the ring no longer (or not yet) holds it."""
+        back = self.counter - counter  # adds since that one, itself included
+        if not 0 < back <= self.stored:
+            return None
+        at = (self.current - back) % self.time_len
+        return tuple(self.leaf(v)[:, at] for v in values)
 
 
 class ArraysView:
@@ -149,7 +196,17 @@ def check_leaves(manifest: Manifest, view: BufferView | ArraysView, where: str) 
     for leaf, value in zip(manifest.leaves, values, strict=True):
         shape = tuple(int(d) for d in value.shape[view.stack + 2 :])
         dtype = np.dtype(value.dtype).name
-        if shape != leaf.shape or dtype != leaf.dtype:
+        lead = tuple(int(d) for d in value.shape[: view.stack + 2])
+        if (
+            len(lead) < view.stack + 2
+            or lead[-1] != view.time_len
+            or math.prod(lead[:-1]) != (view.rows)
+        ):
+            problems.append(
+                f"experience/{leaf.name}: leading axes {list(lead)} disagree with the first "
+                f"leaf's [rows={view.rows}, time={view.time_len}]"
+            )
+        elif shape != leaf.shape or dtype != leaf.dtype:
             expected = ", ".join(map(str, (rows, "T", *leaf.shape)))
             got = ", ".join(map(str, (view.rows, "T", *shape)))
             problems.append(
@@ -162,6 +219,26 @@ def check_leaves(manifest: Manifest, view: BufferView | ArraysView, where: str) 
     return values
 
 
+def same_buffer(
+    tip: Tip, view: BufferView, values: list[Any], last: Sequence[np.ndarray]
+) -> bool | None:
+    """Whether ``view`` is the buffer that the tip's counter belongs to: it still holds, at
+    that counter, the vault's last timestep ``last``. None: it cannot tell (the ring no longer
+    holds that timestep)."""
+    source = tip.source_counter
+    if source is None or source == 0:
+        return None
+    if view.counter < source:
+        return False
+    held = view.timestep(values, source - 1)
+    if held is None:
+        return None
+    return all(
+        a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+        for a, b in zip(held, last, strict=True)
+    )
+
+
 def plan_write(
     tip: Tip,
     view: BufferView,
@@ -169,27 +246,28 @@ def plan_write(
     *,
     where: str,
     on_overrun: OnOverrun = "error",
-    new_buffer: bool = False,
+    fresh: bool = False,
     copy: bool = False,
 ) -> AppendJob | None:
     """The append that saves what ``view`` holds beyond ``tip`` (None: nothing new).
 
-    ``copy``: copy the fresh timesteps out of the buffer (for a write that returns before the
-    data is stored; the buffer may be donated or overwritten at once).
+    ``fresh``: the buffer is not the one the tip's counter belongs to; everything it holds is
+    new. ``copy``: copy the fresh timesteps out of the buffer (for a write that returns before
+    the data is stored; the buffer may be donated or overwritten at once).
     """
     if on_overrun not in ("error", "save_surviving"):
         raise VaultArgumentError(
             f"on_overrun must be 'error' or 'save_surviving', got {on_overrun!r}"
         )
     source = tip.source_counter
-    if source is None or new_buffer:
+    if source is None or fresh:
         unsaved = view.stored
     else:
         if view.counter < source:
             raise VaultStructureError(
                 f"{where}: the buffer's write counter ({view.counter}) is behind the vault's "
                 f"record of it ({source}): this is not the buffer this vault was written from. "
-                "Pass new_buffer=True to append everything it holds."
+                "Nothing was written. Pass new_buffer=True to append everything it holds."
             )
         unsaved = view.counter - source
     seams = tip.seams
@@ -201,14 +279,16 @@ def plan_write(
                 f"{where}: {unsaved} timesteps per row were added since the last write but the "
                 f"buffer holds {view.stored}; {lost} were overwritten before being saved. "
                 f"Nothing was written. Write more often (at least every {view.time_len} "
-                "timesteps) or pass on_overrun='save_surviving'.",
+                "timesteps) or pass on_overrun='save_surviving'. If this is not the buffer "
+                "the vault was last written from (a new process, a restarted run), pass "
+                "new_buffer=True to append everything it holds.",
                 lost,
             )
         seams = (*seams, Seam(tip.length, lost))
         unsaved = view.stored
     if unsaved == 0 and view.counter == source:
         return None
-    start = (view.current - unsaved) % view.time_len
+    start = (view.current - unsaved) % max(view.time_len, 1)
     stop = start + unsaved
     parts = []
     for value in values if unsaved else ():

@@ -61,6 +61,12 @@ class Vault:
             # first write, so that reopening a vault to read it does not need the lock.
             other = Vault._open(target.location, "a", lazy_lock=True)
         self.__dict__.update(other.__dict__)
+        # As the reference, which tracks what it received per Vault object: a buffer this
+        # object has not written yet is appended whole (unless it is the very buffer the vault
+        # was last written from, which continues where it stopped).
+        self._adopt_buffers = True
+        if self._writer is not None:
+            self._writer.adopt_buffers = True
 
     def _setup(self, snap: Snapshot, mode: str, writer: Writer | None) -> None:
         self._snap = snap
@@ -68,6 +74,7 @@ class Vault:
         self._writer = writer
         self._closed = False
         self._max_pending = 2
+        self._adopt_buffers = False
 
     # ----------------------------------------------------------------------------- lifecycle
     @classmethod
@@ -151,6 +158,7 @@ class Vault:
                 lock.release()
                 raise
             self._writer.max_pending = self._max_pending
+            self._writer.adopt_buffers = self._adopt_buffers
         return self._writer
 
     def refresh(self) -> int:
@@ -389,8 +397,19 @@ class Vault:
     ) -> int:
         """Append the timesteps added to ``state`` since the previous write; return how many.
 
-        The first write of a vault (or with ``new_buffer=True``) saves every timestep the
-        buffer holds. If more timesteps were added since the last write than the buffer holds,
+        The first write of a vault saves every timestep the buffer holds. Later writes save
+        what the buffer got since the previous write, by its write counter (which the commit
+        record keeps, so a vault reopened with :meth:`open` continues the same buffer, e.g.
+        one restored from a checkpoint). A write never stores less than is new without
+        saying so: the first write after :meth:`open` checks that the buffer still holds
+        the vault's last timestep where its counter says; a different buffer (a new process,
+        a restarted run) is refused with :class:`VaultStructureError`, unless
+        ``new_buffer=True``, which appends everything such a buffer holds. ``new_buffer=True``
+        is safe to pass on every write: for the buffer already being written it saves only
+        what is new. (The reference-style constructor ``Vault(name, ...)`` acts as if it were
+        always given: like the reference, it appends what a buffer it has not seen holds.)
+
+        If more timesteps were added since the last write than the buffer holds,
         the oldest unsaved ones are gone: :class:`UnsavedDataLostError` (vault unchanged), or
         with ``on_overrun="save_surviving"`` the surviving ones are saved and the loss recorded
         as a seam (:attr:`seams`).

@@ -10,13 +10,14 @@ what is missing.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
 from vault import _commit
 from vault._background import BackgroundQueue
-from vault._errors import VaultError, VaultModeError
+from vault._errors import VaultError, VaultModeError, VaultStructureError
 from vault._location import WriterLock
 from vault._plan import (
     AppendJob,
@@ -27,6 +28,7 @@ from vault._plan import (
     check_leaves,
     plan_append,
     plan_write,
+    same_buffer,
 )
 from vault._reclaim import Reclaimer
 from vault._snapshot import Snapshot
@@ -43,6 +45,8 @@ class Writer:
         self._queue = BackgroundQueue()
         self._reclaimer: Reclaimer | None = None
         self._reclaimer_checked = False
+        # the reference-style constructor: a buffer the writer has not seen is appended whole
+        self.adopt_buffers = False
 
     @property
     def where(self) -> str:
@@ -72,23 +76,76 @@ class Writer:
         self._check_open()
         view = BufferView(state)
         values = check_leaves(self.snapshot.manifest, view, self.where)
+        fresh = self._is_fresh(view, values, new_buffer)
         job = plan_write(
             self.tip,
             view,
             values,
             where=self.where,
             on_overrun=on_overrun,
-            new_buffer=new_buffer,
+            fresh=fresh,
             copy=not block,
         )
         if job is None:
+            self.tip = dataclasses.replace(self.tip, known_source=True)
             return 0
         if block:
             self.run_now(job)
         else:
             self._queue.submit(lambda: self._apply(job))
-            self.tip = job.tip
+            self.tip = job.tip_after(self.tip)
         return job.end - job.begin
+
+    def _is_fresh(self, view: BufferView, values: list[Any], new_buffer: bool) -> bool:
+        """Whether ``view`` is a buffer other than the one the tip's counter belongs to (so
+        that everything it holds is new).
+
+        A counter read from the commit record (this writer has not written that buffer yet),
+        or ``new_buffer=True``, is checked: the buffer must still hold, at that counter, the
+        vault's last timestep. If it does, it is the same buffer and only what is new is
+        appended (so ``new_buffer=True`` on every write never stores a timestep twice). If it
+        does not, it is another buffer: with ``new_buffer=True`` or a writer that adopts
+        buffers (the reference-style constructor, which tracks buffers per Vault object)
+        everything it holds is appended; otherwise the write is refused, never silently short.
+        """
+        tip = self.tip
+        if not tip.source_counter:  # no buffer written yet (or one with nothing in it)
+            return False
+        if tip.known_source and not new_buffer and not self.adopt_buffers:
+            return False
+        if tip.length == 0 and tip.last is None:
+            same = None  # nothing stored to compare with
+        else:
+            same = same_buffer(tip, view, values, self._last_timestep())
+        if same is True:
+            return False
+        if new_buffer or self.adopt_buffers:
+            return True
+        if same is None:
+            return False  # it cannot tell: plan_write saves all it holds, or reports a loss
+        raise VaultStructureError(
+            f"{self.where}: this is not the buffer the vault was last written from: the vault "
+            f"holds its first {tip.source_counter} timesteps, and this buffer "
+            + (
+                f"has had only {view.counter} added"
+                if view.counter < tip.source_counter
+                else f"holds different data at timestep {tip.source_counter - 1}"
+            )
+            + ". Nothing was written. If it is a new buffer (a new process, a restarted run), "
+            "pass new_buffer=True to append everything it holds; to continue the old buffer, "
+            "write the state restored from its checkpoint."
+        )
+
+    def _last_timestep(self) -> tuple[np.ndarray, ...]:
+        """The vault's last appended timestep per leaf (from the tip, else read)."""
+        if self.tip.last is not None:
+            return self.tip.last
+        snap = self.snapshot
+        at = snap.length - 1
+        futures = [a[:, at].read() for a in snap.arrays]
+        last = tuple(np.asarray(f.result()) for f in futures)
+        self.tip = dataclasses.replace(self.tip, last=last)
+        return last
 
     def append(self, experience: Any, restart: np.ndarray | None, lost: int = 0) -> int:
         """Append arrays ``[rows, n, ...]`` (blocking); ``restart`` and ``lost`` as in
@@ -116,7 +173,7 @@ class Writer:
                     "same buffer again appends what is missing."
                 ) from err
             raise
-        self.tip = job.tip
+        self.tip = job.tip_after(self.tip)
 
     def _apply(self, job: AppendJob) -> None:
         self.snapshot = _commit.apply(self.snapshot, job, self.reclaimer)
