@@ -156,3 +156,30 @@ def test_open_continues_the_same_buffer(tmp_path: Path) -> None:
         with pytest.raises(VaultStructureError, match="not the buffer"):
             vault.write(add(buf.init({"x": jnp.zeros((), jnp.int32)}), 100, 3))
         assert vault.committed_length == 19
+
+
+def test_a_queue_state_is_written_like_a_buffer(tmp_path: Path) -> None:
+    """A trajectory queue's state (position ``write_index``) stores what was added; before,
+    it stored nothing and recorded the counter, so the next write reported a loss."""
+    import jax.numpy as jnp
+
+    import buffers
+
+    queue = buffers.make_trajectory_queue(
+        max_length_time_axis=8,
+        add_batch_size=ROWS,
+        add_sequence_length=2,
+        sample_sequence_length=2,
+    )
+    state = queue.init({"x": jnp.zeros((), jnp.int32)})
+    path = str(tmp_path / "q")
+    with Vault.create(path, state) as vault:
+        for t0 in range(0, 6, 2):
+            x = np.arange(t0, t0 + 2, dtype=np.int32)[None].repeat(ROWS, 0)
+            state = queue.add(state, {"x": jnp.asarray(x)})
+            assert vault.write(state) == 2
+        state, _ = queue.sample(state)
+        assert vault.write(state) == 0  # sampling adds nothing
+    np.testing.assert_array_equal(
+        Vault.open(path).read_numpy()["x"], np.arange(6)[None].repeat(ROWS, 0)
+    )
