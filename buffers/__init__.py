@@ -4,6 +4,17 @@ The API follows the reference (Flashbax): code written for it runs by changing t
 (``import buffers as fbx``). Every state also carries a never-wrapping ``write_counter``, and
 sampling a state that is not ready is an error (eagerly) or a false ``valid`` mask (in ``jit``),
 never silent zeros.
+
+Bad inputs raise typed errors, all :class:`BufferError` and the matching builtin, naming the
+argument or leaf path, what was expected and what was got: :class:`BufferConfigError`
+(``ValueError``: sizes, ranges, the episode-end leaf), :class:`ArgumentTypeError` (also
+``TypeError``: ``2.5`` or ``True`` as a size, a string leaf, a state of another kind, an
+integer as a PRNG key), :class:`BufferTooLargeError` (also ``MemoryError``: a state or sample
+beyond the devices' memory, refused before allocating), :class:`BatchStructureError` (a batch
+that does not match the state), :class:`PriorityError` (NaN, infinite or negative priorities,
+indices that name no item), :class:`NotReadyError` and :class:`QueueFullError`
+(``RuntimeError``). Shapes, dtypes and types are checked at trace time, so also under ``jit``;
+values (priorities) only when concrete.
 """
 
 from buffers import (
@@ -21,11 +32,14 @@ from buffers import (
 from buffers._counter import from_int as write_counter_from_int
 from buffers._counter import timesteps_added
 from buffers._errors import (
+    ArgumentTypeError,
     BatchStructureError,
     BufferConfigError,
     BufferError,
+    BufferTooLargeError,
     LeafMismatch,
     NotReadyError,
+    PriorityError,
     QueueFullError,
 )
 from buffers.episode_buffer import (
@@ -68,9 +82,11 @@ from buffers.trajectory_queue import (
 )
 
 __all__ = [
+    "ArgumentTypeError",
     "BatchStructureError",
     "BufferConfigError",
     "BufferError",
+    "BufferTooLargeError",
     "EpisodeBuffer",
     "EpisodeBufferSample",
     "EpisodeBufferState",
@@ -82,6 +98,7 @@ __all__ = [
     "PrioritisedTrajectoryBufferSample",
     "PrioritisedTrajectoryBufferState",
     "PrioritisedTransitionSample",
+    "PriorityError",
     "QueueFullError",
     "ReplayBuffer",
     "ReplayBufferState",

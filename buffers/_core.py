@@ -14,11 +14,21 @@ from typing import Any, TypeVar
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from buffers import _counter
-from buffers._errors import NotReadyError
-from buffers._validation import check_timestep
+from buffers._errors import BufferConfigError, NotReadyError
+from buffers._validation import (
+    check,
+    check_key,
+    check_nbytes,
+    check_sample_nbytes,
+    check_state,
+    check_timestep,
+    path_to_str,
+    timestep_nbytes,
+)
 
 Experience = TypeVar("Experience", bound=chex.ArrayTree)
 
@@ -26,6 +36,16 @@ Experience = TypeVar("Experience", bound=chex.ArrayTree)
 def tree_shape_prefix(tree: Any, n_axes: int = 1) -> tuple[int, ...]:
     """The leading ``n_axes`` sizes shared by every leaf of ``tree``."""
     leaves = jax.tree_util.tree_leaves(tree)
+    if not leaves or len(getattr(leaves[0], "shape", ())) < n_axes:
+        got = "no leaves"
+        if leaves:
+            path = path_to_str(jax.tree_util.tree_flatten_with_path(tree)[0][0][0])
+            got = f"leaf {path} of shape {list(np.shape(leaves[0]))}"
+        raise BufferConfigError(
+            f"expected arrays with at least {n_axes} leading axes (a state's `experience` is "
+            f"[add_batch_size, max_length_time_axis, ...]), got {got}: build states with the "
+            "buffer's `init`"
+        )
     return tuple(leaves[0].shape[:n_axes])
 
 
@@ -34,8 +54,21 @@ def is_tracing(x: Any) -> bool:
 
 
 def empty_experience(experience: Any, add_batch_size: int, max_length_time_axis: int) -> Any:
-    """Zeros ``[add_batch_size, max_length_time_axis, ...]`` shaped like one timestep."""
+    """Zeros ``[add_batch_size, max_length_time_axis, ...]`` shaped like one timestep.
+
+    Refuses (:class:`~buffers.BufferTooLargeError`) a state that cannot fit in memory, before
+    allocating it.
+    """
     experience = check_timestep(experience)
+    per_step = timestep_nbytes(experience, 0)
+    check_nbytes(
+        add_batch_size * max_length_time_axis * per_step,
+        "init: the state",
+        f"{add_batch_size} rows (add_batch_size) x {max_length_time_axis} timesteps "
+        f"(max_length_time_axis) x {per_step} bytes per timestep",
+        "Make the buffer smaller (max_length / max_size / max_length_time_axis, "
+        "add_batch_size) or its timesteps (fewer or smaller leaves, narrower dtypes).",
+    )
     return jax.tree.map(
         lambda x: jnp.zeros((add_batch_size, max_length_time_axis, *x.shape), x.dtype),
         experience,
@@ -79,8 +112,31 @@ def advance_indices(state: Any, seq_len: int, t_len: int) -> dict[str, Array]:
     }
 
 
+RING_FIELDS = ("experience", "current_index", "is_full")
+
+
+def check_ring_state(state: Any, what: str, kind: str = "TrajectoryBufferState") -> None:
+    check_state(state, RING_FIELDS, kind, what)
+
+
+def check_sample_args(
+    state: Any, rng_key: Any, batch_size: int, sequence_length: int, what: str = "sample"
+) -> None:
+    """Trace-time checks of a ``sample`` call: a PRNG key, a state whose time axis holds a
+    sequence, and a sample that fits in memory."""
+    check_key(rng_key, what)
+    t_len = tree_shape_prefix(state.experience, 2)[1]
+    check(
+        sequence_length <= t_len,
+        f"{what}: sequences of {sequence_length} timesteps cannot come from a state whose "
+        f"time axis holds {t_len}: the state was made by another buffer's `init`",
+    )
+    check_sample_nbytes(state.experience, batch_size, sequence_length, what, "sample_batch_size")
+
+
 def can_sample(state: Any, min_length_time_axis: int) -> Array:
     """Whether at least ``min_length_time_axis`` timesteps per row have been added."""
+    check_ring_state(state, "can_sample")
     return state.is_full | (state.current_index >= min_length_time_axis)
 
 

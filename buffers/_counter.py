@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import Array
 
+from buffers._errors import ArgumentTypeError, BufferConfigError
+
 _LOW = 1 << 32
 
 
@@ -24,8 +26,13 @@ def zero() -> Array:
 
 def from_int(n: int) -> Array:
     """A counter holding ``n`` (host helper, e.g. to start a test near 2**31 or 2**32)."""
+    if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
+        raise ArgumentTypeError(
+            f"write counter must be an integer in [0, 2**64), got {n!r} ({type(n).__name__})"
+        )
+    n = int(n)
     if n < 0 or n >= 1 << 64:
-        raise ValueError(f"write counter must be in [0, 2**64), got {n}")
+        raise BufferConfigError(f"write counter must be in [0, 2**64), got {n}")
     return jnp.asarray(np.array([n >> 32, n & (_LOW - 1)], dtype=np.uint32))
 
 
@@ -94,4 +101,10 @@ def timesteps_added(state: Any) -> Any:
     Returns a Python ``int``, or for a ``pmap``/``vmap``-stacked state an array of ints with the
     stacking shape. Exact past 2**31 and 2**32 without x64.
     """
-    return to_int(state.write_counter)
+    counter = getattr(state, "write_counter", None)
+    if counter is None or np.shape(counter)[-1:] != (2,):
+        raise ArgumentTypeError(
+            "timesteps_added: `state` must be a buffer state of this package (it has a "
+            f"`write_counter` uint32[..., 2]), got {type(state).__name__}"
+        )
+    return to_int(counter)

@@ -15,7 +15,30 @@ class BufferError(Exception):
 
 
 class BufferConfigError(BufferError, ValueError):
-    """A ``make_*`` factory was given arguments that cannot describe a working buffer."""
+    """An argument cannot describe a working buffer or call: a ``make_*`` factory's settings,
+    the example timestep given to ``init``, the episode-end leaf, a mixer's states."""
+
+
+class ArgumentTypeError(BufferConfigError, TypeError):
+    """An argument has the wrong type: a float or bool where an integer size is expected, a
+    string leaf in a timestep, a state of another buffer kind, an integer where a PRNG key is
+    expected. Also a :class:`BufferConfigError`, so code that catches that keeps working."""
+
+
+class BufferTooLargeError(BufferConfigError, MemoryError):
+    """A state or a sample would need more memory than the limit, checked before allocating.
+
+    The limit is the total memory of the default JAX backend's local devices (the host's
+    physical memory for the CPU backend; the sum of ``memory_stats()["bytes_limit"]`` of the
+    accelerators, unchecked where a backend does not report it). Shapes are static, so this is
+    checked inside ``jit`` too (at trace time). ``nbytes`` is the size asked for, ``limit``
+    the limit, both in bytes.
+    """
+
+    def __init__(self, message: str, nbytes: int, limit: int) -> None:
+        super().__init__(message)
+        self.nbytes = nbytes
+        self.limit = limit
 
 
 class LeafMismatch:
@@ -46,6 +69,15 @@ class BatchStructureError(BufferError, ValueError):
         self.mismatches = list(mismatches)
         lines = "\n".join(f"  - {m}" for m in self.mismatches)
         super().__init__(f"{what}: {len(self.mismatches)} bad leaf/leaves\n{lines}\n{remedy}")
+
+
+class PriorityError(BufferError, ValueError):
+    """``set_priorities`` was given bad ``indices`` or ``priorities``.
+
+    Shapes and dtypes are checked always (also at ``jit`` trace time); values (NaN, infinite or
+    negative priorities, indices that name no item) only when they are concrete, outside
+    ``jit``. Inside ``jit`` such entries are ignored instead (see ``set_priorities``).
+    """
 
 
 class NotReadyError(BufferError, RuntimeError):

@@ -15,7 +15,7 @@ import jax
 
 from buffers._core import tree_shape_prefix
 from buffers._errors import BatchStructureError, LeafMismatch
-from buffers._validation import leaves_with_paths, validate_batch
+from buffers._validation import check_state, leaves_with_paths, validate_batch
 
 
 def layout_prefix(add_batches: bool, add_sequences: bool, batch_size: int | None) -> list[Any]:
@@ -38,6 +38,7 @@ def layout_add(
     fold_items: bool = False,
 ) -> Any:
     """Validate ``batch`` in the user's layout, reshape it to ``[B, L, ...]`` and add it."""
+    check_state(state, ("experience",), "buffer state", "add")
     _, t_len = tree_shape_prefix(state.experience, 2)
     prefix = layout_prefix(add_batches, add_sequences, batch_size)
     batch = validate_batch(

@@ -31,22 +31,33 @@ from typing import Any, Generic
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from buffers import _sum_tree
 from buffers._core import (
+    RING_FIELDS,
     Experience,
     advance_indices,
+    check_ring_state,
+    check_sample_args,
     empty_ring,
     ready_mask,
     tree_shape_prefix,
     write_experience,
 )
+from buffers._errors import ArgumentTypeError, BufferConfigError
 from buffers._pytree import frozen_container, pytree_dataclass
 from buffers._sum_tree import SumTreeState
 from buffers._validation import (
     check,
+    check_bool,
+    check_item_count,
     check_sequence_args,
+    check_state,
+    describe,
+    dtype_name,
+    key_to_str,
     positive_int,
     resolve_time_axis,
     validate_batch,
@@ -82,9 +93,32 @@ class EpisodeBufferSample(TrajectoryBufferSample, Generic[Experience]):
     mask: Array | None = dataclasses.field(default=None, kw_only=True)
 
 
+_STATE_FIELDS = (*RING_FIELDS, "episode_step", "last_done", "sum_tree_state")
+
+
+def check_episode_state(state: Any, what: str) -> None:
+    """``state`` is an episode state whose sum tree has one leaf per slot."""
+    check_state(state, _STATE_FIELDS, "EpisodeBufferState", what)
+    b_size, t_len = tree_shape_prefix(state.experience, 2)
+    leaves = state.sum_tree_state.nodes.shape[-1] // 2
+    check(
+        leaves == _sum_tree.tree_size(b_size * t_len),
+        f"{what}: `state` does not fit: its sum tree has {leaves} leaves but its [{b_size}, "
+        f"{t_len}] slots need {_sum_tree.tree_size(b_size * t_len)}; build it with this "
+        "buffer's `init` or `from_state`",
+    )
+
+
 def episode_init(
-    experience: Experience, add_batch_size: int, max_length_time_axis: int
+    experience: Experience,
+    add_batch_size: int,
+    max_length_time_axis: int,
+    episode_end: EpisodeEnd | None = None,
 ) -> EpisodeBufferState[Experience]:
+    """An empty state. With ``episode_end`` (a leaf name) the timestep must have that leaf,
+    one flag per timestep (shape ``[]``)."""
+    if isinstance(episode_end, str):
+        episode_ends(experience, episode_end, (), "init")
     return EpisodeBufferState(
         **empty_ring(experience, add_batch_size, max_length_time_axis),
         episode_step=jnp.zeros((add_batch_size, max_length_time_axis), jnp.int32),
@@ -93,15 +127,49 @@ def episode_init(
     )
 
 
-def episode_ends(batch: Any, episode_end: EpisodeEnd) -> Array:
-    """The bool ``[B, L]`` flags marking the last step of an episode in ``batch``."""
+def _named_flags(batch: Any, episode_end: str, what: str) -> Any:
+    """The leaf ``episode_end`` names in ``batch`` (a key, or an attribute), or a typed error
+    that lists the fields the batch has."""
+    if isinstance(batch, Mapping):
+        if episode_end in batch:
+            return batch[episode_end]
+    elif hasattr(batch, episode_end):
+        return getattr(batch, episode_end)
+    paths, _ = jax.tree_util.tree_flatten_with_path(batch)
+    fields = sorted({key_to_str(path[0]) for path, _ in paths if path})
+    raise BufferConfigError(
+        f"{what}: `episode_end` names the leaf {episode_end!r}, but the timesteps have no such "
+        f"field; their fields are {fields}. Give make_episode_buffer episode_end=<the name of "
+        "the leaf that marks an episode's last step>, or a function batch -> bool [B, n]."
+    )
+
+
+def episode_ends(
+    batch: Any, episode_end: EpisodeEnd, shape: tuple[int, ...] | None = None, what: str = "add"
+) -> Array:
+    """The bool flags (``shape``, e.g. ``[B, L]``) marking the last step of an episode."""
     if callable(episode_end):
         flags = episode_end(batch)
-    elif isinstance(batch, Mapping):
-        flags = batch[episode_end]
+        source = "`episode_end` (a function) must return"
     else:
-        flags = getattr(batch, episode_end)
-    return jnp.asarray(flags).astype(bool)
+        flags = _named_flags(batch, episode_end, what)
+        source = f"the episode-end leaf experience/{episode_end} must be"
+    dtype = getattr(flags, "dtype", None)
+    if dtype is None and not isinstance(flags, (bool, int, float)):
+        raise BufferConfigError(
+            f"{what}: {source} one bool flag per timestep, got {describe(flags)}"
+        )
+    flags = jnp.asarray(flags)
+    if shape is not None and flags.shape != shape:
+        raise BufferConfigError(
+            f"{what}: {source} one flag per timestep, shape {list(shape)}, got "
+            f"{list(flags.shape)} {dtype_name(flags.dtype)}"
+        )
+    check(
+        np.dtype(flags.dtype).kind in "biuf",
+        f"{what}: {source} bool (or numeric, nonzero = episode end), got {dtype_name(flags.dtype)}",
+    )
+    return flags.astype(bool)
 
 
 def _steps_within(ends: Array, last_step: Array, last_done: Array) -> Array:
@@ -141,14 +209,11 @@ def episode_add(
     device: str,
 ) -> EpisodeBufferState[Experience]:
     """Append ``batch`` (``[B, n, ...]``) and update the windows it completes or invalidates."""
+    check_episode_state(state, "add")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
     n = tree_shape_prefix(batch, 2)[1]
-    ends = episode_ends(batch, episode_end)
-    check(
-        ends.shape == (b_size, n),
-        f"the episode-end flags must be [{b_size}, {n}] (one per timestep), got {ends.shape}",
-    )
+    ends = episode_ends(batch, episode_end, (b_size, n), "add")
     newest = (state.current_index - 1) % t_len
     last_step = state.episode_step[:, newest]
     steps = _steps_within(ends, last_step, state.last_done)
@@ -173,6 +238,7 @@ def episode_add(
 
 def episode_can_sample(state: EpisodeBufferState[Experience], min_length_time_axis: int) -> Array:
     """At least ``min_length_time_axis`` steps per row and at least one valid window."""
+    check_state(state, _STATE_FIELDS, "EpisodeBufferState", "can_sample")
     enough = state.is_full | (state.current_index >= min_length_time_axis)
     return enough & (_sum_tree.total(state.sum_tree_state) > 0)
 
@@ -185,6 +251,8 @@ def episode_sample(
     min_length_time_axis: int,
 ) -> EpisodeBufferSample[Experience]:
     """``batch_size`` windows drawn uniformly over every valid window (see the module doc)."""
+    check_episode_state(state, "sample")
+    check_sample_args(state, rng_key, batch_size, sequence_length)
     valid = ready_mask(episode_can_sample(state, min_length_time_axis), batch_size, "sample")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     leaf = _sum_tree.sample(state.sum_tree_state, rng_key, batch_size, b_size * t_len)
@@ -214,11 +282,12 @@ def episode_state_from(
     """An episode buffer state holding the data of a trajectory-buffer state (for example
     ``vault.read(...)``): episode steps are rebuilt from its episode-end flags, in time order
     from its oldest timestep. O(B T) once; the result samples and adds as usual."""
+    check_ring_state(state, "from_state")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     filled = jnp.where(state.is_full, t_len, state.current_index)
     oldest = jnp.where(state.is_full, state.current_index, 0)
     order = (oldest + jnp.arange(t_len, dtype=jnp.int32)) % t_len  # logical -> physical
-    ends = episode_ends(state.experience, episode_end)[:, order]
+    ends = episode_ends(state.experience, episode_end, (b_size, t_len), "from_state")[:, order]
     steps = _steps_within(ends, jnp.zeros((b_size,), jnp.int32), jnp.ones((b_size,), bool))
     episode_step = jnp.zeros((b_size, t_len), jnp.int32).at[:, order].set(steps)
     last = jnp.maximum(filled - 1, 0)
@@ -279,15 +348,25 @@ def make_episode_buffer(
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
     t_len = resolve_time_axis(add_batch_size, max_size, max_length_time_axis, stacklevel=2)
     min_len = check_sequence_args(sample_sequence_length, 1, min_length_time_axis, t_len)
-    check(
-        callable(episode_end) or isinstance(episode_end, str),
-        f"episode_end must be a leaf name or a function, got {episode_end!r}",
+    sample_sequence_length = int(sample_sequence_length)
+    check_item_count(
+        add_batch_size * t_len,
+        f"add_batch_size ({add_batch_size}) x max_length_time_axis ({t_len})",
     )
+    if not (callable(episode_end) or isinstance(episode_end, str)):
+        raise ArgumentTypeError(
+            "`episode_end` must be a leaf name (str) or a function batch -> bool [B, n], got "
+            f"{describe(episode_end)}"
+        )
+    pad = check_bool("pad", pad)
     check(device in ("cpu", "gpu", "tpu"), f"device must be cpu, gpu or tpu, got {device!r}")
-    settings: dict[str, Any] = {"sequence_length": sample_sequence_length, "pad": bool(pad)}
+    settings: dict[str, Any] = {"sequence_length": sample_sequence_length, "pad": pad}
     return EpisodeBuffer(
         init=functools.partial(
-            episode_init, add_batch_size=add_batch_size, max_length_time_axis=t_len
+            episode_init,
+            add_batch_size=add_batch_size,
+            max_length_time_axis=t_len,
+            episode_end=episode_end,
         ),
         add=functools.partial(episode_add, episode_end=episode_end, device=device, **settings),
         sample=functools.partial(

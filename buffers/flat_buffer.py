@@ -14,7 +14,7 @@ import jax
 from buffers._core import Experience
 from buffers._layout import layout_add
 from buffers._pytree import Replaceable, pytree_dataclass
-from buffers._validation import check, positive_int
+from buffers._validation import check, check_bool, check_time_axis, positive_int
 from buffers.trajectory_buffer import TrajectoryBuffer, make_trajectory_buffer
 
 
@@ -62,7 +62,7 @@ def flat_layout_args(
 ) -> tuple[int, bool, int, int]:
     """Validate flat-buffer sizes; return ``(rows, add_batches, time_axis, min_time)``."""
     max_length = positive_int("max_length", max_length)
-    positive_int("min_length", min_length, allow_zero=True)
+    min_length = positive_int("min_length", min_length, allow_zero=True)
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
     add_batches = add_batch_size is not None
     rows = 1 if add_batch_size is None else positive_int("add_batch_size", add_batch_size)
@@ -75,6 +75,7 @@ def flat_layout_args(
         t_len >= 2,
         f"`max_length // add_batch_size` must be >= 2, got {max_length}//{rows} = {t_len}",
     )
+    check_time_axis(t_len, f"`max_length` ({max_length}) // `add_batch_size` ({rows})")
     if t_len * rows != max_length:
         warnings.warn(
             f"max_length={max_length} is not a multiple of add_batch_size={rows}: the buffer "
@@ -102,6 +103,7 @@ def make_sequence_view(
     **make_kwargs: Any,
 ) -> tuple[Any, Callable[..., Any]]:
     """A core buffer for windows of ``sequence_length`` plus an ``add`` in the user's layout."""
+    add_sequences = check_bool("add_sequences", add_sequences)
     rows, add_batches, t_len, min_time = flat_layout_args(
         max_length, min_length, sample_batch_size, add_batch_size
     )

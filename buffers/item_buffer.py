@@ -11,7 +11,7 @@ import chex
 import jax
 
 from buffers._layout import layout_add
-from buffers._validation import check, positive_int
+from buffers._validation import check, check_bool, check_time_axis, positive_int
 from buffers.trajectory_buffer import (
     TrajectoryBuffer,
     TrajectoryBufferSample,
@@ -31,6 +31,7 @@ def item_layout_args(max_length: int, min_length: int, sample_batch_size: int) -
         min_length <= max_length,
         f"`min_length` ({min_length}) must be <= `max_length` ({max_length})",
     )
+    check_time_axis(max_length, f"`max_length` ({max_length}) (items, in one row)")
 
 
 def squeeze_time(sample: Any) -> Any:
@@ -48,8 +49,8 @@ def item_add(add_sequences: bool, add_batches: bool, core_add: Any) -> Any:
     return functools.partial(
         layout_add,
         core_add=core_add,
-        add_batches=add_batches,
-        add_sequences=add_sequences,
+        add_batches=check_bool("add_batches", add_batches),
+        add_sequences=check_bool("add_sequences", add_sequences),
         batch_size=None,
         fold_items=True,
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -11,8 +12,18 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
+from buffers._errors import ArgumentTypeError, BatchStructureError, LeafMismatch
 from buffers._pytree import Replaceable, frozen_container
-from buffers._validation import check, positive_int
+from buffers._validation import (
+    as_list,
+    check,
+    check_key,
+    describe,
+    dtype_name,
+    leaves_with_paths,
+    positive_int,
+    real_number,
+)
 
 
 @frozen_container
@@ -43,18 +54,66 @@ def mixer_sample(
     batch_sizes: Sequence[int],
 ) -> Any:
     """Sample each buffer, keep its share of the batch, concatenate along the batch axis."""
+    states = _check_states(states, len(sample_fns), "Mixer.sample")
+    check_key(key, "Mixer.sample")
     keys = jax.random.split(key, len(sample_fns))
     parts = [
-        jax.tree.map(lambda x, n=n: x[:n], fn(state, k))
-        for fn, state, k, n in zip(sample_fns, states, keys, batch_sizes, strict=True)
+        (i, jax.tree.map(lambda x, n=n: x[:n], fn(state, k)))
+        for i, (fn, state, k, n) in enumerate(
+            zip(sample_fns, states, keys, batch_sizes, strict=True)
+        )
         if n > 0
     ]
-    return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *parts)
+    _check_same_samples(parts)
+    return jax.tree.map(lambda *xs: jnp.concatenate(xs, axis=0), *(p for _, p in parts))
+
+
+def _check_states(states: Any, n_buffers: int, what: str) -> list[Any]:
+    states = as_list("states", states)
+    check(
+        len(states) == n_buffers,
+        f"{what}: got {len(states)} states for {n_buffers} buffers: pass one state per "
+        "buffer, in the order of `buffers`",
+    )
+    return states
+
+
+def _check_same_samples(parts: Sequence[tuple[int, Any]]) -> None:
+    """Every buffer's sample must have the first one's structure and per-item shapes."""
+    first_i, first = parts[0]
+    want = leaves_with_paths(first, "sample")
+    want_def: Any = jax.tree_util.tree_structure(first)
+    found: list[LeafMismatch] = []
+    for i, part in parts[1:]:
+        if jax.tree_util.tree_structure(part) != want_def:
+            found.append(
+                LeafMismatch(
+                    f"buffer {i}", f"structure {want_def}", f"{jax.tree_util.tree_structure(part)}"
+                )
+            )
+            continue
+        for (path, a), (_, b) in zip(want, leaves_with_paths(part, "sample"), strict=True):
+            if a.shape[1:] != b.shape[1:] or a.dtype != b.dtype:
+                found.append(
+                    LeafMismatch(
+                        f"buffer {i}: {path}",
+                        f"[n{''.join(f', {d}' for d in a.shape[1:])}] {dtype_name(a.dtype)} "
+                        f"(as buffer {first_i})",
+                        f"[n{''.join(f', {d}' for d in b.shape[1:])}] {dtype_name(b.dtype)}",
+                    )
+                )
+    if found:
+        raise BatchStructureError(
+            "Mixer.sample: the buffers' samples differ",
+            found,
+            "Mix buffers of the same kind, sample sequence length and timestep structure.",
+        )
 
 
 def mixer_can_sample(
     states: Sequence[Any], *, can_sample_fns: Sequence[Callable[[Any], Array]]
 ) -> Array:
+    states = _check_states(states, len(can_sample_fns), "Mixer.can_sample")
     return jnp.all(jnp.stack([fn(s) for fn, s in zip(can_sample_fns, states, strict=True)]))
 
 
@@ -67,17 +126,36 @@ def make_mixer(
     each must sample at least its share of ``sample_batch_size``.
     """
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
+    buffers = as_list("buffers", buffers)
+    proportions = as_list("proportions", proportions)
     check(len(buffers) > 0, "`buffers` must not be empty")
+    kinds = {type(b).__name__ for b in buffers}
+    check(len(kinds) == 1, f"all buffers must be of the same kind, got {sorted(kinds)}")
+    for i, buf in enumerate(buffers):
+        if not (
+            callable(getattr(buf, "sample", None)) and callable(getattr(buf, "can_sample", None))
+        ):
+            raise ArgumentTypeError(
+                f"`buffers[{i}]` must be a buffer (the result of a make_* factory), got "
+                f"{describe(buf)}"
+            )
     check(
         len(buffers) == len(proportions),
         f"got {len(buffers)} buffers but {len(proportions)} proportions",
     )
+    shares = [
+        real_number(f"proportions[{i}]", p, "pass one non-negative number per buffer")
+        for i, p in enumerate(proportions)
+    ]
     check(
-        all(float(p) >= 0 for p in proportions) and sum(proportions) > 0,
+        all(math.isfinite(p) for p in shares),
+        f"`proportions` must be finite, got {list(proportions)}",
+    )
+    check(
+        all(p >= 0 for p in shares) and sum(shares) > 0,
         f"`proportions` must be non-negative with a positive sum, got {list(proportions)}",
     )
-    kinds = {type(b).__name__ for b in buffers}
-    check(len(kinds) == 1, f"all buffers must be of the same kind, got {sorted(kinds)}")
+    proportions = shares
     sizes = split_batch(sample_batch_size, proportions)
     for i, (buf, n) in enumerate(zip(buffers, sizes, strict=True)):
         have = getattr(buf, "sample_batch_size", 0)

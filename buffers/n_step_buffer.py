@@ -18,7 +18,8 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from buffers._validation import check, positive_int
+from buffers._errors import ArgumentTypeError, BufferConfigError
+from buffers._validation import check, check_bool, describe, positive_int
 from buffers.flat_buffer import make_sequence_view, transition_sample
 from buffers.trajectory_buffer import TrajectoryBuffer
 
@@ -34,17 +35,50 @@ def apply_functional_map(functional_map: FunctionalMap, sequences: Any) -> Any:
     containers); the result is rebuilt with the experience's own type.
     """
     mapper = functional_map.get("dict_mapper")
-    as_dict = dict(mapper(sequences) if mapper is not None else sequences)
+    fields = mapper(sequences) if mapper is not None else sequences
+    try:
+        as_dict = dict(fields)
+    except (TypeError, ValueError):
+        raise BufferConfigError(
+            "n_step_functional_map: the experience must be a dict (or give a `dict_mapper` "
+            f"that turns it into one), got {type(fields).__name__}"
+        ) from None
     updates = {}
     for key, fn in functional_map.items():
         if key == "dict_mapper":
             continue
         target, *args = key
+        missing = [a for a in args if a not in as_dict]
+        check(
+            not missing,
+            f"n_step_functional_map: key {key!r} names field(s) {missing} that the experience "
+            f"does not have; its fields are {sorted(map(str, as_dict))}",
+        )
         updates[target] = jax.tree.map(fn, *[as_dict[a] for a in args])
     as_dict.update(updates)
     if isinstance(sequences, dict):
         return type(sequences)(as_dict)
     return type(sequences)(**as_dict)
+
+
+def check_functional_map(functional_map: Any) -> dict[Any, Callable[..., Any]]:
+    """Validate ``n_step_functional_map`` once, at factory time."""
+    if not isinstance(functional_map, Mapping):
+        raise ArgumentTypeError(
+            "`n_step_functional_map` must be a dict {(target, arg1, ...): fn}, got "
+            f"{describe(functional_map)}"
+        )
+    for key, fn in functional_map.items():
+        if key != "dict_mapper" and not (isinstance(key, tuple) and len(key) >= 2):
+            raise ArgumentTypeError(
+                "`n_step_functional_map` keys must be tuples of field names (target, arg1, "
+                f"...) with at least one argument, or 'dict_mapper'; got {key!r}"
+            )
+        if not callable(fn):
+            raise ArgumentTypeError(
+                f"`n_step_functional_map[{key!r}]` must be a function, got {describe(fn)}"
+            )
+    return dict(functional_map)
 
 
 def n_step_returns(rewards: Array, discounts: Array, n_step: int) -> Array:
@@ -56,6 +90,11 @@ def n_step_returns(rewards: Array, discounts: Array, n_step: int) -> Array:
     n_step = positive_int("n_step", n_step)
     rewards = jnp.asarray(rewards)
     discounts = jnp.asarray(discounts, rewards.dtype)
+    check(
+        rewards.ndim >= 1 and discounts.shape == rewards.shape,
+        "n_step_returns: `rewards` and `discounts` must have the same shape [..., T] (time "
+        f"last), got rewards {list(rewards.shape)} and discounts {list(discounts.shape)}",
+    )
     seq_len = rewards.shape[-1]
     pad = [(0, 0)] * (rewards.ndim - 1) + [(0, n_step - 1)]
     r = jnp.pad(rewards, pad)
@@ -74,6 +113,10 @@ def n_step_discounts(discounts: Array, n_step: int) -> Array:
     """
     n_step = positive_int("n_step", n_step)
     discounts = jnp.asarray(discounts)
+    check(
+        discounts.ndim >= 1,
+        "n_step_discounts: `discounts` must be [..., T] (time last), got a scalar",
+    )
     seq_len = discounts.shape[-1]
     pad = [(0, 0)] * (discounts.ndim - 1) + [(0, n_step - 1)]
     d = jnp.pad(discounts, pad, constant_values=1)
@@ -99,17 +142,19 @@ def make_n_step_buffer(
     second))`` with ``second`` taken ``n_step`` timesteps after ``first``.
     """
     n_step = positive_int("n_step", n_step)
+    max_length = positive_int("max_length", max_length)
     check(
         n_step < max_length,
         f"`n_step` ({n_step}) must be < `max_length` ({max_length})",
     )
+    add_sequences = check_bool("add_sequences", add_sequences)
     core, add = make_sequence_view(
         max_length, min_length, sample_batch_size, add_sequences, add_batch_size, n_step + 1
     )
     transform = (
         None
         if n_step_functional_map is None
-        else functools.partial(apply_functional_map, dict(n_step_functional_map))
+        else functools.partial(apply_functional_map, check_functional_map(n_step_functional_map))
     )
     sample = functools.partial(transition_sample, core_sample=core.sample, transform=transform)
     return dataclasses.replace(core, add=add, sample=sample)

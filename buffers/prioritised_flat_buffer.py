@@ -56,7 +56,7 @@ def make_prioritised_flat_buffer(
     device: str = "cpu",
 ) -> PrioritisedTrajectoryBuffer:
     """A prioritised flat buffer (same signature and semantics as the reference's)."""
-    check_priority_exponent(priority_exponent)
+    priority_exponent = check_priority_exponent(priority_exponent)
     core, add = make_sequence_view(
         max_length,
         min_length,

@@ -29,7 +29,7 @@ def make_prioritised_item_buffer(
     ``[sample_batch_size, ...]`` leaves.
     """
     item_layout_args(max_length, min_length, sample_batch_size)
-    check_priority_exponent(priority_exponent)
+    priority_exponent = check_priority_exponent(priority_exponent)
     core = make_prioritised_trajectory_buffer(
         1,
         sample_batch_size,

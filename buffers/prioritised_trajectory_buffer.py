@@ -8,6 +8,11 @@ write position; ``add`` keeps that true in ``O(L/period + n/period)`` tree updat
 ``set_priorities`` ignores items that are not valid, so a stale index can never resurrect an
 overwritten window. Sampled ``probabilities`` are the true normalised probabilities
 (``p_i^alpha / sum_j p_j^alpha``), 0 (never NaN) for an empty buffer.
+
+Bad priorities (NaN, infinite, negative) and indices that name no item raise
+:class:`~buffers.PriorityError` when ``set_priorities`` gets concrete arrays (outside ``jit``);
+inside ``jit`` values cannot raise, so those entries are ignored (the item keeps its priority)
+and the sum tree never holds a NaN.
 """
 
 from __future__ import annotations
@@ -24,9 +29,11 @@ from jax import Array
 
 from buffers import _sum_tree
 from buffers._core import (
+    RING_FIELDS,
     Experience,
     advance_indices,
     can_sample,
+    check_sample_args,
     empty_ring,
     gather,
     ready_mask,
@@ -37,8 +44,11 @@ from buffers._pytree import frozen_container, pytree_dataclass
 from buffers._sum_tree import SumTreeState
 from buffers._validation import (
     check,
+    check_item_count,
+    check_priorities,
     check_priority_exponent,
     check_sequence_args,
+    check_state,
     positive_int,
     resolve_time_axis,
     validate_batch,
@@ -83,6 +93,24 @@ def prioritised_init(
     return PrioritisedTrajectoryBufferState(
         **empty_ring(experience, add_batch_size, max_length_time_axis),
         sum_tree_state=_sum_tree.init(capacity),
+    )
+
+
+_STATE_FIELDS = (*RING_FIELDS, "sum_tree_state")
+
+
+def check_prioritised_state(state: Any, period: int, what: str) -> None:
+    """``state`` is a prioritised state whose sum tree fits its ``[B, T]`` and ``period``."""
+    check_state(state, _STATE_FIELDS, "PrioritisedTrajectoryBufferState", what)
+    b_size, t_len = tree_shape_prefix(state.experience, 2)
+    leaves = state.sum_tree_state.nodes.shape[-1] // 2
+    want = _sum_tree.tree_size(b_size * (t_len // period))
+    check(
+        leaves == want and t_len % period == 0,
+        f"{what}: `state` does not fit this buffer: its sum tree has {leaves} leaves and its "
+        f"time axis {t_len} timesteps, but [{b_size}, {t_len}] with period {period} needs "
+        f"{want} leaves and a time axis divisible by the period; the state was made by "
+        "another buffer's `init`",
     )
 
 
@@ -148,6 +176,7 @@ def prioritised_add(
     device: str = "cpu",
 ) -> PrioritisedTrajectoryBufferState[Experience]:
     """Append ``batch`` ``[B, L, ...]``; new items get the maximum priority recorded so far."""
+    check_prioritised_state(state, period, "add")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
     seq_len = tree_shape_prefix(batch, 2)[1]
@@ -183,6 +212,7 @@ def prioritised_can_sample(state: Any, min_length_time_axis: int) -> Array:
     With a long ``sample_sequence_length`` and ``period`` > 1 no item may have a complete window
     even though enough timesteps were added; then sampling would have nothing to return.
     """
+    check_state(state, _STATE_FIELDS, "PrioritisedTrajectoryBufferState", "can_sample")
     return can_sample(state, min_length_time_axis) & (_sum_tree.total(state.sum_tree_state) > 0)
 
 
@@ -195,6 +225,8 @@ def prioritised_sample(
     min_length_time_axis: int = 1,
 ) -> PrioritisedTrajectoryBufferSample[Experience]:
     """Sample sequences with probability ``p_i^alpha / sum_j p_j^alpha`` (stratified)."""
+    check_prioritised_state(state, period, "sample")
+    check_sample_args(state, rng_key, batch_size, sequence_length)
     ready = prioritised_can_sample(state, min_length_time_axis)
     valid = ready_mask(ready, batch_size, "sample")
     indices, rows, times = sample_items(state, rng_key, batch_size, sequence_length, period)
@@ -219,12 +251,21 @@ def set_priorities(
     """Set ``priorities`` (``p``, e.g. ``|td| + eps``) of sampled ``indices``.
 
     Stored values are ``p ** priority_exponent`` (0 stays 0). Indices whose window is no
-    longer valid (overwritten since it was sampled) are ignored.
+    longer valid (overwritten since it was sampled) are ignored. ``priorities`` has the shape
+    of ``indices`` (or is one number for all of them).
+
+    Raises :class:`~buffers.PriorityError` for non-integer ``indices``, non-real
+    ``priorities`` or mismatched shapes (also at ``jit`` trace time), and, when the arrays are
+    concrete (outside ``jit``), for NaN, infinite or negative priorities and for indices that
+    name no item. Inside ``jit`` values cannot raise: such entries are ignored (those items
+    keep their priorities), so one NaN loss cannot poison the sum tree.
     """
-    indices = jnp.asarray(indices, jnp.int32)
-    priorities = jnp.asarray(priorities, jnp.float32)
+    check_prioritised_state(state, period, "set_priorities")
+    b_size, t_len = tree_shape_prefix(state.experience, 2)
+    indices, priorities = check_priorities(indices, priorities, b_size * (t_len // period))
     values = jnp.where(priorities == 0, 0.0, priorities**priority_exponent)
-    mask = item_is_valid(state, indices, sample_sequence_length, period)
+    ok = jnp.isfinite(values) & (priorities >= 0)
+    mask = item_is_valid(state, indices, sample_sequence_length, period) & ok
     tree = _sum_tree.set_batch(state.sum_tree_state, indices, values, mask, device)
     return state.replace(sum_tree_state=tree)
 
@@ -271,6 +312,11 @@ def build_prioritised(
 ) -> PrioritisedTrajectoryBuffer:
     """Bind a prioritised buffer from already validated, resolved arguments."""
     min_len = check_sequence_args(sample_sequence_length, period, min_length_time_axis, t_len)
+    sample_sequence_length, period = int(sample_sequence_length), int(period)
+    check_item_count(
+        add_batch_size * (t_len // period),
+        f"add_batch_size ({add_batch_size}) x max_length_time_axis ({t_len}) // period ({period})",
+    )
     seq: dict[str, Any] = {"sample_sequence_length": sample_sequence_length, "period": period}
     return PrioritisedTrajectoryBuffer(
         init=functools.partial(
@@ -320,9 +366,9 @@ def make_prioritised_trajectory_buffer(
     names the effective capacity.
     """
     add_batch_size = positive_int("add_batch_size", add_batch_size)
-    positive_int("sample_batch_size", sample_batch_size)
-    positive_int("period", period)
-    check_priority_exponent(priority_exponent)
+    sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
+    period = positive_int("period", period)
+    priority_exponent = check_priority_exponent(priority_exponent)
     device = check_device(device)
     t_len = resolve_time_axis(add_batch_size, max_size, max_length_time_axis, stacklevel=2)
     t_len = divisible_time_axis(t_len, period, add_batch_size, stacklevel=2)

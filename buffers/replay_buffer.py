@@ -21,7 +21,17 @@ from buffers import _counter
 from buffers._core import ready_mask, tree_shape_prefix
 from buffers._errors import BufferConfigError
 from buffers._pytree import Replaceable, derived, frozen_container, pytree_dataclass
-from buffers._validation import check_timestep, positive_int, validate_batch
+from buffers._validation import (
+    check_key,
+    check_nbytes,
+    check_state,
+    check_timestep,
+    positive_int,
+    timestep_nbytes,
+    validate_batch,
+)
+
+_STATE_FIELDS = ("data", "position", "size", "write_counter")
 
 Transition = TypeVar("Transition", bound=chex.ArrayTree)
 
@@ -57,10 +67,17 @@ class ReplayBuffer(Replaceable):
     buffer_size: int
 
     def __post_init__(self) -> None:
-        positive_int("buffer_size", self.buffer_size)
+        object.__setattr__(self, "buffer_size", positive_int("buffer_size", self.buffer_size))
 
     def init(self, sample_transition: Transition) -> ReplayBufferState[Transition]:
         example = check_timestep(sample_transition)
+        per_step = timestep_nbytes(example, 0)
+        check_nbytes(
+            self.buffer_size * per_step,
+            "ReplayBuffer.init: the state",
+            f"{self.buffer_size} transitions (buffer_size) x {per_step} bytes per transition",
+            "Make buffer_size smaller, or the transitions (fewer or smaller leaves).",
+        )
         data = jax.tree.map(lambda x: jnp.zeros((self.buffer_size, *x.shape), x.dtype), example)
         position, size = jnp.array(0, jnp.int32), jnp.array(0, jnp.int32)  # distinct: donation
         return ReplayBufferState(data, position, size, _counter.zero())
@@ -68,6 +85,7 @@ class ReplayBuffer(Replaceable):
     def add(
         self, state: ReplayBufferState[Transition], transitions: Transition
     ) -> ReplayBufferState[Transition]:
+        check_state(state, _STATE_FIELDS, "ReplayBufferState", "ReplayBuffer.add")
         # The stored data has one leading axis; validate with a dummy time axis folded away.
         expanded = jax.tree.map(lambda x: x[None], state.data)
         transitions = validate_batch(
@@ -93,6 +111,16 @@ class ReplayBuffer(Replaceable):
         self, state: ReplayBufferState[Transition], batch_size: int, key: chex.PRNGKey
     ) -> tuple[ReplayBufferState[Transition], Transition, Array]:
         """``(state, batch, valid)``; ``valid`` is false for every item of an empty buffer."""
+        check_state(state, _STATE_FIELDS, "ReplayBufferState", "ReplayBuffer.sample")
+        batch_size = positive_int("batch_size", batch_size)
+        check_key(key, "ReplayBuffer.sample")
+        per_step = timestep_nbytes(state.data, 1)
+        check_nbytes(
+            batch_size * per_step,
+            "ReplayBuffer.sample: the sample",
+            f"{batch_size} transitions (batch_size) x {per_step} bytes per transition",
+            "Make batch_size smaller.",
+        )
         valid = ready_mask(state.size > 0, batch_size, "ReplayBuffer.sample")
         idx = jax.random.randint(key, (batch_size,), 0, jnp.maximum(state.size, 1))
         return state, jax.tree.map(lambda x: x[idx], state.data), valid

@@ -31,6 +31,8 @@ from buffers._core import (
     Experience,
     advance_indices,
     can_sample,
+    check_ring_state,
+    check_sample_args,
     empty_ring,
     gather,
     ready_mask,
@@ -98,6 +100,7 @@ def init(
 
 def add(state: TrajectoryBufferState[Experience], batch: Experience) -> Any:
     """Append ``batch`` (leaves ``[add_batch_size, L, ...]``, 1 <= L <= T) along time."""
+    check_ring_state(state, "add")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
     seq_len = tree_shape_prefix(batch, 2)[1]
@@ -114,6 +117,8 @@ def sample(
     min_length_time_axis: int = 1,
 ) -> TrajectoryBufferSample[Experience]:
     """Sample ``batch_size`` sequences of ``sequence_length`` uniformly over valid windows."""
+    check_ring_state(state, "sample")
+    check_sample_args(state, rng_key, batch_size, sequence_length)
     valid = ready_mask(can_sample(state, min_length_time_axis), batch_size, "sample")
     rows, times = sample_windows(state, rng_key, batch_size, sequence_length, period)
     return TrajectoryBufferSample(experience=gather(state.experience, rows, times), valid=valid)
@@ -172,6 +177,7 @@ def make_trajectory_buffer(
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
     t_len = resolve_time_axis(add_batch_size, max_size, max_length_time_axis, stacklevel=2)
     min_len = check_sequence_args(sample_sequence_length, period, min_length_time_axis, t_len)
+    sample_sequence_length, period = int(sample_sequence_length), int(period)
     return TrajectoryBuffer(
         init=functools.partial(init, add_batch_size=add_batch_size, max_length_time_axis=t_len),
         add=add,

@@ -31,7 +31,20 @@ from buffers._core import (
 )
 from buffers._errors import QueueFullError
 from buffers._pytree import Replaceable, derived, frozen_container, pytree_dataclass
-from buffers._validation import check, positive_int, resolve_time_axis, validate_batch
+from buffers._validation import (
+    check,
+    check_sample_nbytes,
+    check_state,
+    positive_int,
+    resolve_time_axis,
+    validate_batch,
+)
+
+_STATE_FIELDS = ("experience", "write_index", "read_index", "is_full")
+
+
+def check_queue_state(state: Any, what: str) -> None:
+    check_state(state, _STATE_FIELDS, "TrajectoryQueueState", what)
 
 
 @pytree_dataclass
@@ -84,6 +97,7 @@ def queue_init(
 
 def occupancy(state: TrajectoryQueueState[Experience]) -> Array:
     """Unread timesteps per row."""
+    check_queue_state(state, "occupancy")
     _, t_len = tree_shape_prefix(state.experience, 2)
     return jnp.where(state.is_full, t_len, (state.write_index - state.read_index) % t_len)
 
@@ -101,6 +115,7 @@ def queue_add(
     state: TrajectoryQueueState[Experience], batch: Experience
 ) -> TrajectoryQueueState[Experience]:
     """Append ``batch`` ``[B, L, ...]`` if it fits; refused (state unchanged) if it does not."""
+    check_queue_state(state, "add")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
     seq_len = tree_shape_prefix(batch, 2)[1]
@@ -131,7 +146,14 @@ def queue_sample(
     state: TrajectoryQueueState[Experience], sequence_length: int
 ) -> tuple[TrajectoryQueueState[Experience], TrajectoryQueueSample[Experience]]:
     """The oldest ``sequence_length`` unread timesteps of every row, and the advanced state."""
+    check_queue_state(state, "sample")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
+    check(
+        sequence_length <= t_len,
+        f"sample: sequences of {sequence_length} timesteps cannot come from a queue state "
+        f"whose time axis holds {t_len}: the state was made by another queue's `init`",
+    )
+    check_sample_nbytes(state.experience, b_size, sequence_length, "sample", "add_batch_size")
     ready = can_sample(state, sequence_length)
     valid = ready_mask(ready, b_size, "sample")
     times = (state.read_index + jnp.arange(sequence_length)) % t_len
@@ -177,6 +199,8 @@ def make_trajectory_queue(
     add_batch_size = positive_int("add_batch_size", add_batch_size)
     add_sequence_length = positive_int("add_sequence_length", add_sequence_length)
     sample_sequence_length = positive_int("sample_sequence_length", sample_sequence_length)
+    if max_size is not None and max_length_time_axis is not None:
+        positive_int("max_length_time_axis", max_length_time_axis)  # overridden, still checked
     t_len = resolve_time_axis(
         add_batch_size,
         max_size,

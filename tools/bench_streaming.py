@@ -276,6 +276,7 @@ def run_variant(
         label: run_probe(path, streams.get(label)) if memory_probes else None
         for label, _ in measurements
     }
+    episodes = len(vault.episodes(include_open=True))  # before the vault's files are gone
     shutil.rmtree(path, ignore_errors=True)
     results = []
     for label, _ in measurements:
@@ -306,7 +307,7 @@ def run_variant(
         "disk_bytes": disk,
         "default_block_timesteps": block,
         "default_block_bytes": block_bytes,
-        "episodes": len(vault.episodes(include_open=True)),
+        "episodes": episodes,
         "read_all": results[0],
         "streams": results[1:],
     }

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from vault._errors import (
     UnsavedDataLostError,
+    VaultAccessError,
     VaultArgumentError,
     VaultCorruptError,
     VaultError,
@@ -22,6 +23,7 @@ from vault._errors import (
     VaultModeError,
     VaultNotFoundError,
     VaultReadError,
+    VaultStorageError,
     VaultStructureError,
     VaultVersionError,
 )
@@ -93,6 +95,7 @@ __all__ = [
     "StreamBatch",
     "UnsavedDataLostError",
     "Vault",
+    "VaultAccessError",
     "VaultArgumentError",
     "VaultCorruptError",
     "VaultError",
@@ -103,6 +106,7 @@ __all__ = [
     "VaultModeError",
     "VaultNotFoundError",
     "VaultReadError",
+    "VaultStorageError",
     "VaultStructureError",
     "VaultVersionError",
     "VerifyReport",

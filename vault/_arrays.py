@@ -9,6 +9,7 @@ import numpy as np
 import tensorstore as ts
 
 from vault._errors import VaultArgumentError
+from vault._format import LeafSpec
 from vault._location import Location
 
 TARGET_CHUNK_BYTES = 2 << 20  # large items (frames): one row x whole frames x N timesteps
@@ -95,9 +96,36 @@ def create_array(location: Location, name: str, metadata: dict[str, Any]) -> Any
     return ts.open(spec, create=True, context=location.context())
 
 
-def open_array(location: Location, name: str, writable: bool) -> Any:
-    """A future of the existing array ``name`` under ``location``."""
+def expected_metadata(leaf: LeafSpec) -> dict[str, Any]:
+    """What a leaf's ``zarr.json`` must say, from the manifest (TensorStore refuses to open an
+    array whose metadata departs from it): dtype, chunk grid, codecs (endianness included) and
+    fill value. The shape is checked by the caller (its time axis grows)."""
+    dtype = np.dtype(leaf.dtype)
+    return {
+        "data_type": dtype.name,
+        "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(leaf.chunk)}},
+        "codecs": [dict(c) for c in leaf.codecs],
+        "fill_value": False if dtype == np.bool_ else 0,
+    }
+
+
+def open_array(
+    location: Location,
+    name: str,
+    writable: bool,
+    expect: dict[str, Any] | None = None,
+    strict: bool = False,
+) -> Any:
+    """A future of the existing array ``name`` under ``location``.
+
+    ``expect``: metadata the array's ``zarr.json`` must match. ``strict``: reading a chunk
+    that is missing fails (NOT_FOUND) instead of returning the fill value: for vaults whose
+    writer stores every chunk, a missing chunk inside the committed range is lost data."""
     spec: dict[str, Any] = {"driver": "zarr3", "kvstore": location.child_spec(name)}
     if writable:
         spec["store_data_equal_to_fill_value"] = True
-    return ts.open(spec, context=location.context(), read=True, write=writable)
+    if strict:
+        spec["fill_missing_data_reads"] = False
+    if expect is not None:
+        spec["metadata"] = expect
+    return ts.open(spec, context=location.context(), read=True, write=writable, open=True)

@@ -14,14 +14,26 @@ import concurrent.futures
 from collections.abc import Callable
 from typing import Any
 
+from vault._args import int_arg
+
 
 class BackgroundQueue:
     def __init__(self, max_pending: int = 2, name: str = "vault-write") -> None:
-        self.max_pending = max_pending
+        self._max_pending = int_arg("max_pending", max_pending, 1)
         self._name = name
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: collections.deque[concurrent.futures.Future[None]] = collections.deque()
         self._error: BaseException | None = None
+
+    @property
+    def max_pending(self) -> int:
+        """Jobs that may wait before :meth:`submit` blocks (at least 1: with none, no job
+        could ever be queued)."""
+        return self._max_pending
+
+    @max_pending.setter
+    def max_pending(self, value: int) -> None:
+        self._max_pending = int_arg("max_pending", value, 1)
 
     def __len__(self) -> int:
         return len(self._pending)

@@ -18,15 +18,18 @@ from typing import Any
 
 import numpy as np
 
+from vault import _tags
 from vault._episodes import FLAG_START_UNKNOWN, INDEX_CHUNK, advance
 from vault._errors import VaultCorruptError
 from vault._faults import run_point
 from vault._format import (
     BOUNDS,
     COMMIT_KEY,
+    EXPERIENCE,
     RETURNS,
     ZARR_JSON,
     CommitRecord,
+    Edge,
     EpisodeLeaves,
     EpisodeState,
     OpenEpisodes,
@@ -70,11 +73,20 @@ def _append(
     index = snap.index
     episodes = snap.commit.episodes
     cfg = snap.manifest.episodes
+    added: list[tuple[str, int, np.ndarray]] = []
     if cfg is not None and episodes is not None:
-        index, episodes, written = _index_entries(snap, cfg, job, episodes, rec, held)
+        before = episodes.count
+        index, episodes, written, entries = _index_entries(snap, cfg, job, episodes, rec, held)
         futures += written
+        added = [
+            (key, before, values) for key, values in zip((BOUNDS, RETURNS), entries, strict=False)
+        ]
     for future in futures:
         future.result()
+    edges = None
+    if _tags.enabled(snap.manifest):
+        grown = dataclasses.replace(snap, arrays=arrays, index=index)
+        edges = _bind_places(grown, job, added)
     if rec is not None:
         held += rec.hold([COMMIT_KEY])
     commit = CommitRecord(
@@ -83,9 +95,46 @@ def _append(
         seq=snap.commit.seq + 1,
         seams=job.seams,
         episodes=episodes,
+        edges=edges,
     )
     run_point("commit", {"length": job.end}, lambda: write_commit(snap, commit))
     return dataclasses.replace(snap, commit=commit, arrays=arrays, index=index)
+
+
+def _bind_places(
+    snap: Snapshot, job: AppendJob, added: list[tuple[str, int, np.ndarray]]
+) -> dict[str, Edge]:
+    """Tag the chunks this append completed and record the new edges (``vault/_tags.py``)."""
+    edges = dict(snap.commit.edges or {})
+    appends = [
+        (leaf_key(name), job.begin, part)
+        for name, part in zip(snap.names, job.parts, strict=bool(job.parts))
+    ]
+    appends += [(key, begin, values[None]) for key, begin, values in added if len(values)]
+    for key, begin, part in appends:
+        grid = snap.grids[key]
+        end = begin + int(part.shape[1])
+        _tags.record_tags(snap, grid, begin // grid.step, end // grid.step)
+        array = _array_of(snap, key)
+
+        def read_prefix(e0: int, array: Any = array, begin: int = begin, key: str = key) -> Any:
+            region = array[:, e0:begin] if key.startswith(EXPERIENCE) else array[e0:begin][None]
+            return np.asarray(region.read().result())
+
+        edge = _tags.edge_after(grid, edges.get(key), begin, end, part, read_prefix)
+        if edge is None:
+            edges.pop(key, None)
+        else:
+            edges[key] = edge
+    return edges
+
+
+def _array_of(snap: Snapshot, key: str) -> Any:
+    if key == BOUNDS:
+        return snap.index[0]
+    if key == RETURNS:
+        return snap.index[1]
+    return snap.arrays[snap.names.index(key[len(EXPERIENCE) + 1 :])]
 
 
 def _index_entries(
@@ -95,8 +144,9 @@ def _index_entries(
     episodes: EpisodeState,
     rec: Reclaimer | None,
     held: list[tuple[Path, int]],
-) -> tuple[tuple[Any, ...], EpisodeState, list[Any]]:
-    """The episodes that end in the job's data: (index handles, new state, write futures)."""
+) -> tuple[tuple[Any, ...], EpisodeState, list[Any], tuple[np.ndarray, ...]]:
+    """The episodes that end in the job's data: (index handles, new state, write futures,
+    the new (bounds, returns) entries)."""
     rows = snap.rows
     open_eps = episodes.open
     if job.lost_before:
@@ -107,6 +157,7 @@ def _index_entries(
     count = episodes.count
     index = snap.index
     futures: list[Any] = []
+    entries: tuple[np.ndarray, ...] = ()
     if job.parts:
         names = snap.names
 
@@ -132,7 +183,8 @@ def _index_entries(
 
             index = run_point("index", {"count": count, "new_count": new_count}, write)
             count = new_count
-    return index, EpisodeState(count, open_eps), futures
+            entries = (np.asarray(bounds), np.asarray(returns))
+    return index, EpisodeState(count, open_eps), futures, entries
 
 
 def write_commit(snap: Snapshot, commit: CommitRecord) -> None:

@@ -5,6 +5,10 @@ Sources are only read. A destination is complete or absent where its location ca
 to it, ``.NAME.partial-XXXX``, and renamed into place at the end; an error or Ctrl-C removes
 the temporary directory). Data is copied in blocks of
 whole timesteps (about ``BLOCK_BYTES`` at a time), so memory stays bounded whatever the size.
+
+A destination inside a source is refused before anything is written. A storage failure while
+writing (a full disk, a read-only file system) is a typed error naming the destination (see
+``vault._location.os_failure``); nothing is left there.
 """
 
 from __future__ import annotations
@@ -20,8 +24,21 @@ import numpy as np
 from vault import _read, _structure
 from vault._create import create_vault, plan_manifest
 from vault._episodes import EpisodeTable
-from vault._errors import VaultArgumentError, VaultReadError, VaultStructureError
-from vault._location import Location
+from vault._errors import (
+    VaultArgumentError,
+    VaultError,
+    VaultLocationError,
+    VaultReadError,
+    VaultStructureError,
+)
+from vault._location import (
+    Location,
+    failed_os_call,
+    os_failure,
+    reason_of,
+    remedy_of,
+    storage_error,
+)
 from vault._locations import LocationLike, parse_location
 from vault._snapshot import Snapshot
 from vault._vault import Vault
@@ -53,12 +70,13 @@ def derive_slice(
         if not picked:
             raise VaultReadError("rows selects no row")
         lo, hi = _read.time_range(src, start, stop)
-        target = parse_location(dest)
-        with target.staging() as tmp:
-            out = _create_like(src, tmp, len(picked), codec, {"op": "slice", "start": lo})
+        target = _destination(dest, [src])
+        with (
+            _building(target) as tmp,
+            _new_vault(src, tmp, len(picked), codec, {"op": "slice", "start": lo}) as out,
+        ):
             known = _starts_known(src, picked, lo)
             _copy(src, out, picked, lo, hi, known, progress, 0, hi - lo)
-            out.close()
     return Vault.open(target)
 
 
@@ -83,9 +101,9 @@ def derive_episodes(
         table = episodes[order]
         if len(table) and int((table.start + table.length).max()) > src.length:
             raise VaultReadError("an episode lies beyond the committed data of the source")
-        target = parse_location(dest)
-        with target.staging() as tmp:
-            out = _create_like(src, tmp, 1, codec, {"op": "episodes", "count": len(table)})
+        target = _destination(dest, [src])
+        op = {"op": "episodes", "count": len(table)}
+        with _building(target) as tmp, _new_vault(src, tmp, 1, codec, op) as out:
             total, copied, i = table.transitions, 0, 0
             step = src.manifest.step_bytes * src.rows
             while i < len(table):
@@ -116,7 +134,6 @@ def derive_episodes(
                 if progress:
                     progress(copied, total)
                 i = j
-            out.close()
     return Vault.open(target)
 
 
@@ -139,14 +156,13 @@ def combine(
         if problems:
             raise VaultStructureError("the vaults to combine differ", problems)
         total = sum(s.length for s in srcs)
-        target = parse_location(dest)
-        with target.staging() as tmp:
-            out = _create_like(first, tmp, first.rows, codec, {"op": "combine", "count": len(srcs)})
+        target = _destination(dest, srcs)
+        op = {"op": "combine", "count": len(srcs)}
+        with _building(target) as tmp, _new_vault(first, tmp, first.rows, codec, op) as out:
             copied = 0
             for src in srcs:
                 known = _starts_known(src, list(range(src.rows)), 0)
                 copied = _copy(src, out, None, 0, src.length, known, progress, copied, total)
-            out.close()
     return Vault.open(target)
 
 
@@ -192,6 +208,72 @@ def _opened(source: Source) -> Iterator[Snapshot]:
         yield src.snapshot
     finally:
         src.close()
+
+
+def _destination(dest: LocationLike, sources: Sequence[Snapshot]) -> Location:
+    """The destination's location, refused (before anything is written) where it lies inside
+    a source: the copy would be written into what it copies."""
+    target = parse_location(dest)
+    for src in sources:
+        if src.location.contains(target):
+            raise VaultLocationError(
+                f"{target}: the destination is inside the source vault {src.where}; choose a "
+                "destination outside every source (nothing was written)"
+            )
+    return target
+
+
+@contextlib.contextmanager
+def _building(target: Location) -> Iterator[Location]:
+    """``target.staging()``, where a storage failure while the new vault is built is an error
+    naming ``target`` (the staged copy is removed: nothing is left there)."""
+    staged: list[Location] = []
+    try:
+        with target.staging() as tmp:
+            staged.append(tmp)
+            yield tmp
+    except (OSError, ValueError, VaultError) as err:
+        typed = _write_failure(err, target, staged[0] if staged else target)
+        if typed is None:
+            raise
+        raise typed from err
+
+
+def _write_failure(err: BaseException, target: Location, tmp: Location) -> VaultError | None:
+    """``err`` as a typed error if a storage failure caused it (a write under ``tmp`` or
+    ``target``: named as the destination's; a read elsewhere, of a source: named as such)."""
+    cause = err.__cause__ if isinstance(err, VaultError) else err
+    found = None if cause is None else failed_os_call(cause)
+    if cause is None or found is None:
+        return None
+    code, path = found
+    staged, final = str(tmp).rstrip("/"), str(target).rstrip("/")
+    if path is not None and (path == staged or path.startswith(f"{staged}/")):
+        path = final + path[len(staged) :]
+    elif path is not None and not (path == final or path.startswith(f"{final}/")):
+        return storage_error(cause, None, None)  # not the destination's (a source's read)
+    place = f" at {path}" if path and path != final else ""
+    return os_failure(
+        code,
+        f"{final}: cannot write the new vault: {reason_of(code)}{place}; nothing was left at "
+        f"{final}; {remedy_of(code)}",
+    )
+
+
+@contextlib.contextmanager
+def _new_vault(
+    src: Snapshot, location: Location, rows: int, codec: str | None, op: dict[str, Any]
+) -> Iterator[Writer]:
+    """The writer of a new vault at ``location`` shaped like ``src``; closed (its lock
+    released) when the block ends, however it ends."""
+    out = _create_like(src, location, rows, codec, op)
+    try:
+        yield out
+    except BaseException:
+        with contextlib.suppress(Exception):
+            out.close()
+        raise
+    out.close()
 
 
 def _create_like(

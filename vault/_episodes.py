@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from vault._args import finite_arg, int_arg
 from vault._errors import VaultArgumentError
 from vault._format import OpenEpisodes
 
@@ -106,23 +107,31 @@ class EpisodeTable:
         every episode is taken).
         """
         keep = self.complete & self.start_known
-        if min_return is not None:
-            keep &= self.returns >= min_return
-        if max_return is not None:
-            keep &= self.returns <= max_return
-        if min_length is not None:
-            keep &= self.length >= min_length
-        if max_length is not None:
-            keep &= self.length <= max_length
+        bounds = {
+            "min_return": min_return,
+            "max_return": max_return,
+            "min_length": min_length,
+            "max_length": max_length,
+        }
+        limit = {k: finite_arg(k, v) for k, v in bounds.items() if v is not None}
+        if top_k is not None:
+            top_k = int_arg("top_k", top_k, 0)
+        if transitions is not None:
+            transitions = int_arg("transitions", transitions, 0)
+        seed = int_arg("seed", seed, 0)
+        if "min_return" in limit:
+            keep &= self.returns >= limit["min_return"]
+        if "max_return" in limit:
+            keep &= self.returns <= limit["max_return"]
+        if "min_length" in limit:
+            keep &= self.length >= limit["min_length"]
+        if "max_length" in limit:
+            keep &= self.length <= limit["max_length"]
         picked = np.flatnonzero(keep)
         if top_k is not None:
-            if top_k < 0:
-                raise VaultArgumentError(f"top_k must be >= 0, got {top_k}")
             order = np.argsort(-np.nan_to_num(self.returns[picked], nan=-np.inf), kind="stable")
             picked = np.sort(picked[order[:top_k]])
         if transitions is not None:
-            if transitions < 0:
-                raise VaultArgumentError(f"transitions must be >= 0, got {transitions}")
             shuffled = np.random.default_rng(seed).permutation(picked)
             total = np.cumsum(self.length[shuffled])
             count = int(np.searchsorted(total, transitions)) + 1 if transitions else 0

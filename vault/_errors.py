@@ -68,3 +68,22 @@ class VaultLocationError(VaultError, ValueError):
 
 class VaultArgumentError(VaultError, ValueError, TypeError):
     """An argument of the wrong type or out of range (a mode, codec, policy or sort key)."""
+
+
+class VaultAccessError(VaultError, PermissionError):
+    """The storage refuses this process: no permission to read or write the path, or a
+    read-only file system under a writer. ``errno`` is the cause's (``errno.EACCES``,
+    ``errno.EPERM`` or ``errno.EROFS``)."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
+class VaultStorageError(VaultError, OSError):
+    """The storage failed an operation: a full disk, a file where a directory must be, an
+    I/O error. The message names the path; ``errno`` is the cause's (``errno.ENOSPC`` ...)."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno

@@ -27,7 +27,11 @@ import numpy as np
 from vault import _structure
 from vault._errors import VaultCorruptError, VaultNotFoundError, VaultVersionError
 
-FORMAT_VERSION = 2  # 2: optional episode index (episodes/); version 1 vaults still open
+FORMAT_VERSION = 3
+"""2: optional episode index (episodes/); 3: digests on the manifest and the commit record,
+checksums bound to chunk places (tags/, the commit record's edges). Versions 1 and 2 still
+open (without those protections)."""
+DIGESTS_SINCE = 3
 
 # ------------------------------------------------------------------------------- key names
 ZARR_JSON = "zarr.json"
@@ -39,6 +43,8 @@ BOUNDS = "episodes/bounds"
 RETURNS = "episodes/returns"
 LOCK_DIR = "lock"
 TRASH_DIR = "trash"
+TAGS = "tags"  # tags/<array key>: the stored crc32c of every complete chunk, by place
+DIGEST = "digest"  # a record's checksum of its own content
 MANIFEST_ATTR = "rlvault"
 COMMIT_ATTR = "rlvault_commit"
 FILL_CHUNKS_KEY = "fill_chunks_stored"
@@ -76,6 +82,29 @@ def group_json(attributes: dict[str, Any] | None = None) -> bytes:
     if attributes:
         doc["attributes"] = attributes
     return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+
+def digest(doc: dict[str, Any]) -> str:
+    """The checksum a record keeps of its own content (every key but ``digest``)."""
+    import hashlib
+
+    body = {k: v for k, v in doc.items() if k != DIGEST}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def digest_problems(doc: dict[str, Any], required: bool) -> list[str]:
+    """Why ``doc`` does not match its own digest (none when it does, or when it has none and
+    none is ``required``)."""
+    stored = doc.get(DIGEST)
+    if stored is None:
+        return [f"it has no {DIGEST} (every record of this format version has one)"] * required
+    if stored != digest(doc):
+        got = digest(doc)
+        return [
+            f"its content does not match its {DIGEST} (edited or damaged): {stored!r} != {got!r}"
+        ]
+    return []
 
 
 def parse_json(raw: bytes, where: str) -> dict[str, Any]:
@@ -187,6 +216,7 @@ class Manifest:
             doc[FILL_CHUNKS_KEY] = True
         if self.episodes is not None:
             doc["episodes"] = self.episodes.to_json()
+        doc[DIGEST] = digest(doc)
         return doc
 
     @classmethod
@@ -200,6 +230,8 @@ class Manifest:
                 f"versions 1 to {FORMAT_VERSION}. Upgrade rlvault (pip install -U rlvault)."
             )
         problems = manifest_problems(doc)
+        if not problems:
+            problems = digest_problems(doc, doc["format_version"] >= DIGESTS_SINCE)
         if problems:
             raise VaultCorruptError(
                 f"{where}: the manifest ({MANIFEST_KEY}) is malformed: "
@@ -274,6 +306,23 @@ class EpisodeState:
 
 
 @dataclasses.dataclass(frozen=True)
+class Edge:
+    """The partly filled chunk at an array's committed end: it starts at ``start`` (time, or
+    episode for the index); ``crc`` per row is the crc32 of its committed part's decoded
+    bytes (see ``vault/_tags.py``)."""
+
+    start: int
+    crc: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"from": self.start, "crc": list(self.crc)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Edge:
+        return cls(int(doc["from"]), tuple(int(c) for c in doc["crc"]))
+
+
+@dataclasses.dataclass(frozen=True)
 class CommitRecord:
     """The truth about what is committed: replaced atomically after the data is written."""
 
@@ -282,6 +331,7 @@ class CommitRecord:
     seq: int = 0  # commits so far
     seams: tuple[Seam, ...] = ()
     episodes: EpisodeState | None = None
+    edges: dict[str, Edge] | None = None  # by array key; None: a format without them
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -292,6 +342,9 @@ class CommitRecord:
         }
         if self.episodes is not None:
             doc["episodes"] = self.episodes.to_json()
+        if self.edges is not None:
+            doc["edges"] = {k: e.to_json() for k, e in sorted(self.edges.items())}
+        doc[DIGEST] = digest(doc)
         return doc
 
     def to_bytes(self) -> bytes:
@@ -300,6 +353,8 @@ class CommitRecord:
     @classmethod
     def from_json(cls, doc: Any, where: str, manifest: Manifest) -> CommitRecord:
         problems = commit_problems(doc, manifest)
+        if not problems:
+            problems = digest_problems(doc, manifest.format_version >= DIGESTS_SINCE)
         if problems:
             raise VaultCorruptError(
                 f"{where}: the commit record ({COMMIT_KEY}) is malformed: "
@@ -315,6 +370,9 @@ class CommitRecord:
             episodes=None
             if episodes is None
             else EpisodeState(int(episodes["count"]), OpenEpisodes.from_json(episodes["open"])),
+            edges=None
+            if manifest.format_version < DIGESTS_SINCE
+            else {k: Edge.from_json(e) for k, e in doc.get("edges", {}).items()},
         )
 
 
@@ -389,6 +447,7 @@ def commit_problems(record: Any, manifest: Manifest) -> list[str]:
     if counter is not None and not is_int(counter, 0):
         out.append(f"source_counter must be null or an int >= 0, got {counter!r}")
     out += seam_problems(record.get(SEAMS_KEY, []))
+    out += _edge_problems(record.get("edges", {}), manifest.rows)
     if manifest.episodes is not None:
         out += episode_record_problems(record.get("episodes"), manifest.rows, length)
     return out
@@ -486,4 +545,19 @@ def _leaf_problems(leaf: Any) -> list[str]:
         isinstance(c, dict) and isinstance(c.get("name"), str) for c in codecs
     ):
         out.append(f"codecs must be a list of {{'name': ...}} objects, got {codecs!r}")
+    return out
+
+
+def _edge_problems(edges: Any, rows: int) -> list[str]:
+    if not isinstance(edges, dict):
+        return [f"edges must be an object, got {type(edges).__name__}"]
+    out = []
+    for key, edge in edges.items():
+        if not (
+            isinstance(edge, dict)
+            and is_int(edge.get("from"), 0)
+            and is_int_list(edge.get("crc"), 0)
+            and len(edge["crc"]) in (1, rows)
+        ):
+            out.append(f"edges[{key!r}] must be {{'from': int, 'crc': [int per row]}}")
     return out

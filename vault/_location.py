@@ -7,6 +7,11 @@ provides the writer lock, the reclaimer of replaced files (or none), staging of 
 recovery after a crash, disk usage and discovery of vaults under it. Code asks a location what
 it can do; it never branches on a driver name. A new storage kind is one new module with a
 :class:`Location` subclass, registered in ``vault/_locations.py``.
+
+Failures of the storage itself (a full disk, no permission, a read-only file system, a
+symbolic-link loop) leave a location as typed errors naming the path (:func:`storage_error`):
+``VaultAccessError`` (a ``PermissionError``), ``VaultNotFoundError`` (a path that leads nowhere)
+or ``VaultStorageError`` (an ``OSError``), each with the cause's ``errno``.
 """
 
 from __future__ import annotations
@@ -14,11 +19,20 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
+import errno
 import json
+import os
+import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
-from vault._errors import VaultLocationError
+from vault._errors import (
+    VaultAccessError,
+    VaultError,
+    VaultLocationError,
+    VaultNotFoundError,
+    VaultStorageError,
+)
 from vault._format import COMMIT_KEY, MANIFEST_ATTR, MANIFEST_KEY, ZARR_JSON
 
 if TYPE_CHECKING:
@@ -120,8 +134,40 @@ class Location(abc.ABC):
 
     def read(self, key: str) -> bytes | None:
         """The value of ``key`` under the root, or None when it is absent."""
-        value = self.kvstore().read(key).result()
+        with self.failures("read the vault"):
+            value = self.kvstore().read(key).result()
         return bytes(value.value) if value.state == "value" else None
+
+    def read_tails(self, keys: list[str], size: int = 4) -> list[bytes | None]:
+        """The last ``size`` bytes of each key's value (None where absent): a chunk's crc32c.
+
+        This default reads whole values (concurrently); a kind that can read a byte range
+        cheaply (a local file, an object store's ranged GET) overrides it."""
+        kv = self.kvstore()
+        with self.failures("read the vault"):
+            futures = [kv.read(key) for key in keys]
+            values = [f.result() for f in futures]
+        return [bytes(v.value)[-size:] if v.state == "value" else None for v in values]
+
+    def contains(self, other: Location) -> bool:
+        """Whether ``other`` is this location or lies inside it (the same store, a path under
+        this one's)."""
+        mine, theirs = dict(self.spec), dict(other.spec)
+        path, other_path = str(mine.pop("path", "")), str(theirs.pop("path", ""))
+        return type(other) is type(self) and mine == theirs and other_path.startswith(path)
+
+    @contextlib.contextmanager
+    def failures(self, doing: str, remedy: str | None = None) -> Iterator[None]:
+        """Storage failures inside (an ``OSError``, or a TensorStore error the OS caused) as
+        typed errors naming this location and what it was ``doing`` (see
+        :func:`storage_error`); every other error passes unchanged."""
+        try:
+            yield
+        except (OSError, ValueError) as err:
+            typed = storage_error(err, str(self), doing, remedy)
+            if typed is None:
+                raise
+            raise typed from err
 
     def prepare(self) -> None:  # noqa: B027 (optional hook: most stores need nothing)
         """Make the root exist before a vault is created there."""
@@ -157,13 +203,15 @@ class Location(abc.ABC):
 
     def is_empty(self) -> bool:
         """Whether nothing is stored under the root."""
-        keys = self.kvstore().list().result()
+        with self.failures("list the location"):
+            keys = self.kvstore().list().result()
         return not keys
 
     def find_vaults(self) -> list[tuple[Location, str | None]]:
         """Every vault under this location (not searched inside), sorted, each with None or
         why it looks broken. Generic: lists every ``zarr.json`` key."""
-        keys = sorted(bytes(k).decode() for k in self.kvstore().list().result())
+        with self.failures("list the location"):
+            keys = sorted(bytes(k).decode() for k in self.kvstore().list().result())
         roots = sorted(
             {k[: -len(ZARR_JSON)] for k in keys if k.endswith(ZARR_JSON) or k == ZARR_JSON}
         )
@@ -194,3 +242,92 @@ def vault_kind(read: Callable[[str], bytes | None], looks_like: bool) -> str | N
     if isinstance(attrs, dict) and MANIFEST_ATTR in attrs:
         return "ok"
     return "zarr.json has no 'rlvault' attributes" if looks_like else None
+
+
+# ------------------------------------------------------------------------- storage failures
+_TS_OS_CODE = re.compile(r"\[os_error_code='(\d+)'\]")
+_TS_STATUS = re.compile(r"([A-Z_]+): ")
+_TS_PATH = re.compile(r'"(/[^"]+)"')
+_STATUS_ERRNO = {"PERMISSION_DENIED": errno.EACCES, "RESOURCE_EXHAUSTED": errno.ENOSPC}
+_ACCESS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+_NOWHERE = frozenset({errno.ENOENT, errno.ELOOP, errno.ENAMETOOLONG})
+_REMEDY = {
+    errno.ENOSPC: "free space there and try again",
+    errno.EDQUOT: "free space (or raise the quota) there and try again",
+    errno.EROFS: "the file system is mounted read-only: write somewhere writable (a vault on "
+    "it can still be opened with mode='r')",
+    errno.EACCES: "give this user permission there, or use another place",
+    errno.EPERM: "give this user permission there, or use another place",
+    errno.ELOOP: "fix or remove the symbolic link",
+    errno.ENOTDIR: "a file is in the way where a directory must be: choose another path",
+}
+
+
+def failed_os_call(err: BaseException) -> tuple[int, str | None] | None:
+    """``(errno, path)`` of a storage failure: an ``OSError`` with an errno, or a TensorStore
+    error carrying an OS error code (or a ``PERMISSION_DENIED`` / ``RESOURCE_EXHAUSTED``
+    status); None for anything else, a :class:`VaultError` among them (already typed)."""
+    if isinstance(err, VaultError):
+        return None
+    if isinstance(err, OSError):
+        if err.errno is None:
+            return None
+        return err.errno, None if err.filename is None else os.fsdecode(err.filename)
+    if not isinstance(err, ValueError):
+        return None
+    text = str(err)
+    found = _TS_OS_CODE.search(text)
+    status = _TS_STATUS.match(text)
+    code = int(found.group(1)) if found else None
+    if code is None and status is not None:
+        code = _STATUS_ERRNO.get(status.group(1))
+    if code is None:
+        return None
+    paths = _TS_PATH.findall(text.split(" [", 1)[0])  # before the "[tensorstore_spec=...]"
+    path = paths[-1].removesuffix(".__lock") if paths else None
+    return code, path
+
+
+def storage_error(
+    err: BaseException, where: str | None, doing: str | None, remedy: str | None = None
+) -> VaultError | None:
+    """``err`` as a typed error if it is a storage failure (:func:`failed_os_call`), else None.
+
+    The message names ``where`` (the location), what it was ``doing``, the cause, the path
+    that failed and the ``remedy`` (by default :func:`remedy_of` the cause); the type is
+    :func:`os_failure`'s.
+    """
+    found = failed_os_call(err)
+    if found is None:
+        return None
+    code, path = found
+    lead = f"{where}: " if where else ""
+    lead += f"cannot {doing}: " if doing else ""
+    place = f" at {path}" if path and path.rstrip("/") != (where or "").rstrip("/") else ""
+    return os_failure(code, f"{lead}{reason_of(code)}{place}; {remedy or remedy_of(code)}")
+
+
+def os_failure(code: int, message: str) -> VaultError:
+    """The typed error of OS error ``code``, keeping it as ``errno``: no permission or a
+    read-only file system is :class:`VaultAccessError`; a path that leads nowhere (missing, a
+    symbolic-link loop) :class:`VaultNotFoundError`; anything else (a full disk, a file where a
+    directory must be, an I/O error) :class:`VaultStorageError`."""
+    if code in _ACCESS:
+        return VaultAccessError(message, code)
+    if code in _NOWHERE:
+        nowhere = VaultNotFoundError(message)
+        nowhere.errno = code
+        return nowhere
+    return VaultStorageError(message, code)
+
+
+def reason_of(code: int) -> str:
+    """What OS error ``code`` means, in words (``"no space left on device"``)."""
+    text = os.strerror(code)
+    text = text[:1].lower() + text[1:]
+    return f"{text} (a symbolic link loop)" if code == errno.ELOOP else text
+
+
+def remedy_of(code: int) -> str:
+    """What to do about OS error ``code``."""
+    return _REMEDY.get(code, "check the storage")

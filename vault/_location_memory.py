@@ -61,6 +61,11 @@ class MemoryLocation(Location):
     def child(self, name: str) -> MemoryLocation:
         return MemoryLocation(f"{self.path}{name.strip('/')}")
 
+    def contains(self, other: Location) -> bool:
+        """Only itself: each memory location is a store of its own (see :meth:`context`;
+        ``memory://a/b`` does not share ``memory://a``'s store), so nothing lies inside it."""
+        return other == self
+
     def writer_lock(self) -> _MemoryLock:
         return _MemoryLock(self)
 

@@ -154,9 +154,10 @@ class ArraysView:
 
     def __init__(self, experience: Any) -> None:
         first = first_leaf(experience)
-        if len(first.shape) < 2:
+        if not hasattr(first, "shape") or len(first.shape) < 2:
             raise VaultStructureError(
-                f"append() takes leaves shaped [rows, time, ...], got shape {tuple(first.shape)}"
+                "append() takes array leaves shaped [rows, time, ...], got "
+                + (f"shape {tuple(first.shape)}" if hasattr(first, "shape") else repr(first))
             )
         self.experience = experience
         self.rows = int(first.shape[0])

@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from vault import _structure
+from vault import _structure, _tags
+from vault._args import check_memory, index_arg, kind
 from vault._episodes import EpisodeTable, open_table
-from vault._errors import VaultCorruptError, VaultReadError
-from vault._format import EXPERIENCE
+from vault._errors import VaultArgumentError, VaultCorruptError, VaultReadError
+from vault._format import BOUNDS, EXPERIENCE, RETURNS, leaf_key
 from vault._snapshot import Snapshot
 
 READ_BLOCK_BYTES = 4 << 20  # raw bytes of one read of one leaf
@@ -42,8 +43,13 @@ def time_range(
     stop: int | None = None,
     last: int | None = None,
     percentiles: tuple[float, float] | None = None,
+    *,
+    last_name: str = "last",
 ) -> tuple[int, int]:
-    """The committed time range ``[lo, hi)`` that exactly one way of choosing names."""
+    """The committed time range ``[lo, hi)`` that exactly one way of choosing names.
+
+    ``start``/``stop``/``last`` are ints (numpy integers too; never a bool or a float, which
+    would be truncated); ``last_name`` is what the caller calls ``last`` (``timesteps``)."""
     length = snap.length
     chosen = sum(x is not None for x in (last, percentiles)) + (
         start is not None or stop is not None
@@ -51,14 +57,18 @@ def time_range(
     if chosen > 1:
         raise VaultReadError("give at most one of start/stop, last and percentiles")
     if last is not None:
-        if not isinstance(last, (int, np.integer)) or last < 0:
-            raise VaultReadError(f"last must be a non-negative int, got {last!r}")
-        if last > length:
+        count = index_arg(last_name, last)
+        if count < 0:
+            raise VaultReadError(f"{last_name} must be a non-negative int, got {last!r}")
+        if count > length:
             raise VaultReadError(
-                f"{snap.where}: asked for the last {last} timesteps but only {length} are committed"
+                f"{snap.where}: asked for the last {count} timesteps but only {length} are "
+                "committed"
             )
-        return length - int(last), length
+        return length - count, length
     if percentiles is not None:
+        if isinstance(percentiles, (str, bytes)):
+            raise VaultReadError(f"percentiles must be a pair (a, b), got {percentiles!r}")
         try:
             low, high = (float(p) for p in percentiles)
         except (TypeError, ValueError):
@@ -70,8 +80,10 @@ def time_range(
                 f"percentiles must satisfy 0 <= a <= b <= 100, got ({low}, {high})"
             )
         return math.floor(low / 100 * length), math.floor(high / 100 * length)
-    lo = 0 if start is None else int(start)
-    hi = length if stop is None else int(stop)
+    lo = 0 if start is None else index_arg("start", start)
+    hi = length if stop is None else index_arg("stop", stop)
+    if lo > hi:
+        raise VaultReadError(f"start ({lo}) must be <= stop ({hi})")
     if not 0 <= lo <= hi <= length:
         raise VaultReadError(
             f"{snap.where}: time range [{lo}, {hi}) is outside the committed [0, {length})"
@@ -80,43 +92,194 @@ def time_range(
 
 
 def row_selection(snap: Snapshot, rows: Rows) -> Any:
-    """``rows`` as a TensorStore index along the row axis (validated)."""
+    """``rows`` as a TensorStore index along the row axis (validated): None (every row), a
+    slice of ints inside ``[0, rows]`` with a non-zero step, or a 1-D sequence of row indices
+    in ``[0, rows)`` (ints or an integer array; no bools, floats or strings). O(len(rows))."""
     if rows is None:
         return slice(None)
     if isinstance(rows, slice):
-        return rows
-    picked = [int(r) for r in rows]
-    bad = [r for r in picked if not 0 <= r < snap.rows]
-    if bad:
-        raise VaultReadError(f"{snap.where}: rows {bad} out of range [0, {snap.rows})")
-    return picked
+        return _row_slice(snap, rows)
+    if isinstance(rows, (str, bytes, set, frozenset, dict)) or not hasattr(rows, "__iter__"):
+        raise VaultArgumentError(
+            f"rows must be a list of row indices, a slice or None, got {kind(rows)}"
+            + ("; for one row write rows=[i]" if isinstance(rows, (int, np.integer)) else "")
+        )
+    listed = rows if hasattr(rows, "__len__") else list(rows)  # a generator
+    if len(listed) == 0:
+        return []
+    try:
+        picked = np.asarray(listed)
+    except (TypeError, ValueError):  # ragged nesting
+        picked = np.asarray(listed, dtype=object)
+    if picked.dtype == np.bool_:
+        raise VaultArgumentError(
+            f"rows must be row indices, got booleans {_head(picked)}; for a boolean mask "
+            "write rows=np.flatnonzero(mask)"
+        )
+    if picked.ndim != 1 or picked.dtype.kind not in "iu":
+        what = f"a {picked.ndim}-D array" if picked.ndim != 1 else f"{picked.dtype} values"
+        raise VaultArgumentError(
+            f"rows must be a 1-D sequence of int row indices, got {what} {_head(picked)}"
+        )
+    bad = picked[(picked < 0) | (picked >= snap.rows)]
+    if bad.size:
+        raise VaultReadError(f"{snap.where}: rows {_head(bad)} out of range [0, {snap.rows})")
+    return picked.tolist()
+
+
+def _row_slice(snap: Snapshot, rows: slice) -> Any:
+    """A slice of rows as a TensorStore index: ints, a non-zero step, bounds inside
+    ``[0, rows]`` (TensorStore neither wraps negative bounds nor clamps large ones)."""
+    start, stop, step = (
+        None if value is None else index_arg(f"rows slice {part}", value)
+        for part, value in (("start", rows.start), ("stop", rows.stop), ("step", rows.step))
+    )
+    if step == 0:
+        raise VaultReadError(f"rows {rows!r}: the step must not be 0")
+    outside = [
+        f"{part} {bound}"
+        for part, bound in (("start", start), ("stop", stop))
+        if bound is not None and not 0 <= bound <= snap.rows
+    ]
+    if outside:
+        raise VaultReadError(
+            f"{snap.where}: rows {rows!r} reaches outside the vault's rows [0, {snap.rows}) "
+            f"({', '.join(outside)}); negative or larger bounds are not clamped"
+        )
+    picked = range(snap.rows)[slice(start, stop, step)]
+    if picked.step > 0:
+        return slice(picked.start, max(picked.start, picked.stop), picked.step)
+    return list(picked)
+
+
+def _head(values: np.ndarray, count: int = 8) -> str:
+    """The first ``count`` values of an array, as a list (``...`` when there are more)."""
+    shown = values.ravel()[:count].tolist()
+    return str(shown)[:-1] + ", ...]" if values.size > count else str(shown)
 
 
 def leaf_selection(snap: Snapshot, leaves: Sequence[str] | None) -> list[str]:
+    """The leaf paths ``leaves`` names (every leaf for None): a non-empty list of known
+    paths, each at most once."""
     names = snap.names
-    wanted = names if leaves is None else [str(n) for n in leaves]
-    unknown = [n for n in wanted if n not in names]
+    if leaves is None:
+        return names
+    if isinstance(leaves, (str, bytes)):
+        raise VaultArgumentError(
+            f"leaves must be a list of leaf paths, got the string {leaves!r}; write "
+            f"leaves=[{leaves!r}]"
+        )
+    try:
+        wanted = list(leaves)
+    except TypeError:
+        raise VaultArgumentError(
+            f"leaves must be a list of leaf paths or None, got {kind(leaves)}"
+        ) from None
+    not_str = [n for n in wanted if not isinstance(n, str)]
+    if not_str:
+        raise VaultArgumentError(f"leaves must be leaf paths (strings), got {not_str!r}")
+    if not wanted:
+        raise VaultReadError(
+            f"{snap.where}: leaves=[] selects no leaf; name at least one of {names}, or pass "
+            "None for every leaf"
+        )
+    known = set(names)
+    unknown = [n for n in wanted if n not in known]
     if unknown:
-        raise VaultReadError(f"{snap.where}: unknown leaves {unknown}; the vault has {names}")
+        prefix = f"{EXPERIENCE}/"
+        hint = (
+            f" (leaf paths do not start with '{prefix}': write {unknown[0][len(prefix) :]!r})"
+            if unknown[0].startswith(prefix) and unknown[0][len(prefix) :] in known
+            else ""
+        )
+        raise VaultReadError(f"{snap.where}: unknown leaves {unknown}; the vault has {names}{hint}")
+    if len(set(wanted)) != len(wanted):
+        raise VaultReadError(f"{snap.where}: leaves {wanted} name a leaf twice")
     return wanted
 
 
+def check_read_size(selected: list[Any], steps: int, what: str, fix: str) -> None:
+    """Refuse a read whose arrays (``steps`` timesteps of the views ``selected``) would not
+    fit in the machine's memory, before allocating them. O(number of leaves)."""
+    nbytes = sum(
+        int(v.shape[0]) * steps * math.prod(v.shape[2:]) * v.dtype.numpy_dtype.itemsize
+        for v in selected
+    )
+    check_memory(what, nbytes, fix, VaultReadError)
+
+
 def views(
-    snap: Snapshot, rows: Rows, lo: int, hi: int, leaves: Sequence[str] | None
+    snap: Snapshot,
+    rows: Rows,
+    lo: int,
+    hi: int,
+    leaves: Sequence[str] | None,
+    edge_later: bool = False,
 ) -> tuple[list[str], list[Any]]:
-    """Selected leaf names and lazy TensorStore views of ``[rows, lo:hi]`` (origin 0)."""
+    """Selected leaf names and lazy TensorStore views of ``[rows, lo:hi]`` (origin 0).
+
+    The chunks they reach are checked to be the ones written at their places
+    (``vault/_tags.py``); ``edge_later``: the caller checks the committed end's partly
+    filled chunk itself, from what it decodes (:func:`check_edges`)."""
     row_sel = row_selection(snap, rows)
     wanted = leaf_selection(snap, leaves)
+    check_places(snap, wanted, row_sel, lo, hi, edge=not edge_later)
     return wanted, [snap.array(n)[row_sel, lo:hi].translate_to[0] for n in wanted]
 
 
+def check_places(
+    snap: Snapshot, names: Sequence[str], row_sel: Any, lo: int, hi: int, edge: bool = True
+) -> None:
+    """The chunks holding ``[row_sel, lo:hi]`` of leaves ``names`` are the ones written there
+    (each checked once per snapshot); with ``edge``, also the partly filled chunk at the
+    committed end when the range reaches it (read separately if not yet checked)."""
+    if not _tags.enabled(snap.manifest) or hi <= lo:
+        return
+    picked: Sequence[int] | None
+    if isinstance(row_sel, slice):
+        picked = None if row_sel == slice(None) else range(*row_sel.indices(snap.rows))
+    else:
+        picked = np.asarray(row_sel).ravel().tolist()
+    for name in names:
+        key = leaf_key(name)
+        _tags.check_chunks(snap, key, snap.length, picked, lo, hi)
+    if edge:
+        check_edges(snap, names, [], lo, hi)
+
+
+def _edge_region(snap: Snapshot, name: str, e0: int) -> np.ndarray:
+    return np.asarray(result(snap, snap.array(name)[:, e0 : snap.length].read(), name))
+
+
+def check_edges(
+    snap: Snapshot, names: Sequence[str], outs: Sequence[np.ndarray], lo: int, hi: int
+) -> None:
+    """Check the committed end's partly filled chunk of each leaf whose range ``[lo, hi)``
+    reaches it: from ``outs`` (what the read decoded, time from ``lo``) where they hold it
+    for every row, else by reading it (once per snapshot)."""
+    if not _tags.enabled(snap.manifest):
+        return
+    for i, name in enumerate(names):
+        key = leaf_key(name)
+        e0 = snap.length // snap.grids[key].step * snap.grids[key].step
+        if hi <= e0:
+            continue
+        data = None
+        if i < len(outs):
+            out = outs[i]
+            if out.shape[0] == snap.rows and lo <= e0 and hi >= snap.length:
+                data = out[:, e0 - lo : snap.length - lo]
+        _tags.check_edge(snap, key, lambda e0, n=name: _edge_region(snap, n, e0), data)
+
+
 def result(snap: Snapshot, future: Any, name: str, group: str = EXPERIENCE) -> Any:
-    """A read's value; a chunk that fails its checksum or decoding is VaultCorruptError."""
+    """A read's value; a chunk that fails its checksum or decoding, or is missing inside the
+    committed range (a vault whose writer stores every chunk), is VaultCorruptError."""
     try:
         return future.result()
     except ValueError as err:
         text = str(err)
-        if not text.startswith(("DATA_LOSS", "FAILED_PRECONDITION")):
+        if not text.startswith(("DATA_LOSS", "FAILED_PRECONDITION", "NOT_FOUND")):
             raise
         found = re.search(r"/c/([0-9/]+)\"", text)
         chunk = f"chunk {found.group(1).replace('/', '.')}" if found else "a chunk"
@@ -171,8 +334,10 @@ def fetch(snap: Snapshot, items: list[tuple[Any, str, int, int]]) -> list[np.nda
 
 def read_numpy(snap: Snapshot, rows: Rows, lo: int, hi: int, leaves: Sequence[str] | None) -> Any:
     """``[rows, lo:hi]`` as numpy: the vault's structure, or ``{path: array}`` for ``leaves``."""
-    wanted, selected = views(snap, rows, lo, hi, leaves)
+    wanted, selected = views(snap, rows, lo, hi, leaves, edge_later=True)
+    check_read_size(selected, hi - lo, "this read", "read fewer rows or timesteps at a time")
     out = fetch(snap, [(v, n, int(v.shape[1]), lo) for v, n in zip(selected, wanted, strict=True)])
+    check_edges(snap, wanted, out, lo, hi)
     if leaves is not None:
         return dict(zip(wanted, out, strict=True))
     return _structure.build(snap.manifest.structure, out)
@@ -193,11 +358,12 @@ def read_state(
 
     from buffers import TrajectoryBufferState
 
-    wanted, selected = views(snap, rows, lo, hi, leaves)
+    wanted, selected = views(snap, rows, lo, hi, leaves, edge_later=True)
     length = hi - lo
-    cap = length if capacity is None else int(capacity)
+    cap = length if capacity is None else index_arg("capacity", capacity)
     if cap < 1:
         raise VaultReadError(f"capacity must be >= 1 (and the read non-empty), got {cap}")
+    check_read_size(selected, cap, f"a state of capacity {cap}", "give a smaller capacity")
     keep = min(cap, length)
     fetched = fetch(
         snap,
@@ -206,6 +372,7 @@ def read_state(
             for v, n in zip(selected, wanted, strict=True)
         ],
     )
+    check_edges(snap, wanted, [a[:, :keep] for a in fetched], hi - keep, hi)
     out = [jax.device_put(arr) for arr in fetched]
     fetched.clear()
     if leaves is not None:
@@ -238,6 +405,10 @@ def episode_table(snap: Snapshot, include_open: bool = False) -> EpisodeTable:
     if count:
         bounds = result(snap, snap.index[0][:count].read(), "bounds", "episodes")
         returns = result(snap, snap.index[1][:count].read(), "returns", "episodes")
+        for key, values in ((BOUNDS, bounds), (RETURNS, returns)):
+            _tags.check_chunks(snap, key, count, None, 0, count)
+            start = count // snap.grids[key].step * snap.grids[key].step
+            _tags.check_edge(snap, key, None, values[None, start:count])
         table = EpisodeTable.from_bounds(bounds, returns, has_reward)
     else:
         table = EpisodeTable.empty()

@@ -9,14 +9,18 @@ place, so a snapshot's data stays valid after any number of later appends.
 from __future__ import annotations
 
 import dataclasses
+import functools
+from collections.abc import Sequence
 from typing import Any
 
-from vault._arrays import open_array
+from vault._arrays import expected_metadata, open_array
+from vault._errors import VaultCorruptError
 from vault._format import (
     BOUNDS,
     COMMIT_KEY,
     MANIFEST_KEY,
     RETURNS,
+    ZARR_JSON,
     CommitRecord,
     Manifest,
     leaf_key,
@@ -24,6 +28,7 @@ from vault._format import (
     read_manifest_bytes,
 )
 from vault._location import Location
+from vault._tags import Grid, grids
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,6 +42,14 @@ class Snapshot:
     arrays: tuple[Any, ...]
     index: tuple[Any, ...]
     writable: bool = False
+    # what reads of this vault have checked already, and handles they opened (shared by the
+    # snapshots of later commits: complete chunks never change)
+    cache: dict[Any, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    @functools.cached_property
+    def grids(self) -> dict[str, Grid]:
+        """How each array (by key) is cut into chunks."""
+        return grids(self.manifest)
 
     @property
     def length(self) -> int:
@@ -73,15 +86,14 @@ class Snapshot:
         they were opened) are reopened to see their new shape."""
         arrays = list(self.arrays)
         stale = [i for i, a in enumerate(arrays) if a.shape[1] < commit.committed_length]
-        futures = [
-            (i, open_array(self.location, leaf_key(self.names[i]), self.writable)) for i in stale
-        ]
+        futures = [(i, _open_leaf(self.location, self.manifest, i, self.writable)) for i in stale]
         for i, future in futures:
-            arrays[i] = future.result()
+            arrays[i] = _opened(self.location, leaf_key(self.names[i]), future)
         index = self.index
         count = 0 if commit.episodes is None else commit.episodes.count
         if index and index[0].shape[0] < count:
-            index = _open_index(self.location, self.writable)
+            index = _open_index(self.location, self.manifest, self.writable)
+        _check_shapes(self.location, self.manifest, commit, arrays, index)
         return dataclasses.replace(self, commit=commit, arrays=tuple(arrays), index=index)
 
 
@@ -94,16 +106,90 @@ def load_commit(location: Location, manifest: Manifest) -> CommitRecord:
 
 
 def load_snapshot(location: Location, writable: bool, manifest: Manifest | None = None) -> Snapshot:
-    """Open the vault at ``location``: its manifest, commit record and arrays."""
+    """Open the vault at ``location``: its manifest, commit record and arrays (each array's
+    metadata checked against the manifest)."""
     if manifest is None:
         manifest = load_manifest(location)
-    futures = [open_array(location, leaf_key(n), writable) for n in manifest.leaf_names]
-    index = _open_index(location, writable) if manifest.episodes is not None else ()
-    arrays = tuple(f.result() for f in futures)
+    futures = [_open_leaf(location, manifest, i, writable) for i in range(len(manifest.leaves))]
+    index = _open_index(location, manifest, writable) if manifest.episodes is not None else ()
+    arrays = tuple(
+        _opened(location, leaf_key(n), f) for n, f in zip(manifest.leaf_names, futures, strict=True)
+    )
     commit = load_commit(location, manifest)
     return Snapshot(location, manifest, commit, arrays, index, writable).with_commit(commit)
 
 
-def _open_index(location: Location, writable: bool) -> tuple[Any, ...]:
-    futures = [open_array(location, key, writable) for key in (BOUNDS, RETURNS)]
-    return tuple(f.result() for f in futures)
+def _open_leaf(location: Location, manifest: Manifest, i: int, writable: bool) -> Any:
+    leaf = manifest.leaves[i]
+    return open_array(
+        location,
+        leaf_key(leaf.name),
+        writable,
+        expect=expected_metadata(leaf),
+        strict=manifest.fill_chunks_stored,
+    )
+
+
+def _open_index(location: Location, manifest: Manifest, writable: bool) -> tuple[Any, ...]:
+    from vault._episodes import index_metadata
+
+    futures = []
+    for key, kind in ((BOUNDS, "bounds"), (RETURNS, "returns")):
+        meta = index_metadata(kind)
+        expect = {k: meta[k] for k in ("data_type", "chunk_grid", "codecs", "fill_value")}
+        futures.append(open_array(location, key, writable, expect, manifest.fill_chunks_stored))
+    return tuple(
+        _opened(location, key, f) for key, f in zip((BOUNDS, RETURNS), futures, strict=True)
+    )
+
+
+def _opened(location: Location, key: str, future: Any) -> Any:
+    """The opened array, or VaultCorruptError naming it (a missing, unparsable or edited
+    ``zarr.json``)."""
+    try:
+        return future.result()
+    except ValueError as err:
+        text = str(err)
+        if text.startswith(("PERMISSION_DENIED", "UNAVAILABLE", "DEADLINE_EXCEEDED")):
+            raise
+        reason = text.split(" [", 1)[0]
+        raise VaultCorruptError(
+            f"{location}: array {key}: its metadata ({key}/{ZARR_JSON}) is missing, damaged or "
+            f"differs from the manifest ({reason}). Run `vault verify {location}`; restore "
+            "the vault from a copy."
+        ) from None
+
+
+def _check_shapes(
+    location: Location,
+    manifest: Manifest,
+    commit: CommitRecord,
+    arrays: Sequence[Any],
+    index: Sequence[Any],
+) -> None:
+    """Every array holds the committed data: rows and item shape as the manifest says, time
+    (episodes) at least as long as committed."""
+    problems = []
+    for leaf, arr in zip(manifest.leaves, arrays, strict=True):
+        want = (manifest.rows, commit.committed_length, *leaf.shape)
+        shape = tuple(int(d) for d in arr.shape)
+        if len(shape) != len(want) or shape[0] != want[0] or shape[2:] != want[2:]:
+            expected = ", ".join(map(str, (manifest.rows, "T", *leaf.shape)))
+            problems.append(f"{leaf_key(leaf.name)} has shape {list(shape)}, expected [{expected}]")
+        elif shape[1] < want[1]:
+            problems.append(
+                f"{leaf_key(leaf.name)} holds {shape[1]} timesteps, fewer than the "
+                f"{want[1]} committed"
+            )
+    count = 0 if commit.episodes is None else commit.episodes.count
+    for key, arr in zip((BOUNDS, RETURNS), index, strict=False):
+        if int(arr.shape[0]) < count:
+            problems.append(f"{key} holds {arr.shape[0]} episodes, fewer than the {count} indexed")
+        if key == BOUNDS and tuple(arr.shape[1:]) != (4,):
+            problems.append(f"{key} has shape {list(arr.shape)}, expected [N, 4]")
+    if problems:
+        raise VaultCorruptError(
+            f"{location}: arrays disagree with the manifest or the commit record: "
+            + "; ".join(problems)
+            + f". Run `vault verify {location}`; restore the vault from a copy."
+        )

@@ -17,7 +17,10 @@ from typing import Any
 import numpy as np
 
 from vault import _read
-from vault._errors import VaultReadError
+from vault._args import callable_arg, int_arg, kind
+from vault._episodes import EpisodeTable
+from vault._errors import VaultArgumentError, VaultReadError
+from vault._vault import Vault
 
 Progress = Callable[[int, int], None]
 """Called as ``progress(done, total)`` in bytes of raw (decoded) data."""
@@ -120,6 +123,10 @@ class _Accumulator:
 def time_blocks(length: int, chunk_time: int, step_bytes: int, block_bytes: int) -> list[int]:
     """Block edges ``[0, b, 2b, ..., length]`` along time: ``b`` is a whole number of time
     chunks (at least one) whose data (all rows) fits in ``block_bytes``."""
+    length = int_arg("length", length, 0)
+    chunk_time = int_arg("chunk_time", chunk_time, 1)
+    step_bytes = int_arg("step_bytes", step_bytes, 0)
+    block_bytes = int_arg("block_bytes", block_bytes, 1)
     per_block = max(1, block_bytes // max(1, step_bytes) // chunk_time) * chunk_time
     edges = [*range(0, length, per_block), length]
     return edges if length else [0]
@@ -137,14 +144,17 @@ def leaf_stats(
     ``vault`` is an open :class:`Vault` (its current snapshot is read). Memory is bounded by
     ``block_bytes`` (raised to one time-chunk of all rows when a chunk is larger).
     """
+    if not isinstance(vault, Vault):
+        raise VaultArgumentError(
+            f"leaf_stats takes an open Vault, got {kind(vault)}: pass Vault.open(path)"
+        )
+    block_bytes = int_arg("block_bytes", block_bytes, 1, VaultReadError)
+    callable_arg("progress", progress)
     snap = vault.snapshot
     manifest = snap.manifest
     meta = {leaf.name: leaf for leaf in manifest.leaves}
-    wanted = list(meta) if leaves is None else list(leaves)
+    wanted = _read.leaf_selection(snap, leaves)
     length, rows = snap.length, snap.rows
-    unknown = [n for n in wanted if n not in meta]
-    if unknown:
-        raise VaultReadError(f"{snap.where}: unknown leaves {unknown}; the vault has {list(meta)}")
     step = {n: rows * meta[n].step_bytes for n in wanted}
     total = sum(step[n] * length for n in wanted)
     done = 0
@@ -168,6 +178,10 @@ def leaf_stats(
 def episode_stats(table: Any) -> dict[str, Any]:
     """Return and length statistics of an :class:`EpisodeTable`'s complete episodes, and the
     counts of all, complete, truncated and open episodes."""
+    if not isinstance(table, EpisodeTable):
+        raise VaultArgumentError(
+            f"episode_stats takes an EpisodeTable (from vault.episodes()), got {kind(table)}"
+        )
     complete = np.asarray(table.complete, bool)
     returns = np.asarray(table.returns, np.float64)[complete]
     lengths = np.asarray(table.length, np.int64)[complete]

@@ -44,7 +44,7 @@ from vault import _read, _structure
 from vault._errors import VaultReadError
 from vault._prefetch import Stream
 from vault._snapshot import Snapshot
-from vault._stream_args import episode_end_leaves, int_arg, selection
+from vault._stream_args import bool_arg, check_memory, episode_end_leaves, int_arg, selection
 
 T = TypeVar("T")
 
@@ -180,9 +180,26 @@ class _Plan:
         ]
         self.batch_layout = [0, *itertools.accumulate(sizes)]  # offsets, then the total
         self.queue_depth = max(2, min(16, BATCH_QUEUE_BYTES // max(1, sum(sizes))))
+        self._check_memory()
         self._steps = np.arange(seq, dtype=np.int64)
         self._tails: dict[int, list[np.ndarray]] = {}
         self._issued_blocks: list[int] = []
+
+    def _check_memory(self) -> None:
+        """Refuse, before anything is allocated, a stream that would hold more than the
+        machine's memory: the groups of blocks read ahead plus the batches cut ahead."""
+        group_bytes = min(self.interleave, self.n_blocks) * self.block_rows * self.seg
+        ahead = self.prefetch
+        if self.epochs is not None:  # never more groups than the epochs have
+            ahead = min(ahead, self.epochs * self.n_blocks)
+        held = (1 + ahead) * group_bytes * self.step_bytes
+        held += (self.queue_depth + 1) * self.batch_layout[-1]
+        check_memory(
+            f"as_dataset(sample_batch_size={self.batch}, sequence_length={self.seq}, "
+            f"prefetch={self.prefetch}, interleave={self.interleave})",
+            held,
+            "lower sample_batch_size, prefetch, interleave or block_timesteps",
+        )
 
     def _choose_blocks(
         self, block_timesteps: int | None, block_rows: int | None, run_blocks: int | None
@@ -593,10 +610,12 @@ def as_dataset(
 
     Memory: about ``(1 + prefetch) * interleave`` blocks (``DatasetStream.block_bytes`` is
     one), TensorStore's buffers for the chunks being decoded, and 2 to 16 batches (about
-    4 MiB) cut ahead of the consumer. The returned :class:`DatasetStream` is an iterator and a
-    context manager; ``close()`` (or leaving the ``with`` block, or dropping it) stops its
-    thread. Errors met while reading (for example :class:`VaultCorruptError`) are raised by
-    ``next()``.
+    4 MiB) cut ahead of the consumer; a stream that would hold more than the machine's memory
+    is refused (:class:`VaultReadError`) before anything is allocated. Every argument is
+    checked at the call (a wrong type is :class:`VaultArgumentError`, flags must be bools).
+    The returned :class:`DatasetStream` is an iterator and a context manager; ``close()`` (or
+    leaving the ``with`` block, or dropping it) stops its thread. Errors met while reading
+    (for example :class:`VaultCorruptError`) are raised by ``next()``.
     """
     batch = int_arg("sample_batch_size", sample_batch_size, 1)
     seq = int_arg("sequence_length", sequence_length, 1)
@@ -606,10 +625,10 @@ def as_dataset(
         snap,
         batch,
         seq,
-        shuffle=bool(shuffle),
+        shuffle=bool_arg("shuffle", shuffle),
         seed=int_arg("seed", seed, 0),
         prefetch=int_arg("prefetch", prefetch, 0),
-        end_leaves=episode_end_leaves(snap) if episode_aware else [],
+        end_leaves=episode_end_leaves(snap) if bool_arg("episode_aware", episode_aware) else [],
         stride=int_arg("stride", stride, 1),
         block_timesteps=block_timesteps,
         block_rows=block_rows,
@@ -618,8 +637,8 @@ def as_dataset(
         rows=rows,
         leaves=leaves,
         epochs=epochs,
-        drop_remainder=bool(drop_remainder),
-        device_put=_on_device() if device_put is None else bool(device_put),
+        drop_remainder=bool_arg("drop_remainder", drop_remainder),
+        device_put=_on_device() if device_put is None else bool_arg("device_put", device_put),
     )
     return DatasetStream(plan)
 

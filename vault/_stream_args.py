@@ -1,4 +1,5 @@
-"""Argument checks shared by the streams: ints, row and leaf selections, episode ends."""
+"""Argument checks shared by the streams: ints, flags, row and leaf selections, episode ends,
+and the memory a stream would hold."""
 
 from __future__ import annotations
 
@@ -7,15 +8,20 @@ from typing import Any
 
 import numpy as np
 
+from vault import _args
 from vault._errors import VaultReadError
 from vault._read import leaf_selection, row_selection
 from vault._snapshot import Snapshot
 
 
 def int_arg(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise VaultReadError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return int(value)
+    """An int ``>= minimum`` (VaultArgumentError for another type, VaultReadError when
+    smaller)."""
+    return _args.int_arg(name, value, minimum, VaultReadError)
+
+
+def bool_arg(name: str, value: Any) -> bool:
+    return _args.bool_arg(name, value)
 
 
 def selection(
@@ -27,10 +33,12 @@ def selection(
         raise VaultReadError(f"{snap.where}: the row selection {rows!r} is empty")
     if np.unique(row_ids).size != row_ids.size:
         raise VaultReadError(f"{snap.where}: rows {row_ids.tolist()} name a row twice")
-    names = leaf_selection(snap, leaves)
-    if len(set(names)) != len(names):
-        raise VaultReadError(f"{snap.where}: leaves {names} name a leaf twice")
-    return row_ids, names
+    return row_ids, leaf_selection(snap, leaves)
+
+
+def check_memory(what: str, nbytes: int, fix: str) -> None:
+    """Refuse a stream that would hold more than the machine's memory (VaultReadError)."""
+    _args.check_memory(what, nbytes, fix, VaultReadError)
 
 
 def episode_end_leaves(snap: Snapshot) -> list[str]:

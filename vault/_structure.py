@@ -16,14 +16,40 @@ from urllib.parse import quote
 
 from vault._errors import VaultStructureError
 
+GROUP_FILE = "zarr.json"  # a Zarr group's metadata file: a node of that name would be it
+TEMP_SUFFIX = ".__lock"  # TensorStore's temporary files; it refuses path parts ending so
+MAX_NAME_BYTES = 255  # the longest file name of common file systems (ext4, APFS, NTFS)
+
 
 def escape(name: str) -> str:
-    """A Zarr-safe node name, injective: ``quote`` plus rules for ``''``, dots and ``__``."""
+    """A Zarr-safe node name, injective: ``quote`` plus rules for ``''``, dots, ``__``, and the
+    names the store uses itself (``zarr.json``, ``*.__lock``). Every rule writes an escape
+    (``%2E``, ``%5F``, ``%7A``, ``%5A``) that ``quote`` never writes, since it leaves ``.``,
+    ``_``, ``z`` and ``Z`` alone."""
     if name == "":
         return "%-"
     out = quote(name, safe="")
     if out.startswith((".", "__")):
         out = "%2E" + out[1:] if out[0] == "." else "%5F" + out[1:]
+    if out.lower() == GROUP_FILE:  # any case: case-insensitive file systems (macOS, Windows)
+        out = f"%{ord(out[0]):02X}" + out[1:]
+    if out.lower().endswith(TEMP_SUFFIX):
+        out = out[: -len(TEMP_SUFFIX)] + "%2E" + TEMP_SUFFIX[1:]
+    return out
+
+
+def name_problems(names: list[str]) -> list[str]:
+    """Leaf paths whose node names are longer than a file name can be (each one named)."""
+    out = []
+    for name in names:
+        parts = name.split("/")
+        size = max(len(part.encode()) for part in parts)
+        if size > MAX_NAME_BYTES:
+            shown = "/".join(p if len(p) <= 40 else f"{p[:20]}...{p[-8:]}" for p in parts)
+            out.append(
+                f"experience/{shown}: a node name of {size} bytes (escaped); a file name holds "
+                f"at most {MAX_NAME_BYTES}: use a shorter dict key"
+            )
     return out
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from vault import _read
+from vault._args import bool_arg, index_arg, int_arg, kind, known_options
 from vault._compat import reference_target
 from vault._create import create_vault, plan_manifest
 from vault._episodes import EpisodeTable
@@ -107,6 +108,10 @@ class Vault:
         about 256 KiB for small ones).
         ``done_leaf`` (a leaf path such as ``"done"``; optionally ``truncated_leaf`` and
         ``reward_leaf``) turns on the episode index: see :meth:`episodes`.
+        ``metadata`` is stored as JSON: what JSON would change or refuse (a non-string key,
+        a tuple, NaN, a numpy scalar) is :class:`VaultMetadataError`, naming its key path.
+        Every argument is checked before anything is written; the location must be empty
+        or absent (:class:`VaultExistsError` names what is there).
         """
         where = parse_location(location)
         if where.read(MANIFEST_KEY) is not None:
@@ -251,7 +256,7 @@ class Vault:
 
     @max_pending.setter
     def max_pending(self, value: int) -> None:
-        self._max_pending = int(value)
+        self._max_pending = int_arg("max_pending", value, 1)
         if self._writer is not None:
             self._writer.max_pending = self._max_pending
 
@@ -281,7 +286,7 @@ class Vault:
         with ``include_open`` the unfinished last episode of every row is appended
         (``complete`` false, its length and return so far).
         """
-        return _read.episode_table(self.snapshot, include_open)
+        return _read.episode_table(self.snapshot, bool_arg("include_open", include_open))
 
     def read_episode(
         self, episode: int | EpisodeTable, *, leaves: Sequence[str] | None = None
@@ -296,23 +301,30 @@ class Vault:
                 raise VaultReadError(f"read_episode takes one episode, got {len(episode)}")
             one = episode
         else:
+            position = index_arg("episode", episode)
             table = _read.episode_table(snap)
-            if not -len(table) <= int(episode) < len(table):
+            if not -len(table) <= position < len(table):
                 raise VaultReadError(
                     f"{self.location}: episode {episode} out of range; {len(table)} complete "
                     "episodes are committed"
                 )
-            one = table[int(episode)]
+            one = table[position]
         return _episode_data(snap, one, leaves)
 
     def iter_episodes(
         self, table: EpisodeTable | None = None, *, leaves: Sequence[str] | None = None
     ) -> Iterator[Any]:
-        """Yield every episode of ``table`` (default: all complete ones) as ``read_episode``."""
+        """Yield every episode of ``table`` (default: all complete ones) as ``read_episode``.
+        The arguments are checked at the call, not at the first ``next()``."""
         snap = self.snapshot
+        if table is not None and not isinstance(table, EpisodeTable):
+            raise VaultArgumentError(
+                f"iter_episodes takes an EpisodeTable (from vault.episodes()), got {kind(table)}"
+            )
         chosen = _read.episode_table(snap) if table is None else table
-        for i in range(len(chosen)):
-            yield _episode_data(snap, chosen[i], leaves)
+        if leaves is not None:
+            _read.leaf_selection(snap, leaves)
+        return (_episode_data(snap, chosen[i], leaves) for i in range(len(chosen)))
 
     # ----------------------------------------------------------------------------- reading
     def read_numpy(
@@ -358,7 +370,8 @@ class Vault:
             raise VaultReadError("give last or timesteps (the same thing), not both")
         snap = self.snapshot
         chosen = last if last is not None else timesteps
-        lo, hi = _read.time_range(snap, start, stop, chosen, percentiles)
+        name = "last" if last is not None else "timesteps"
+        lo, hi = _read.time_range(snap, start, stop, chosen, percentiles, last_name=name)
         return _read.read_state(snap, rows, lo, hi, leaves, capacity)
 
     # ----------------------------------------------------------------------------- streaming
@@ -370,6 +383,7 @@ class Vault:
         ``seed``, ``prefetch``, ``episode_aware``, ``stride``, ``epochs``, ...)."""
         from vault._stream import as_dataset
 
+        known_options("as_dataset", options, as_dataset)
         return as_dataset(self.snapshot, sample_batch_size, sequence_length, **options)
 
     def iter_windows(self, window: int, **options: Any) -> WindowStream:
@@ -377,6 +391,7 @@ class Vault:
         states, read ahead in the background; see :func:`vault._windows.iter_windows`."""
         from vault._windows import iter_windows
 
+        known_options("iter_windows", options, iter_windows)
         return iter_windows(self.snapshot, window, **options)
 
     # ----------------------------------------------------------------------------- writing

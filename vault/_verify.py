@@ -20,12 +20,15 @@ from typing import Any
 import numpy as np
 import tensorstore as ts
 
-from vault._episodes import EpisodeTable
-from vault._errors import VaultNotFoundError
+from vault import _tags
+from vault._arrays import expected_metadata
+from vault._episodes import EpisodeTable, index_metadata
+from vault._errors import VaultCorruptError, VaultNotFoundError
 from vault._format import (
     BOUNDS,
     COMMIT_ATTR,
     COMMIT_KEY,
+    DIGESTS_SINCE,
     EPISODES,
     EXPERIENCE,
     FORMAT_VERSION,
@@ -35,8 +38,11 @@ from vault._format import (
     SEAMS_KEY,
     TRASH_DIR,
     ZARR_JSON,
+    CommitRecord,
+    Edge,
     Manifest,
     chunk_key,
+    digest_problems,
     episode_record_problems,
     is_int,
     is_int_list,
@@ -108,6 +114,20 @@ class _Array:
     extent: list[int] = dataclasses.field(default_factory=list)
     handle: Any = None
     encoding: tuple[str, str] = ("default", "/")
+    expect: dict[str, Any] | None = None  # metadata the array must match
+
+
+@dataclasses.dataclass
+class _PlaceView:
+    """What the place checks of ``vault/_tags.py`` need of a snapshot, built from records
+    that verify has already checked."""
+
+    location: Location
+    manifest: Manifest
+    grids: dict[str, Any]
+    cache: dict[Any, Any]
+    where: str
+    commit: CommitRecord
 
 
 class _Checker:
@@ -158,6 +178,8 @@ class _Checker:
         if is_int(version, 1) and version > FORMAT_VERSION:  # not corrupt: newer than us
             Manifest.from_json(attrs[MANIFEST_ATTR], self.report.location)  # VaultVersionError
         found = manifest_problems(attrs[MANIFEST_ATTR])
+        if not found:
+            found = digest_problems(raw, raw["format_version"] >= DIGESTS_SINCE)
         for message in found:
             self.problem(_MANIFEST, message)
         return None if found else Manifest.from_json(attrs[MANIFEST_ATTR], self.report.location)
@@ -200,6 +222,9 @@ class _Checker:
                 self.problem(_COMMIT, message)
             if bad:
                 record["episodes"] = None
+        if manifest is not None:
+            for message in digest_problems(record, manifest.format_version >= DIGESTS_SINCE):
+                self.problem(_COMMIT, message)
         self.report.committed_length = length
         return record
 
@@ -237,7 +262,9 @@ class _Checker:
         name = encoding.get("name", "default")
         sep = encoding.get("configuration", {}).get("separator")
         arr.encoding = (name, sep or ("/" if name == "default" else "."))
-        spec = {"driver": "zarr3", "kvstore": self.location.child_spec(arr.key)}
+        spec: dict[str, Any] = {"driver": "zarr3", "kvstore": self.location.child_spec(arr.key)}
+        if arr.expect is not None:  # endianness, codec settings, fill value
+            spec["metadata"] = arr.expect
         try:
             arr.handle = ts.open(spec, context=self.location.context(), read=True).result()
         except ValueError as err:
@@ -290,6 +317,44 @@ class _Checker:
             self.settle(batch)
             if absent and not stores_fill:
                 self.absent_warning(arr, absent)
+
+    def places(self, manifest: Manifest, record: dict[str, Any], arrays: list[_Array]) -> None:
+        """Every complete chunk is the one written at its place (its checksum is the tag
+        recorded for that place), and the committed part of each partly filled last chunk
+        matches the commit record's edge checksums (``vault/_tags.py``; format 3)."""
+        if not _tags.enabled(manifest):
+            return
+        edges = record.get("edges", {})
+        view = _PlaceView(
+            location=self.location,
+            manifest=manifest,
+            grids=_tags.grids(manifest),
+            cache={},
+            where=str(self.location),
+            commit=CommitRecord(
+                int(record["committed_length"]),
+                edges={k: Edge.from_json(e) for k, e in edges.items() if isinstance(e, dict)},
+            ),
+        )
+        reported = {p.place.split(" ")[0] for p in self.report.problems}
+        for arr in arrays:
+            if arr.handle is None or arr.key not in view.grids or not arr.extent:
+                continue
+            if arr.key in reported:  # its chunks are already reported damaged or missing
+                continue
+            axis = 1 if arr.key.startswith(EXPERIENCE) else 0
+            length = arr.extent[axis]
+            handle = arr.handle
+
+            def read(e0: int, handle: Any = handle, axis: int = axis, end: int = length) -> Any:
+                region = handle[:, e0:end] if axis else handle[e0:end][None]
+                return np.asarray(region.read().result())
+
+            try:
+                _tags.check_chunks(view, arr.key, length, None, 0, length)
+                _tags.check_edge(view, arr.key, read)
+            except (VaultCorruptError, ValueError) as err:
+                self.problem(arr.key, _one_line(err))
 
     def trash(self) -> None:
         """Old versions of replaced files that a writer holds until it frees them."""
@@ -571,6 +636,11 @@ class _EpisodeScan:
 
 
 # --------------------------------------------------------------------------------- entry
+def _index_expect(kind: str) -> dict[str, Any]:
+    meta = index_metadata(kind)
+    return {k: meta[k] for k in ("data_type", "chunk_grid", "codecs", "fill_value")}
+
+
 def verify(location_or_vault: Any, progress: Progress | None = None) -> VerifyReport:
     """Check the vault at a location (path or URL) or an open :class:`Vault`.
 
@@ -593,11 +663,18 @@ def verify(location_or_vault: Any, progress: Progress | None = None) -> VerifyRe
     rows = manifest.rows
     leaves = {
         leaf.name: _Array(
-            leaf_key(leaf.name), [rows, None, *leaf.shape], leaf.dtype, list(leaf.chunk)
+            leaf_key(leaf.name),
+            [rows, None, *leaf.shape],
+            leaf.dtype,
+            list(leaf.chunk),
+            expect=expected_metadata(leaf),
         )
         for leaf in manifest.leaves
     }
-    index = [_Array(BOUNDS, [None, 4], "int64", None), _Array(RETURNS, [None], "float64", None)]
+    index = [
+        _Array(BOUNDS, [None, 4], "int64", None, expect=_index_expect("bounds")),
+        _Array(RETURNS, [None], "float64", None, expect=_index_expect("returns")),
+    ]
     opened = [arr for arr in leaves.values() if checker.array(arr)]
     checked = [checker.array(arr) for arr in index] if cfg is not None else [False]
     index_ok = all(checked)  # every index array checked, each problem reported
@@ -623,6 +700,7 @@ def verify(location_or_vault: Any, progress: Progress | None = None) -> VerifyRe
     checker.trash()
     checker.tick()
     checker.chunks(opened, manifest.fill_chunks_stored)
+    checker.places(manifest, record, opened)
     if scan is not None:
         scan.run()
     return checker.report

@@ -11,7 +11,7 @@ from vault import _read
 from vault._errors import VaultReadError
 from vault._prefetch import Stream
 from vault._snapshot import Snapshot
-from vault._stream_args import int_arg, selection
+from vault._stream_args import bool_arg, check_memory, int_arg, selection
 
 
 class WindowStream(Stream[Any]):
@@ -56,7 +56,8 @@ def iter_windows(
     a window shorter than the buffer's sequence length cannot be sampled (``can_sample`` is
     false). ``WindowStream.ranges(epoch)`` lists the windows in yield order.
 
-    Memory: ``prefetch + 1`` windows (the consumer's and those read ahead).
+    Memory: ``prefetch + 1`` windows (the consumer's and those read ahead); more than the
+    machine's memory is refused (:class:`VaultReadError`) before anything is allocated.
     """
     window = int_arg("window", window, 1)
     prefetch = int_arg("prefetch", prefetch, 0)
@@ -69,13 +70,22 @@ def iter_windows(
             f"capacity ({cap}) must be >= window ({window}): a smaller state would drop the "
             "start of each window"
         )
-    selection(snap, rows, leaves)  # fail now, not in the background
+    shuffle = bool_arg("shuffle", shuffle)
+    drop_remainder = bool_arg("drop_remainder", drop_remainder)
+    row_ids, names = selection(snap, rows, leaves)  # fail now, not in the background
     length = snap.length
     bounds = [(t, min(t + window, length)) for t in range(0, length, window)]
     if drop_remainder and bounds and bounds[-1][1] - bounds[-1][0] < window:
         bounds.pop()
     if not bounds:
         raise VaultReadError(f"{snap.where}: no window of {window} timesteps: {length} committed")
+    held = prefetch + 1 if epochs is None else min(prefetch, epochs * len(bounds)) + 1
+    step_bytes = sum(snap.manifest.leaf(n).step_bytes for n in names)
+    check_memory(
+        f"iter_windows(window={window}, capacity={cap}, prefetch={prefetch})",
+        held * len(row_ids) * cap * step_bytes,
+        "give a smaller window, capacity or prefetch",
+    )
 
     def ranges(epoch: int) -> list[tuple[int, int]]:
         if not shuffle:

@@ -101,6 +101,8 @@ def test_warnings_do_not_fail_verify(cli: Cli, tmp_path: Path) -> None:
     build(path, episodes=False)
     manifest = json.loads((path / "zarr.json").read_text())
     manifest["attributes"]["rlvault"].pop(FILL_CHUNKS_KEY, None)  # an older writer's vault
+    manifest["attributes"]["rlvault"]["format_version"] = 2  # (format 2: no digest)
+    manifest["attributes"]["rlvault"].pop("digest", None)
     (path / "zarr.json").write_text(json.dumps(manifest))
     (path / "experience" / "obs" / "c" / "1" / "3" / "0").unlink()
     result = cli("verify", path)

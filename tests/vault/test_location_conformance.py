@@ -130,13 +130,14 @@ def test_verify_finds_a_sound_vault_sound(where: Location) -> None:
 
 
 def test_derived_vaults_appear_whole(where: Location, tmp_path: Path) -> None:
-    with Vault.create(where, EXAMPLE, rows=ROWS, done_leaf="done") as v:
+    source = where.child("source")  # the destination is a sibling: never inside the source
+    with Vault.create(source, EXAMPLE, rows=ROWS, done_leaf="done") as v:
         v.append(block(0, 8))
     dest = where.child("sliced")
-    out = vault.derive_slice(where, dest, rows=[1], start=2, stop=7)
+    out = vault.derive_slice(source, dest, rows=[1], start=2, stop=7)
     np.testing.assert_array_equal(out.read_numpy()["obs"], block(2, 5)["obs"][1:])
     with pytest.raises(vault.VaultExistsError):
-        vault.derive_slice(where, dest, rows=[0])
+        vault.derive_slice(source, dest, rows=[0])
 
 
 def test_discovery_and_capabilities(where: Location) -> None:

@@ -30,6 +30,7 @@ from vault import (
     VaultStructureError,
     VaultVersionError,
 )
+from vault._format import FORMAT_VERSION
 from vault._reclaim import MAX_HELD, MAX_HELD_BYTES, TRASH_DIR
 
 ROWS, T = 2, 8
@@ -227,7 +228,7 @@ def test_user_metadata_cannot_overwrite_reserved_keys(tmp_path: Path, rec: Recor
     vault = Vault.create(str(tmp_path / "v"), rec.state, metadata=meta)
     reopened = Vault.open(str(tmp_path / "v"))
     assert reopened.metadata == meta
-    assert reopened.manifest.format_version == 2
+    assert reopened.manifest.format_version == FORMAT_VERSION
     assert reopened.rows == ROWS
     assert vault.manifest.rlvault_version
     with pytest.raises(VaultMetadataError, match="JSON-serialisable"):
@@ -244,6 +245,7 @@ def test_format_version_1_vaults_still_open_and_newer_ones_are_refused(
     root = tmp_path / "v" / "zarr.json"
     doc = json.loads(root.read_text())
     doc["attributes"]["rlvault"]["format_version"] = 1  # version 1: no episode index
+    del doc["attributes"]["rlvault"]["digest"]  # nor a digest (format 3)
     root.write_text(json.dumps(doc))
     old = Vault.open(str(tmp_path / "v"), "a")
     assert old.committed_length == 3
@@ -252,12 +254,10 @@ def test_format_version_1_vaults_still_open_and_newer_ones_are_refused(
     assert old.write(rec.state) == 2
     np.testing.assert_array_equal(stored_steps(old), rec.expected(0, 5))
     old.close()
-    doc["attributes"]["rlvault"]["format_version"] = 3
+    doc["attributes"]["rlvault"]["format_version"] = FORMAT_VERSION + 1
     root.write_text(json.dumps(doc))
-    with pytest.raises(
-        VaultVersionError,
-        match=re.escape("in format version 3; this rlvault reads versions 1 to 2. Upgrade"),
-    ):
+    newer = f"in format version {FORMAT_VERSION + 1}; this rlvault reads versions 1 to "
+    with pytest.raises(VaultVersionError, match=re.escape(f"{newer}{FORMAT_VERSION}. Upgrade")):
         Vault.open(str(tmp_path / "v"))
 
 
@@ -386,7 +386,7 @@ def test_zarr_python_reads_every_leaf(tmp_path: Path, rec: Recorder) -> None:
         check=True,
     ).stdout.splitlines()
     assert out[0] == str(rec.expected(0, 5).tolist())
-    assert out[1] == "(2, 5, 3) 2"
+    assert out[1] == f"(2, 5, 3) {FORMAT_VERSION}"
 
 
 @pytest.mark.parametrize("codec", ["zstd", "lz4", "blosc", "gzip", None])

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
-from vault import VaultCorruptError, VaultError, VaultNotFoundError
+from vault import VaultAccessError, VaultCorruptError, VaultError, VaultNotFoundError
 
 if TYPE_CHECKING:
     from vault import Vault
@@ -29,6 +29,7 @@ PathArg = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 EXIT_OTHER = 1
+EXIT_USAGE = 1  # typer's 2 is this command's "not found"
 EXIT_NOT_FOUND = 2
 EXIT_CORRUPT = 3
 EXIT_INTERRUPTED = 130
@@ -68,14 +69,15 @@ def exit_code_of(err: BaseException) -> int | None:
     """The exit code of an expected failure (by the error's type), or ``None`` for an
     unexpected exception (a bug).
 
-    ``VaultNotFoundError`` 2, ``VaultCorruptError`` 3; every other ``VaultError`` 1, among
-    them ``VaultVersionError`` (a newer format: the message says to upgrade rlvault; the
-    vault is not corrupt) and ``VaultLocationError`` (a location kind that is not supported,
-    or that cannot do what was asked).
+    ``VaultNotFoundError`` and ``VaultAccessError`` (not readable: no permission, a read-only
+    file system) 2, ``VaultCorruptError`` 3; every other ``VaultError`` 1, among them
+    ``VaultVersionError`` (a newer format: the message says to upgrade rlvault; the vault is
+    not corrupt), ``VaultLocationError`` (a location kind that is not supported, or that
+    cannot do what was asked) and ``VaultStorageError`` (a full disk, a file in the way).
     """
     if isinstance(err, CliError):
         return err.code
-    if isinstance(err, VaultNotFoundError):
+    if isinstance(err, (VaultNotFoundError, VaultAccessError)):
         return EXIT_NOT_FOUND
     if isinstance(err, VaultCorruptError):
         return EXIT_CORRUPT
@@ -86,6 +88,17 @@ def exit_code_of(err: BaseException) -> int | None:
     if isinstance(err, OSError):
         return EXIT_OTHER
     return None
+
+
+def typed_storage_error(err: BaseException) -> VaultError | None:
+    """A storage failure that reached the command untyped (an ``OSError``, or a TensorStore
+    error the OS caused) as the library's typed error naming the path; None for anything
+    else."""
+    if isinstance(err, VaultError) or not isinstance(err, (OSError, ValueError)):
+        return None
+    from vault._location import storage_error
+
+    return storage_error(err, None, None)
 
 
 def plain(value: Any) -> Any:

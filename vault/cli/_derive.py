@@ -94,8 +94,8 @@ def subsample(
     out: OutOpt,
     min_return: Annotated[float | None, typer.Option(help="Keep returns >= this.")] = None,
     max_return: Annotated[float | None, typer.Option(help="Keep returns <= this.")] = None,
-    min_length: Annotated[int | None, typer.Option(help="Keep lengths >= this.")] = None,
-    max_length: Annotated[int | None, typer.Option(help="Keep lengths <= this.")] = None,
+    min_length: Annotated[int | None, typer.Option(help="Keep lengths >= this.", min=0)] = None,
+    max_length: Annotated[int | None, typer.Option(help="Keep lengths <= this.", min=0)] = None,
     top_k: Annotated[int | None, typer.Option(help="Keep the K highest returns.", min=1)] = None,
     transitions: Annotated[
         int | None,

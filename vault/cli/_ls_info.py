@@ -20,6 +20,7 @@ from vault.cli._common import (
     one_line,
     open_vault,
     stdout,
+    typed_storage_error,
 )
 
 
@@ -49,8 +50,9 @@ def ls(
             vault = open_vault(found.location)
             entries.append(_facts.summary(vault))
         except Exception as err:  # a broken vault is listed with its error, never fatal
+            shown = typed_storage_error(err) or err
             entries.append(
-                {"path": found.location, "error": f"{type(err).__name__}: {one_line(err)}"}
+                {"path": found.location, "error": f"{type(shown).__name__}: {one_line(shown)}"}
             )
     if json_out:
         emit_json(entries)

@@ -4,64 +4,117 @@ Exit codes, chosen by the type of the error (``vault.cli._common.exit_code_of``)
 
 * 0 ok;
 * 1 usage or other error, among them a vault written in a newer format
-  (``VaultVersionError``: the message says to upgrade rlvault; the vault is not corrupt) and
-  a location that is not supported (``VaultLocationError``, e.g. ``s3://`` today);
-* 2 not found / not a vault (``VaultNotFoundError``);
+  (``VaultVersionError``: the message says to upgrade rlvault; the vault is not corrupt), a
+  location that is not supported (``VaultLocationError``, e.g. ``s3://`` today) and a failing
+  storage (``VaultStorageError``: a full disk, a file where a folder must be);
+* 2 not found / not a vault / not readable (``VaultNotFoundError``, among them a symbolic-link
+  loop, and ``VaultAccessError``: no permission, a read-only file system);
 * 3 corrupt (``VaultCorruptError``; ``vault verify`` also exits 3 when it finds a problem);
 * 130 interrupted (Ctrl-C; a destination being written is removed).
 
 Every failure is one line on stderr (``vault: ...``), without a traceback; an unexpected
-exception (a bug) is one line too, exit 1, naming its type. Usage errors (a missing or unknown
-option) are typer's: the usage line, a hint and the error, exit 1.
+exception (a bug) is one line too, exit 1, naming its type. Usage errors (an unknown command or
+option, a missing argument, a value out of range) are one line too, naming the command and
+its help, exit 1: ``vault: `vault info`: No such option: --foo. See `vault info --help`.``
+(``vault`` alone shows the help).
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+import contextlib
+from collections.abc import Iterator
+from typing import Annotated, Any, NoReturn
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from vault.cli import _check, _derive, _episodes, _export, _ls_info, _show
-from vault.cli._common import EXIT_INTERRUPTED, EXIT_OTHER, exit_code_of, say_error
+from vault.cli._common import (
+    EXIT_INTERRUPTED,
+    EXIT_OTHER,
+    EXIT_USAGE,
+    exit_code_of,
+    one_line,
+    say_error,
+    typed_storage_error,
+)
 
 
 class _Group(TyperGroup):
-    """Maps usage errors to exit 1 and library errors to one line and their exit code."""
+    """Reports usage errors and library errors as one line each, with their exit code.
+
+    Parsing the command line happens in ``make_context`` (the group's options, then, inside
+    ``invoke``, the command's); typer's own report of a usage error (the usage, a hint and a
+    boxed message) is replaced by :func:`_usage_error`'s one line.
+    """
 
     def make_context(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().make_context(*args, **kwargs)
         except typer.TyperException as err:
-            _usage_exit_code(err)
-            raise
+            _usage_error(err)
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        with _naming(ctx):
+            return super().parse_args(ctx, args)
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except typer.TyperException as err:
-            _usage_exit_code(err)
-            raise
+            _usage_error(err)
         except (typer.Exit, typer.Abort):
             raise
         except KeyboardInterrupt:
             say_error("interrupted; nothing was left half-written")
             raise typer.Exit(EXIT_INTERRUPTED) from None
         except Exception as err:
-            code = exit_code_of(err)
+            typed = typed_storage_error(err) or err
+            code = exit_code_of(typed)
             if code is None:  # a bug: still one line; the cause stays chained for debuggers
                 say_error(
                     f"unexpected {type(err).__name__}: {err} (a bug in rlvault: please report it)"
                 )
                 raise typer.Exit(EXIT_OTHER) from err
-            say_error(str(err))
+            say_error(str(typed))
             raise typer.Exit(code) from None
 
 
-def _usage_exit_code(err: typer.TyperException) -> None:
-    """Usage errors exit 1 (typer's default, 2, is this command's "not found")."""
-    if getattr(err, "exit_code", None) == 2:
-        err.exit_code = EXIT_OTHER
+class _Command(TyperCommand):
+    """A command whose usage errors know the command (see :func:`_naming`)."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        with _naming(ctx):
+            return super().parse_args(ctx, args)
+
+
+@contextlib.contextmanager
+def _naming(ctx: Any) -> Iterator[None]:
+    """Usage errors raised while ``ctx``'s arguments are parsed carry ``ctx`` (click's parser
+    leaves it out of some, e.g. "Option '--rows' requires an argument"), so that the one line
+    names the command."""
+    try:
+        yield
+    except typer.TyperException as err:
+        if getattr(err, "ctx", None) is None:
+            err.ctx = ctx  # type: ignore[attr-defined]
+        raise
+
+
+def _usage_error(err: typer.TyperException) -> NoReturn:
+    """One line naming the command, the problem and the command's help; exit ``EXIT_USAGE``
+    (typer's 2 is this command's "not found"). ``vault`` alone shows the help, as typer does
+    (its error carries the help text)."""
+    if type(err).__name__ == "NoArgsIsHelpError":  # typer's check, without importing it
+        err.exit_code = EXIT_USAGE
+        raise err
+    ctx = getattr(err, "ctx", None)
+    command = getattr(ctx, "command_path", None) or "vault"
+    text = one_line(err.format_message())
+    if not text.endswith((".", "?", "!")):
+        text += "."
+    say_error(f"`{command}`: {text} See `{command} --help`.")
+    raise typer.Exit(EXIT_USAGE) from None
 
 
 app = typer.Typer(
@@ -97,17 +150,20 @@ def _root(
     """Inspect, verify, plot and reshape rlvault datasets."""
 
 
-app.command("ls")(_ls_info.ls)
-app.command("info")(_ls_info.info)
-app.command("show")(_show.show)
-app.command("stats")(_check.stats)
-app.command("verify")(_check.verify)
-app.command("episodes")(_episodes.episodes)
-app.command("plot")(_episodes.plot)
-app.command("slice")(_derive.slice_)
-app.command("subsample")(_derive.subsample)
-app.command("combine")(_derive.combine)
-app.command("export")(_export.export)
+for _name, _function in (
+    ("ls", _ls_info.ls),
+    ("info", _ls_info.info),
+    ("show", _show.show),
+    ("stats", _check.stats),
+    ("verify", _check.verify),
+    ("episodes", _episodes.episodes),
+    ("plot", _episodes.plot),
+    ("slice", _derive.slice_),
+    ("subsample", _derive.subsample),
+    ("combine", _derive.combine),
+    ("export", _export.export),
+):
+    app.command(_name, cls=_Command)(_function)
 
 
 def main() -> None:

@@ -1,0 +1,242 @@
+"""Checksums bound to a chunk's place.
+
+Every chunk carries a crc32c (its last four bytes), which proves its bytes intact but not that
+they are the chunk written *there*: a chunk moved or copied over another chunk of the same
+array decodes and passes its checksum. Two records bind data to places (format 3):
+
+* **tags**, for complete chunks (every timestep committed; never rewritten again): when an
+  append completes a chunk, the writer records the chunk's stored crc32c in the tag array
+  ``tags/<array>`` (uint32 ``[row blocks, time chunks]``). A read compares each complete chunk
+  it touches with its tag (four bytes read per chunk, once per snapshot).
+* **edges**, for the partly filled chunk at the committed end (the next append rewrites it,
+  so no stored checksum of it can stay valid across a crash): the commit record keeps, per
+  row, the crc32 of the decoded bytes of its committed timesteps in that chunk. A read that
+  reaches the edge checks what it decoded (once per snapshot).
+
+The tag array's own chunks have a crc32c; one moved to another place disagrees with the data
+chunks' checksums. The episode index (``episodes/bounds``, ``episodes/returns``) is covered
+the same way, with the episode axis as its time axis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorstore as ts
+
+from vault._errors import VaultCorruptError
+from vault._format import BOUNDS, RETURNS, TAGS, CommitRecord, Edge, Manifest, leaf_key
+
+TAG_CHUNK = 1024  # time chunks per chunk of a tag array
+PLACES_SINCE = 3  # the format version that keeps tags and edges
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """How an array is cut into chunks along its rows and its time (or episode) axis."""
+
+    key: str  # the array's key (``experience/obs``, ``episodes/bounds``)
+    rows: int  # data rows (1 for the episode index, which has no row axis)
+    row_block: int | None  # rows per chunk; None: no row axis
+    step: int  # chunk length along time
+    item_zeros: int  # chunk-index zeros after the time axis
+
+    @property
+    def row_blocks(self) -> int:
+        return 1 if self.row_block is None else -(-self.rows // self.row_block)
+
+    def chunk(self, block: int, k: int) -> str:
+        parts = ([block] if self.row_block is not None else []) + [k] + [0] * self.item_zeros
+        return f"{self.key}/c/" + "/".join(map(str, parts))
+
+    def blocks_of(self, rows: Iterable[int] | None) -> list[int]:
+        if rows is None or self.row_block is None:
+            return list(range(self.row_blocks))
+        return sorted({int(r) // self.row_block for r in rows})
+
+
+def enabled(manifest: Manifest) -> bool:
+    return manifest.format_version >= PLACES_SINCE
+
+
+def grids(manifest: Manifest) -> dict[str, Grid]:
+    from vault._episodes import INDEX_CHUNK
+
+    out = {
+        leaf_key(leaf.name): Grid(
+            leaf_key(leaf.name), manifest.rows, leaf.chunk[0], leaf.chunk[1], len(leaf.shape)
+        )
+        for leaf in manifest.leaves
+    }
+    if manifest.episodes is not None:
+        out[BOUNDS] = Grid(BOUNDS, 1, None, INDEX_CHUNK, 1)
+        out[RETURNS] = Grid(RETURNS, 1, None, INDEX_CHUNK, 0)
+    return out
+
+
+def tag_metadata(grid: Grid) -> dict[str, Any]:
+    return {
+        "shape": [grid.row_blocks, 0],
+        "data_type": "uint32",
+        "chunk_grid": {
+            "name": "regular",
+            "configuration": {"chunk_shape": [grid.row_blocks, TAG_CHUNK]},
+        },
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+        "fill_value": 0,
+        "dimension_names": ["row_block", "time_chunk"],
+    }
+
+
+def _tag_spec(location: Any, grid: Grid) -> dict[str, Any]:
+    return {
+        "driver": "zarr3",
+        "kvstore": location.child_spec(f"{TAGS}/{grid.key}"),
+        "fill_missing_data_reads": False,
+        "store_data_equal_to_fill_value": True,
+    }
+
+
+def tag_array(snap: Any, grid: Grid, at_least: int, create: bool = False) -> Any:
+    """The tag array of ``grid`` (cached on the snapshot), at least ``at_least`` chunks long."""
+    cache = snap.cache
+    handle = cache.get(("tags", grid.key))
+    if handle is None or handle.shape[1] < at_least:
+        spec = _tag_spec(snap.location, grid)
+        context = snap.location.context()
+        try:
+            try:
+                handle = ts.open(spec, open=True, context=context).result()
+            except ValueError as err:
+                if not (create and str(err).startswith("NOT_FOUND")):
+                    raise
+                spec["metadata"] = tag_metadata(grid)
+                handle = ts.open(spec, create=True, context=context).result()
+        except ValueError as err:
+            raise VaultCorruptError(
+                f"{snap.where}: the checksum array {TAGS}/{grid.key} cannot be opened ({err}). "
+                "Restore the vault from a copy."
+            ) from None
+        cache[("tags", grid.key)] = handle
+    return handle
+
+
+# ------------------------------------------------------------------------------- writing
+def record_tags(snap: Any, grid: Grid, k0: int, k1: int) -> None:
+    """Tag chunks ``[k0, k1)`` of every row block (just completed and written)."""
+    if k1 <= k0:
+        return
+    keys = [grid.chunk(b, k) for b in range(grid.row_blocks) for k in range(k0, k1)]
+    tails = snap.location.read_tails(keys)
+    missing = [key for key, tail in zip(keys, tails, strict=True) if tail is None or len(tail) < 4]
+    if missing:
+        raise VaultCorruptError(f"{snap.where}: chunks just written are missing: {missing[:4]}")
+    values = np.frombuffer(b"".join(t for t in tails if t), "<u4").reshape(grid.row_blocks, -1)
+    handle = tag_array(snap, grid, 0, create=True)
+    if handle.shape[1] < k1:
+        target = -(-max(k1, handle.shape[1] * 5 // 4) // TAG_CHUNK) * TAG_CHUNK
+        handle = handle.resize(
+            exclusive_max=[None, target], expand_only=True, resize_metadata_only=True
+        ).result()
+        snap.cache[("tags", grid.key)] = handle
+    handle[:, k0:k1].write(values).result()
+
+
+def edge_after(
+    grid: Grid, prior: Edge | None, begin: int, end: int, part: np.ndarray, read_prefix: Any
+) -> Edge | None:
+    """The edge record after appending ``part`` (``[rows, end - begin, ...]``) at ``begin``.
+
+    ``prior`` is the edge before (at ``begin``); ``read_prefix(e0)`` reads ``[rows, e0:begin]``
+    when it does not fit (an older record)."""
+    e0 = end // grid.step * grid.step
+    if e0 == end:
+        return None
+    if e0 >= begin:
+        data, crcs = part[:, e0 - begin :], [0] * grid.rows
+    elif prior is not None and prior.start == e0:
+        data, crcs = part, list(prior.crc)
+    else:
+        data = np.concatenate([read_prefix(e0), part], axis=1)
+        crcs = [0] * grid.rows
+    return Edge(e0, tuple(row_crc(data[r], c) for r, c in enumerate(crcs)))
+
+
+def row_crc(row: np.ndarray, start: int = 0) -> int:
+    return zlib.crc32(np.ascontiguousarray(row).data, start)
+
+
+# ------------------------------------------------------------------------------- reading
+def check_chunks(
+    snap: Any, key: str, length: int, rows: Sequence[int] | None, lo: int, hi: int
+) -> None:
+    """The complete chunks of array ``key`` holding ``[rows, lo:hi]`` are the ones written
+    there (``length``: the committed length of that array). Each is checked once per
+    snapshot."""
+    if not enabled(snap.manifest) or hi <= lo:
+        return
+    grid = snap.grids[key]
+    complete = length // grid.step
+    ks = range(lo // grid.step, min(-(-hi // grid.step), complete))
+    if not ks:
+        return
+    seen: set[tuple[int, int]] = snap.cache.setdefault(("seen", key), set())
+    todo = [(b, k) for b in grid.blocks_of(rows) for k in ks if (b, k) not in seen]
+    if not todo:
+        return
+    tags = snap.cache.get(("tag values", key))
+    if tags is None or tags.shape[1] < complete:
+        handle = tag_array(snap, grid, complete)
+        try:
+            tags = handle[:, :complete].read().result()
+        except ValueError as err:
+            raise VaultCorruptError(
+                f"{snap.where}: the checksum array {TAGS}/{key} is unreadable ({err}). "
+                "Restore the vault from a copy."
+            ) from None
+        snap.cache[("tag values", key)] = tags
+    keys = [grid.chunk(b, k) for b, k in todo]
+    tails = snap.location.read_tails(keys)
+    wrong = []
+    for (b, k), chunk, tail in zip(todo, keys, tails, strict=True):
+        if tail is None:
+            wrong.append(f"{chunk} is missing")
+        elif len(tail) < 4 or int(np.frombuffer(tail, "<u4")[0]) != int(tags[b, k]):
+            wrong.append(f"{chunk} is not the chunk written there")
+    if wrong:
+        raise VaultCorruptError(
+            f"{snap.where}: array {key}: "
+            + "; ".join(wrong[:4])
+            + (f" (and {len(wrong) - 4} more)" if len(wrong) > 4 else "")
+            + ": its checksum differs from the one recorded for that place (moved, "
+            "overwritten or lost). Its data cannot be trusted; restore the vault from a copy."
+        )
+    seen.update(todo)
+
+
+def check_edge(snap: Any, key: str, read: Any, data: np.ndarray | None = None) -> None:
+    """The committed timesteps of the partly filled chunk at the end of array ``key`` are
+    the ones the commit recorded. ``data``: those timesteps ``[rows, n, ...]`` already
+    decoded (else ``read(e0, end)`` reads them). Checked once per snapshot."""
+    commit: CommitRecord = snap.commit
+    edge = (commit.edges or {}).get(key)
+    if edge is None or not enabled(snap.manifest):
+        return
+    done = ("edge", key, edge)
+    if done in snap.cache:
+        return
+    region = read(edge.start) if data is None else data
+    got = [row_crc(region[r]) for r in range(region.shape[0])]
+    bad = [r for r, (a, b) in enumerate(zip(got, edge.crc, strict=False)) if a != b]
+    if bad or len(got) != len(edge.crc):
+        raise VaultCorruptError(
+            f"{snap.where}: array {key}: the committed timesteps from {edge.start} (the last, "
+            f"partly filled chunk) of rows {bad[:8]} are not the data written there: their "
+            "checksums differ from the ones the commit recorded (moved, overwritten or lost "
+            "data). Restore the vault from a copy."
+        )
+    snap.cache[done] = True
