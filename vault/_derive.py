@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from vault import _read, _structure
+from vault._args import callable_arg
 from vault._create import create_vault, plan_manifest
 from vault._episodes import EpisodeTable
 from vault._errors import (
@@ -64,9 +65,10 @@ def derive_slice(
     The episode index is rebuilt: an episode already running at ``start`` is marked as of
     unknown start, one still running at ``stop`` stays open; seams are kept.
     """
+    callable_arg("progress", progress)
     with _opened(source) as src:
-        picked = list(range(src.rows)) if rows is None else [int(r) for r in rows]
-        _read.row_selection(src, picked)  # validates
+        # validated (no floats, bools, strings; in range) before anything is converted
+        picked = np.arange(src.rows)[_read.row_selection(src, rows)].reshape(-1).tolist()
         if not picked:
             raise VaultReadError("rows selects no row")
         lo, hi = _read.time_range(src, start, stop)
@@ -90,6 +92,7 @@ def derive_episodes(
 ) -> Vault:
     """A one-row vault of the given complete episodes of ``source``, back to back in order of
     their start time (row, then start), with its episode index rebuilt (same episodes)."""
+    callable_arg("progress", progress)
     if not isinstance(episodes, EpisodeTable):
         raise VaultArgumentError(f"episodes must be an EpisodeTable, got {type(episodes).__name__}")
     if not episodes.complete.all():
@@ -147,6 +150,14 @@ def combine(
     """One vault of several with the same structure and rows, concatenated along time (each
     may have its own length). Episodes never run across a seam: the open episodes at the end
     of a source are dropped from the index and the next source's rows start afresh."""
+    if isinstance(sources, (str, bytes, os.PathLike, Vault, dict)) or not isinstance(
+        sources, Sequence
+    ):
+        raise VaultArgumentError(
+            f"sources must be a list of vaults or locations, got {type(sources).__name__} "
+            "(wrap a single source in a list: combine([a, b], dest))"
+        )
+    callable_arg("progress", progress)
     if not sources:
         raise VaultReadError("combine needs at least one source")
     with contextlib.ExitStack() as stack:

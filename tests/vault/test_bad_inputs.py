@@ -515,20 +515,20 @@ CASES = [
          VaultStructureError, "the vaults to combine differ"),
     Case("append-leaf-without-shape", lambda c: c.writer.append([1, 2]), VaultStructureError,
          "shape"),
+    Case("derive-rows-float", lambda c: derive_slice(c.path, c.target, rows=[0.5]),
+         VaultArgumentError, "rows must be a 1-D sequence of int row indices"),
+    Case("derive-rows-slice-out-of-range",
+         lambda c: derive_slice(c.path, c.target, rows=slice(5, 100)), VaultReadError, "rows"),
+    Case("derive-progress-not-callable", lambda c: derive_slice(c.path, c.target, progress=5),
+         VaultArgumentError, "progress must be a function or None"),
+    Case("combine-a-string", lambda c: combine(str(c.path), c.target), VaultArgumentError,
+         "sources"),
 ]  # fmt: skip
 
 
 # Bad inputs still accepted (or untyped) because the fix belongs to a module outside this
 # change; each says where. Move a case into CASES once it passes (these report XPASS).
-PENDING = [
-    Case("derive-rows-float", lambda c: derive_slice(c.path, c.target, rows=[0.5]),
-         VaultArgumentError, "rows must be a 1-D sequence of int row indices"),  # _derive.py
-    Case("derive-rows-slice", lambda c: derive_slice(c.path, c.target, rows=slice(0, 1)),
-         VaultArgumentError, "rows"),  # _derive.py: `[int(r) for r in rows]`
-    Case("derive-progress-not-callable", lambda c: derive_slice(c.path, c.target, progress=5),
-         VaultArgumentError, "progress must be a function or None"),  # _derive.py
-    Case("combine-a-string", lambda c: combine(str(c.path), c.target), VaultArgumentError,
-         "sources"),  # _derive.py: a str is a Sequence of one-letter paths
+PENDING: list[Case] = [
 ]  # fmt: skip
 
 
