@@ -82,10 +82,11 @@ class FileLocation(Location):
 
     def read_tails(self, keys: list[str], size: int = 4) -> list[bytes | None]:
         out: list[bytes | None] = []
+        root = f"{self.path.as_posix().rstrip('/')}/"
         with self.failures("read the vault"):
             for key in keys:
                 try:
-                    fd = os.open(self.path / key, os.O_RDONLY)
+                    fd = os.open(root + key, os.O_RDONLY)
                 except (FileNotFoundError, NotADirectoryError):
                     out.append(None)
                     continue

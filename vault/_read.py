@@ -7,9 +7,11 @@ Every function takes the snapshot it reads, so a read never looks past that snap
 from __future__ import annotations
 
 import collections
+import concurrent.futures
+import contextlib
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -219,12 +221,39 @@ def views(
     """Selected leaf names and lazy TensorStore views of ``[rows, lo:hi]`` (origin 0).
 
     The chunks they reach are checked to be the ones written at their places
-    (``vault/_tags.py``); ``edge_later``: the caller checks the committed end's partly
-    filled chunk itself, from what it decodes (:func:`check_edges`)."""
+    (``vault/_tags.py``); ``edge_later``: the caller checks the places itself, the complete
+    chunks with :func:`places_checked` while it reads and the committed end's partly filled
+    chunk from what it decodes (:func:`check_edges`)."""
     row_sel = row_selection(snap, rows)
     wanted = leaf_selection(snap, leaves)
-    check_places(snap, wanted, row_sel, lo, hi, edge=not edge_later)
+    if not edge_later:
+        check_places(snap, wanted, row_sel, lo, hi)
     return wanted, [snap.array(n)[row_sel, lo:hi].translate_to[0] for n in wanted]
+
+
+_CHECKER: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+@contextlib.contextmanager
+def places_checked(
+    snap: Snapshot, names: Sequence[str], rows: Rows, lo: int, hi: int
+) -> Iterator[None]:
+    """Check the complete chunks' places (:func:`check_places`, edge aside) on a helper
+    thread while the body reads (the checks are small reads that wait on the disk); their
+    error, if any, is raised when the body ends."""
+    global _CHECKER
+    if not _tags.enabled(snap.manifest) or hi <= lo:
+        yield
+        return
+    if _CHECKER is None:
+        _CHECKER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlvault-places")
+    pending = _CHECKER.submit(
+        check_places, snap, names, row_selection(snap, rows), lo, hi, edge=False
+    )
+    try:
+        yield
+    finally:
+        pending.result()
 
 
 def check_places(
@@ -336,7 +365,9 @@ def read_numpy(snap: Snapshot, rows: Rows, lo: int, hi: int, leaves: Sequence[st
     """``[rows, lo:hi]`` as numpy: the vault's structure, or ``{path: array}`` for ``leaves``."""
     wanted, selected = views(snap, rows, lo, hi, leaves, edge_later=True)
     check_read_size(selected, hi - lo, "this read", "read fewer rows or timesteps at a time")
-    out = fetch(snap, [(v, n, int(v.shape[1]), lo) for v, n in zip(selected, wanted, strict=True)])
+    items = [(v, n, int(v.shape[1]), lo) for v, n in zip(selected, wanted, strict=True)]
+    with places_checked(snap, wanted, rows, lo, hi):
+        out = fetch(snap, items)
     check_edges(snap, wanted, out, lo, hi)
     if leaves is not None:
         return dict(zip(wanted, out, strict=True))
@@ -365,13 +396,12 @@ def read_state(
         raise VaultReadError(f"capacity must be >= 1 (and the read non-empty), got {cap}")
     check_read_size(selected, cap, f"a state of capacity {cap}", "give a smaller capacity")
     keep = min(cap, length)
-    fetched = fetch(
-        snap,
-        [
-            (v[:, length - keep :].translate_to[0], n, cap, lo + length - keep)
-            for v, n in zip(selected, wanted, strict=True)
-        ],
-    )
+    items = [
+        (v[:, length - keep :].translate_to[0], n, cap, lo + length - keep)
+        for v, n in zip(selected, wanted, strict=True)
+    ]
+    with places_checked(snap, wanted, rows, hi - keep, hi):
+        fetched = fetch(snap, items)
     check_edges(snap, wanted, [a[:, :keep] for a in fetched], hi - keep, hi)
     out = [jax.device_put(arr) for arr in fetched]
     fetched.clear()
