@@ -183,3 +183,46 @@ def test_a_queue_state_is_written_like_a_buffer(tmp_path: Path) -> None:
     np.testing.assert_array_equal(
         Vault.open(path).read_numpy()["x"], np.arange(6)[None].repeat(ROWS, 0)
     )
+
+
+def _files_state(root: Path) -> dict[str, tuple[int, int]]:
+    return {
+        p.relative_to(root).as_posix(): (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in root.rglob("*")
+        if p.is_file() and "trash" not in p.parts
+    }
+
+
+def test_a_rejected_write_touches_nothing(tmp_path: Path) -> None:
+    """A state whose position is out of range, or an append whose leaves disagree on the
+    time length, is refused before the first byte is written: no file changes, no lock
+    leftovers."""
+    import dataclasses as dc
+
+    import jax.numpy as jnp
+
+    import buffers
+
+    buf = buffers.make_trajectory_buffer(
+        max_length_time_axis=16,
+        min_length_time_axis=1,
+        sample_batch_size=1,
+        add_batch_size=ROWS,
+        sample_sequence_length=1,
+        period=1,
+    )
+    state = buf.init({"x": jnp.zeros((), jnp.int32), "y": jnp.zeros((), jnp.float32)})
+    state = buf.add(state, {"x": jnp.ones((ROWS, 5), jnp.int32), "y": jnp.ones((ROWS, 5))})
+    path = tmp_path / "v"
+    with Vault.create(str(path), state) as vault:
+        vault.write(state)
+        before = _files_state(path)
+        bad_position = dc.replace(state, current_index=jnp.int32(40))
+        with pytest.raises(VaultStructureError, match="outside its time axis"):
+            vault.write(bad_position)
+        ragged = {"x": np.ones((ROWS, 3), np.int32), "y": np.ones((ROWS, 4), np.float32)}
+        with pytest.raises(VaultStructureError, match=r"experience/y: leading axes \[2, 4\]"):
+            vault.append(ragged)
+        assert _files_state(path) == before
+        assert not list(path.rglob("*.__lock"))
+        assert vault.committed_length == 5
