@@ -8,6 +8,7 @@ is no vault at the location).
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import math
@@ -265,9 +266,13 @@ def create_vault(location: Location, manifest: Manifest) -> Writer:
     lock = location.writer_lock()
     try:
         location.recover()
-        materialise(location, manifest)
+        with location.failures("create the vault", "free space there and try again"):
+            materialise(location, manifest)
         return Writer(load_snapshot(location, writable=True, manifest=manifest), lock)
     except BaseException:
+        # the location was empty: what the failed create made goes (lock files included)
+        with contextlib.suppress(Exception):
+            location.clear()
         lock.release()
         raise
 
@@ -295,8 +300,14 @@ def materialise(location: Location, manifest: Manifest) -> CommitRecord:
         futures.append(create_array(location, BOUNDS, index_metadata("bounds")))
         futures.append(create_array(location, RETURNS, index_metadata("returns")))
         kv.write(f"{EPISODES}/{ZARR_JSON}", group_json()).result()
-    for future in futures:
-        future.result()
+    failed = None
+    for future in futures:  # every create settles before a failure is raised
+        try:
+            future.result()
+        except Exception as err:
+            failed = failed or err
+    if failed is not None:
+        raise failed
     for group in group_paths(manifest.leaf_names):
         kv.write(f"{EXPERIENCE}/{group}/{ZARR_JSON}", group_json()).result()
     kv.write(f"{EXPERIENCE}/{ZARR_JSON}", group_json()).result()

@@ -201,6 +201,14 @@ class Location(abc.ABC):
         cannot rename a directory atomically build in place."""
         yield self
 
+    def clear(self) -> None:
+        """Remove everything stored under the root: what a create that failed half-way left
+        (it is called only where the root was empty before)."""
+        import tensorstore as ts
+
+        with self.failures("remove a half-made vault"):
+            self.kvstore().delete_range(ts.KvStore.KeyRange("", "")).result()
+
     def is_empty(self) -> bool:
         """Whether nothing is stored under the root."""
         with self.failures("list the location"):

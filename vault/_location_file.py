@@ -232,6 +232,18 @@ class FileLocation(Location):
         finally:
             _remove_staged(tmp, settle=not done)
 
+    def clear(self) -> None:
+        # the folder stays (it may have existed, empty, before); writes still in flight when
+        # the create failed may bring a sub-folder back: removed again after each pause
+        for pause in (0.0, *STAGING_SWEEPS):
+            time.sleep(pause)
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                for child in list(self.path.iterdir()):
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child, ignore_errors=True)
+                    else:
+                        child.unlink(missing_ok=True)
+
     def find_vaults(self) -> list[tuple[Location, str | None]]:
         """Every vault under the directory (recursively, hidden folders skipped), sorted by
         path; vaults are not searched inside."""

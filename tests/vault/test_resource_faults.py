@@ -165,6 +165,33 @@ def full_disk_create_and_open(d: Path) -> None:
     assert leftovers(d) == [], leftovers(d)
 
 
+def full_disk_during_create(d: Path) -> None:
+    """The disk fills after the lock is taken, while the arrays are being made: a typed error
+    naming the location, nothing half-made left (the folder is empty again), the lock not
+    held; with a page more free each time, the same create is retried until it works."""
+    new = d / "new"
+    new.mkdir()
+    failures = 0
+    for pages in range(2, 64):  # tmpfs counts 4 KiB pages
+        filler = fill(d, leave=pages * 4096)
+        try:
+            vault = Vault.create(new, EXAMPLE, rows=ROWS, chunk=CHUNK, done_leaf="done")
+        except VaultStorageError as err:
+            message = str(err)
+            assert message.startswith(f"{new}: cannot create the vault: {FULL}"), message
+            assert list(new.iterdir()) == [], sorted(p.name for p in new.rglob("*"))
+            assert vlt.lock_holder(new) is None
+            failures += 1
+            filler.unlink()
+            continue
+        filler.unlink()
+        with vault:
+            vault.append(block(0, 5))
+        break
+    assert failures >= 3, failures  # it failed part-way through making the arrays
+    assert_holds(new, 5)
+
+
 def full_disk_writes_resume(d: Path) -> None:
     """An append on a full disk fails typed, the last commit stays readable and whole, and
     the same writer appends again once space is freed."""
@@ -273,6 +300,7 @@ SCENARIOS: dict[str, Callable[[Path], None]] = {
     f.__name__: f
     for f in (
         full_disk_create_and_open,
+        full_disk_during_create,
         full_disk_writes_resume,
         full_disk_derive,
         read_only_file_system,
@@ -311,6 +339,10 @@ def on_small_tmpfs(name: str, folder: Path, size: str = "1m") -> None:
 # ------------------------------------------------------------------------------ tests
 def test_full_disk_create_and_open_release_everything(tmp_path: Path) -> None:
     on_small_tmpfs("full_disk_create_and_open", tmp_path / "fs")
+
+
+def test_full_disk_while_creating_leaves_nothing(tmp_path: Path) -> None:
+    on_small_tmpfs("full_disk_during_create", tmp_path / "fs")
 
 
 def test_full_disk_appends_keep_the_last_commit_and_resume(tmp_path: Path) -> None:
