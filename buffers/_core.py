@@ -9,9 +9,8 @@ replace only what differs. Argument validators live in :mod:`buffers._validation
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,7 +29,10 @@ from buffers._validation import (
     timestep_nbytes,
 )
 
-Experience = TypeVar("Experience", bound=chex.ArrayTree)
+if TYPE_CHECKING:
+    import chex
+
+Experience = TypeVar("Experience", bound="chex.ArrayTree")
 
 
 def tree_shape_prefix(tree: Any, n_axes: int = 1) -> tuple[int, ...]:

@@ -26,9 +26,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -67,6 +66,9 @@ from buffers.trajectory_buffer import (
     TrajectoryBufferSample,
     TrajectoryBufferState,
 )
+
+if TYPE_CHECKING:
+    import chex
 
 EpisodeEnd = str | Callable[[Any], Array]
 

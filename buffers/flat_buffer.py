@@ -6,9 +6,8 @@ import dataclasses
 import functools
 import warnings
 from collections.abc import Callable
-from typing import Any, Generic, NamedTuple
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple
 
-import chex
 import jax
 
 from buffers._core import Experience
@@ -16,6 +15,9 @@ from buffers._layout import layout_add
 from buffers._pytree import Replaceable, pytree_dataclass
 from buffers._validation import check, check_bool, check_time_axis, positive_int
 from buffers.trajectory_buffer import TrajectoryBuffer, make_trajectory_buffer
+
+if TYPE_CHECKING:
+    import chex
 
 
 class ExperiencePair(NamedTuple, Generic[Experience]):

@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import chex
 import jax
 
 from buffers._layout import layout_add
@@ -17,6 +16,9 @@ from buffers.trajectory_buffer import (
     TrajectoryBufferSample,
     make_trajectory_buffer,
 )
+
+if TYPE_CHECKING:
+    import chex
 
 
 def item_layout_args(max_length: int, min_length: int, sample_batch_size: int) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import chex
 import jax
 import jax.numpy as jnp
 from jax import Array
@@ -24,6 +23,9 @@ from buffers._validation import (
     positive_int,
     real_number,
 )
+
+if TYPE_CHECKING:
+    import chex
 
 
 @frozen_container

@@ -5,9 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
-
-import chex
+from typing import TYPE_CHECKING, Any
 
 from buffers._pytree import pytree_dataclass
 from buffers._validation import check_priority_exponent
@@ -24,6 +22,9 @@ from buffers.prioritised_trajectory_buffer import (
     check_device,
     make_prioritised_trajectory_buffer,
 )
+
+if TYPE_CHECKING:
+    import chex
 
 
 @pytree_dataclass

@@ -21,9 +21,8 @@ import dataclasses
 import functools
 import warnings
 from collections.abc import Callable
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
-import chex
 import jax.numpy as jnp
 from jax import Array
 
@@ -58,6 +57,9 @@ from buffers.trajectory_buffer import (
     TrajectoryBufferSample,
     TrajectoryBufferState,
 )
+
+if TYPE_CHECKING:
+    import chex
 
 Priorities = Array
 Probabilities = Array

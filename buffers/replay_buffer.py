@@ -9,9 +9,8 @@ plain ``sample`` fills floating leaves with NaN in that case so the mistake cann
 
 from __future__ import annotations
 
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -31,9 +30,12 @@ from buffers._validation import (
     validate_batch,
 )
 
+if TYPE_CHECKING:
+    import chex
+
 _STATE_FIELDS = ("data", "position", "size", "write_counter")
 
-Transition = TypeVar("Transition", bound=chex.ArrayTree)
+Transition = TypeVar("Transition", bound="chex.ArrayTree")
 
 
 @pytree_dataclass

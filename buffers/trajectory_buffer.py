@@ -20,9 +20,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
-import chex
 import numpy as np
 from jax import Array
 
@@ -47,6 +46,9 @@ from buffers._validation import (
     resolve_time_axis,
     validate_batch,
 )
+
+if TYPE_CHECKING:
+    import chex
 
 
 @pytree_dataclass
