@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from vault._episodes import EpisodeTable
     from vault._format import CommitRecord, EpisodeLeaves, LeafSpec, Manifest, Seam
     from vault._inspect import FoundVault, disk_usage, find_vaults, lock_holder
-    from vault._location import Capabilities, Location, LockHolder
+    from vault._location import Capabilities, Location, LockHolder, storage_error
     from vault._locations import parse_location
     from vault._snapshot import Snapshot
     from vault._stats import LeafStats, episode_stats, leaf_stats, time_blocks
@@ -64,6 +64,7 @@ _LAZY = {
     "Location": "vault._location",
     "Capabilities": "vault._location",
     "LockHolder": "vault._location",
+    "storage_error": "vault._location",
     "parse_location": "vault._locations",
     "FoundVault": "vault._inspect",
     "find_vaults": "vault._inspect",
@@ -121,6 +122,7 @@ __all__ = [
     "lock_holder",
     "parse_location",
     "set_fault_hook",
+    "storage_error",
     "time_blocks",
     "verify",
 ]

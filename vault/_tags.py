@@ -240,3 +240,57 @@ def check_edge(snap: Any, key: str, read: Any, data: np.ndarray | None = None) -
             "data). Restore the vault from a copy."
         )
     snap.cache[done] = True
+
+
+# -------------------------------------------------------------------------------- verify
+@dataclasses.dataclass
+class _PlaceView:
+    """What the checks above need of a snapshot, built by ``verify`` from records it has
+    already checked."""
+
+    location: Any
+    manifest: Manifest
+    grids: dict[str, Grid]
+    cache: dict[Any, Any]
+    where: str
+    commit: CommitRecord
+
+
+def verify_places(
+    location: Any,
+    manifest: Manifest,
+    record: dict[str, Any],
+    arrays: Sequence[tuple[str, Any, int]],
+) -> list[tuple[str, str]]:
+    """Check every complete chunk and every edge of ``arrays`` (key, open handle, committed
+    length along time); (array key, message) for each array that fails."""
+    if not enabled(manifest):
+        return []
+    edges = record.get("edges", {})
+    view = _PlaceView(
+        location=location,
+        manifest=manifest,
+        grids=grids(manifest),
+        cache={},
+        where=str(location),
+        commit=CommitRecord(
+            int(record["committed_length"]),
+            edges={k: Edge.from_json(e) for k, e in edges.items() if isinstance(e, dict)},
+        ),
+    )
+    found = []
+    for key, handle, length in arrays:
+        if key not in view.grids:
+            continue
+        rows_axis = view.grids[key].row_block is not None
+
+        def read(e0: int, handle: Any = handle, end: int = length, rows: bool = rows_axis) -> Any:
+            region = handle[:, e0:end] if rows else handle[e0:end][None]
+            return np.asarray(region.read().result())
+
+        try:
+            check_chunks(view, key, length, None, 0, length)
+            check_edge(view, key, read)
+        except (VaultCorruptError, ValueError) as err:
+            found.append((key, str(err)))
+    return found

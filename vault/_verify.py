@@ -23,7 +23,7 @@ import tensorstore as ts
 from vault import _tags
 from vault._arrays import expected_metadata
 from vault._episodes import EpisodeTable, index_metadata
-from vault._errors import VaultCorruptError, VaultNotFoundError
+from vault._errors import VaultNotFoundError
 from vault._format import (
     BOUNDS,
     COMMIT_ATTR,
@@ -38,8 +38,6 @@ from vault._format import (
     SEAMS_KEY,
     TRASH_DIR,
     ZARR_JSON,
-    CommitRecord,
-    Edge,
     Manifest,
     chunk_key,
     digest_problems,
@@ -115,19 +113,6 @@ class _Array:
     handle: Any = None
     encoding: tuple[str, str] = ("default", "/")
     expect: dict[str, Any] | None = None  # metadata the array must match
-
-
-@dataclasses.dataclass
-class _PlaceView:
-    """What the place checks of ``vault/_tags.py`` need of a snapshot, built from records
-    that verify has already checked."""
-
-    location: Location
-    manifest: Manifest
-    grids: dict[str, Any]
-    cache: dict[Any, Any]
-    where: str
-    commit: CommitRecord
 
 
 class _Checker:
@@ -319,42 +304,17 @@ class _Checker:
                 self.absent_warning(arr, absent)
 
     def places(self, manifest: Manifest, record: dict[str, Any], arrays: list[_Array]) -> None:
-        """Every complete chunk is the one written at its place (its checksum is the tag
-        recorded for that place), and the committed part of each partly filled last chunk
-        matches the commit record's edge checksums (``vault/_tags.py``; format 3)."""
-        if not _tags.enabled(manifest):
-            return
-        edges = record.get("edges", {})
-        view = _PlaceView(
-            location=self.location,
-            manifest=manifest,
-            grids=_tags.grids(manifest),
-            cache={},
-            where=str(self.location),
-            commit=CommitRecord(
-                int(record["committed_length"]),
-                edges={k: Edge.from_json(e) for k, e in edges.items() if isinstance(e, dict)},
-            ),
-        )
+        """Every complete chunk is the one written at its place, and the committed part of
+        each partly filled last chunk matches the commit record (``vault/_tags.py``); arrays
+        whose chunks are already reported damaged are not checked again."""
         reported = {p.place.split(" ")[0] for p in self.report.problems}
-        for arr in arrays:
-            if arr.handle is None or arr.key not in view.grids or not arr.extent:
-                continue
-            if arr.key in reported:  # its chunks are already reported damaged or missing
-                continue
-            axis = 1 if arr.key.startswith(EXPERIENCE) else 0
-            length = arr.extent[axis]
-            handle = arr.handle
-
-            def read(e0: int, handle: Any = handle, axis: int = axis, end: int = length) -> Any:
-                region = handle[:, e0:end] if axis else handle[e0:end][None]
-                return np.asarray(region.read().result())
-
-            try:
-                _tags.check_chunks(view, arr.key, length, None, 0, length)
-                _tags.check_edge(view, arr.key, read)
-            except (VaultCorruptError, ValueError) as err:
-                self.problem(arr.key, _one_line(err))
+        found = [
+            (a.key, a.handle, a.extent[1 if a.key.startswith(EXPERIENCE) else 0])
+            for a in arrays
+            if a.handle is not None and a.extent and a.key not in reported
+        ]
+        for key, message in _tags.verify_places(self.location, manifest, record, found):
+            self.problem(key, _one_line(message))
 
     def trash(self) -> None:
         """Old versions of replaced files that a writer holds until it frees them."""

@@ -96,7 +96,7 @@ def typed_storage_error(err: BaseException) -> VaultError | None:
     else."""
     if isinstance(err, VaultError) or not isinstance(err, (OSError, ValueError)):
         return None
-    from vault._location import storage_error
+    from vault import storage_error
 
     return storage_error(err, None, None)
 
