@@ -447,6 +447,23 @@ def read_state(
     )
 
 
+def one_episode(snap: Snapshot, episode: Any) -> EpisodeTable:
+    """The episode at position ``episode`` of the committed table (negative counts from the
+    end), or ``episode`` itself when it is a one-row table."""
+    if isinstance(episode, EpisodeTable):
+        if len(episode) != 1:
+            raise VaultReadError(f"read_episode takes one episode, got {len(episode)}")
+        return episode
+    position = index_arg("episode", episode)
+    table = episode_table(snap)
+    if not -len(table) <= position < len(table):
+        raise VaultReadError(
+            f"{snap.where}: episode {episode} out of range; {len(table)} complete episodes "
+            "are committed"
+        )
+    return table[position]
+
+
 def episode_table(snap: Snapshot, include_open: bool = False) -> EpisodeTable:
     """The committed episode index (complete episodes; the open ones with ``include_open``)."""
     cfg = snap.manifest.episodes

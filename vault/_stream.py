@@ -111,6 +111,32 @@ class _PartialBatch:
         self.fill = 0
 
 
+def batch_layout(shapes: list[tuple[int, ...]], dtypes: list[np.dtype]) -> list[int]:
+    """Offsets of a batch's leaves in one buffer (each 64-byte aligned), then the total."""
+    sizes = [
+        -(-math.prod(shape) * dt.itemsize // 64) * 64
+        for shape, dt in zip(shapes, dtypes, strict=False)
+    ]
+    return [0, *itertools.accumulate(sizes)]
+
+
+def check_stream_memory(plan: _Plan) -> None:
+    """Refuse, before anything is allocated, a stream that would hold more than the
+    machine's memory: the groups of blocks read ahead plus the batches cut ahead."""
+    group_bytes = min(plan.interleave, plan.n_blocks) * plan.block_rows * plan.seg
+    ahead = plan.prefetch
+    if plan.epochs is not None:  # never more groups than the epochs have
+        ahead = min(ahead, plan.epochs * plan.n_blocks)
+    held = (1 + ahead) * group_bytes * plan.step_bytes
+    held += (plan.queue_depth + 1) * plan.batch_layout[-1]
+    check_memory(
+        f"as_dataset(sample_batch_size={plan.batch}, sequence_length={plan.seq}, "
+        f"prefetch={plan.prefetch}, interleave={plan.interleave})",
+        held,
+        "lower sample_batch_size, prefetch, interleave or block_timesteps",
+    )
+
+
 class _Plan:
     """Everything :func:`as_dataset` decided, and the producer generator that follows it.
 
@@ -174,32 +200,12 @@ class _Plan:
         self.pack = max(1, min(MAX_PACK, PACK_BYTES // max(1, batch_bytes)))
         self.capacity = self.pack * batch
         self.batch_shapes = [(self.capacity, seq, *item) for item in self.items[: self.out_count]]
-        sizes = [
-            -(-math.prod(shape) * dt.itemsize // 64) * 64
-            for shape, dt in zip(self.batch_shapes, self.dtypes, strict=False)
-        ]
-        self.batch_layout = [0, *itertools.accumulate(sizes)]  # offsets, then the total
-        self.queue_depth = max(2, min(16, BATCH_QUEUE_BYTES // max(1, sum(sizes))))
-        self._check_memory()
+        self.batch_layout = batch_layout(self.batch_shapes, self.dtypes)
+        self.queue_depth = max(2, min(16, BATCH_QUEUE_BYTES // max(1, self.batch_layout[-1])))
+        check_stream_memory(self)
         self._steps = np.arange(seq, dtype=np.int64)
         self._tails: dict[int, list[np.ndarray]] = {}
         self._issued_blocks: list[int] = []
-
-    def _check_memory(self) -> None:
-        """Refuse, before anything is allocated, a stream that would hold more than the
-        machine's memory: the groups of blocks read ahead plus the batches cut ahead."""
-        group_bytes = min(self.interleave, self.n_blocks) * self.block_rows * self.seg
-        ahead = self.prefetch
-        if self.epochs is not None:  # never more groups than the epochs have
-            ahead = min(ahead, self.epochs * self.n_blocks)
-        held = (1 + ahead) * group_bytes * self.step_bytes
-        held += (self.queue_depth + 1) * self.batch_layout[-1]
-        check_memory(
-            f"as_dataset(sample_batch_size={self.batch}, sequence_length={self.seq}, "
-            f"prefetch={self.prefetch}, interleave={self.interleave})",
-            held,
-            "lower sample_batch_size, prefetch, interleave or block_timesteps",
-        )
 
     def _choose_blocks(
         self, block_timesteps: int | None, block_rows: int | None, run_blocks: int | None

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from vault import _read
-from vault._args import bool_arg, index_arg, int_arg, kind, known_options
+from vault._args import bool_arg, int_arg, kind, known_options
 from vault._compat import reference_target
 from vault._create import create_vault, plan_manifest
 from vault._episodes import EpisodeTable
-from vault._errors import VaultArgumentError, VaultExistsError, VaultModeError, VaultReadError
-from vault._format import MANIFEST_KEY, Manifest, Seam
+from vault._errors import VaultArgumentError, VaultModeError, VaultReadError
+from vault._format import Manifest, Seam
 from vault._location import LockHolder
 from vault._locations import LocationLike, parse_location
 from vault._plan import OnOverrun
@@ -97,12 +97,10 @@ class Vault:
 
         ``location``: a path, a ``file://`` or ``memory://`` URL, or a TensorStore kvstore
         spec. ``structure_or_state`` is a buffer state (rows and per-timestep shapes are taken
-        from it) or one example timestep with ``rows`` given. ``codec``: ``"auto"`` (default:
-        zstd-3 for one-byte leaves such as frames, shuffled blosc-zstd-1 for wider numbers),
-        ``"zstd"``, ``"blosc"``, ``"lz4"`` (blosc-lz4: faster to encode, but 3.4x instead of
-        zstd-3's 13.8x on Atari-like frames, and no cheaper for a training loop in
-        ``tools/bench_recording.py``), ``"gzip"`` or ``None``; every chunk also gets a
-        ``crc32c`` checksum. ``level`` sets the compression level.
+        from it) or one example timestep with ``rows`` given. ``codec``: ``"auto"`` (zstd-3
+        for one-byte leaves such as frames, shuffled blosc-zstd-1 for wider numbers),
+        ``"zstd"``, ``"blosc"``, ``"lz4"``, ``"gzip"`` or ``None``, at ``level``; every chunk
+        also gets a ``crc32c`` checksum.
         ``chunk`` maps leaf paths to chunk shapes ``[rows, time, ...]`` to override the
         default (whole frames x about 2 MiB of timesteps per row for large items, all rows x
         about 256 KiB for small ones).
@@ -114,19 +112,12 @@ class Vault:
         or absent (:class:`VaultExistsError` names what is there).
         """
         where = parse_location(location)
-        if where.read(MANIFEST_KEY) is not None:
-            raise VaultExistsError(f"a Zarr node already exists at {where}")
         episodes = {"done": done_leaf, "truncated": truncated_leaf, "reward": reward_leaf}
         manifest = plan_manifest(
-            structure_or_state,
-            rows=rows,
-            codec=codec,
-            level=level,
-            chunk=chunk,
-            metadata=metadata,
-            episodes=episodes,
-        )
-        return cls._of_writer(create_vault(where, manifest))
+            structure_or_state, rows=rows, codec=codec, level=level, chunk=chunk,
+            metadata=metadata, episodes=episodes,
+        )  # fmt: skip
+        return cls._of_writer(create_vault(where, manifest))  # refuses a non-empty location
 
     @classmethod
     def _of_writer(cls, writer: Writer) -> Vault:
@@ -296,19 +287,7 @@ class Vault:
         ``episode`` is a position in :meth:`episodes` or a one-row :class:`EpisodeTable`.
         """
         snap = self.snapshot
-        if isinstance(episode, EpisodeTable):
-            if len(episode) != 1:
-                raise VaultReadError(f"read_episode takes one episode, got {len(episode)}")
-            one = episode
-        else:
-            position = index_arg("episode", episode)
-            table = _read.episode_table(snap)
-            if not -len(table) <= position < len(table):
-                raise VaultReadError(
-                    f"{self.location}: episode {episode} out of range; {len(table)} complete "
-                    "episodes are committed"
-                )
-            one = table[position]
+        one = _read.one_episode(snap, episode)
         return _episode_data(snap, one, leaves)
 
     def iter_episodes(
@@ -412,17 +391,12 @@ class Vault:
     ) -> int:
         """Append the timesteps added to ``state`` since the previous write; return how many.
 
-        The first write of a vault saves every timestep the buffer holds. Later writes save
-        what the buffer got since the previous write, by its write counter (which the commit
-        record keeps, so a vault reopened with :meth:`open` continues the same buffer, e.g.
-        one restored from a checkpoint). A write never stores less than is new without
-        saying so: the first write after :meth:`open` checks that the buffer still holds
-        the vault's last timestep where its counter says; a different buffer (a new process,
-        a restarted run) is refused with :class:`VaultStructureError`, unless
-        ``new_buffer=True``, which appends everything such a buffer holds. ``new_buffer=True``
-        is safe to pass on every write: for the buffer already being written it saves only
-        what is new. (The reference-style constructor ``Vault(name, ...)`` acts as if it were
-        always given: like the reference, it appends what a buffer it has not seen holds.)
+        Writes go by the buffer's write counter, which the commit record keeps: after
+        :meth:`open` the first write checks that the buffer still holds the vault's last
+        timestep where its counter says, so a different buffer is refused
+        (:class:`VaultStructureError`) unless ``new_buffer=True``, which appends all it holds
+        and is safe on every write (never a timestep twice). ``Vault(name, ...)`` acts as if
+        always given it, like the reference. A write never stores less than is new silently.
 
         If more timesteps were added since the last write than the buffer holds,
         the oldest unsaved ones are gone: :class:`UnsavedDataLostError` (vault unchanged), or
