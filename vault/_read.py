@@ -7,7 +7,6 @@ Every function takes the snapshot it reads, so a read never looks past that snap
 from __future__ import annotations
 
 import collections
-import concurrent.futures
 import contextlib
 import importlib
 import math
@@ -234,29 +233,33 @@ def views(
     return wanted, [snap.array(n)[row_sel, lo:hi].translate_to[0] for n in wanted]
 
 
-_CHECKER: concurrent.futures.ThreadPoolExecutor | None = None
-
-
 @contextlib.contextmanager
 def places_checked(
     snap: Snapshot, names: Sequence[str], rows: Rows, lo: int, hi: int
 ) -> Iterator[None]:
-    """Check the complete chunks' places (:func:`check_places`, edge aside) on a helper
+    """Check the complete chunks' places (:func:`check_places`, edge aside) on a short-lived
     thread while the body reads (the checks are small reads that wait on the disk); their
     error, if any, is raised when the body ends."""
-    global _CHECKER
     if not _tags.enabled(snap.manifest) or hi <= lo:
         yield
         return
-    if _CHECKER is None:
-        _CHECKER = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="rlvault-places")
-    pending = _CHECKER.submit(
-        check_places, snap, names, row_selection(snap, rows), lo, hi, edge=False
-    )
+    row_sel = row_selection(snap, rows)
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            check_places(snap, names, row_sel, lo, hi, edge=False)
+        except BaseException as err:  # handed to the reading thread
+            failed.append(err)
+
+    thread = threading.Thread(target=run, name="rlvault-places", daemon=True)
+    thread.start()
     try:
         yield
     finally:
-        pending.result()
+        thread.join()
+    if failed:
+        raise failed[0]
 
 
 def check_places(
