@@ -125,7 +125,7 @@ def _bind_places(
         if edge is None:
             edges.pop(key, None)
         else:
-            edges[key] = edge
+            edges[key] = _tags.edge_tails(snap, grid, edge)
     return edges
 
 

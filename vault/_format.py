@@ -313,13 +313,18 @@ class Edge:
 
     start: int
     crc: tuple[int, ...]
+    tails: tuple[int, ...] = ()  # the stored crc32c of the edge chunk, per row block
 
     def to_json(self) -> dict[str, Any]:
-        return {"from": self.start, "crc": list(self.crc)}
+        doc: dict[str, Any] = {"from": self.start, "crc": list(self.crc)}
+        if self.tails:
+            doc["tail"] = list(self.tails)
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Edge:
-        return cls(int(doc["from"]), tuple(int(c) for c in doc["crc"]))
+        tails = tuple(int(c) for c in doc.get("tail", []))
+        return cls(int(doc["from"]), tuple(int(c) for c in doc["crc"]), tails)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -558,6 +563,10 @@ def _edge_problems(edges: Any, rows: int) -> list[str]:
             and is_int(edge.get("from"), 0)
             and is_int_list(edge.get("crc"), 0)
             and len(edge["crc"]) in (1, rows)
+            and is_int_list(edge.get("tail", []), 0)
         ):
-            out.append(f"edges[{key!r}] must be {{'from': int, 'crc': [int per row]}}")
+            out.append(
+                f"edges[{key!r}] must be {{'from': int, 'crc': [int per row], 'tail': [int per "
+                "row block]}"
+            )
     return out

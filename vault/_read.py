@@ -25,6 +25,7 @@ from vault._errors import VaultArgumentError, VaultCorruptError, VaultReadError
 from vault._format import BOUNDS, EXPERIENCE, RETURNS, leaf_key
 from vault._snapshot import Snapshot
 
+INLINE_PLACE_CHECKS = 64  # time chunks (summed over leaves) checked without a thread
 READ_BLOCK_BYTES = 4 << 20  # raw bytes of one read of one leaf
 READ_INFLIGHT_MIN = 8 << 20  # raw bytes of the reads in flight at once: an eighth of the
 READ_INFLIGHT_MAX = 64 << 20  # read, within these bounds
@@ -244,6 +245,14 @@ def places_checked(
         yield
         return
     row_sel = row_selection(snap, rows)
+    chunks = sum(
+        (hi - 1) // snap.grids[leaf_key(n)].step - lo // snap.grids[leaf_key(n)].step + 1
+        for n in names
+    )
+    if chunks <= INLINE_PLACE_CHECKS:  # a small read: a thread costs more than the checks
+        check_places(snap, names, row_sel, lo, hi, edge=False)
+        yield
+        return
     failed: list[BaseException] = []
 
     def run() -> None:
