@@ -13,7 +13,7 @@ import math
 import re
 import sys
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -25,7 +25,6 @@ from vault._errors import VaultArgumentError, VaultCorruptError, VaultReadError
 from vault._format import BOUNDS, EXPERIENCE, RETURNS, leaf_key
 from vault._snapshot import Snapshot
 
-INLINE_PLACE_CHECKS = 64  # time chunks (summed over leaves) checked without a thread
 READ_BLOCK_BYTES = 4 << 20  # raw bytes of one read of one leaf
 READ_INFLIGHT_MIN = 8 << 20  # raw bytes of the reads in flight at once: an eighth of the
 READ_INFLIGHT_MAX = 64 << 20  # read, within these bounds
@@ -224,51 +223,13 @@ def views(
     """Selected leaf names and lazy TensorStore views of ``[rows, lo:hi]`` (origin 0).
 
     The chunks they reach are checked to be the ones written at their places
-    (``vault/_tags.py``); ``edge_later``: the caller checks the places itself, the complete
-    chunks with :func:`places_checked` while it reads and the committed end's partly filled
-    chunk from what it decodes (:func:`check_edges`)."""
+    (``vault/_tags.py``); ``edge_later``: the caller checks the places itself once it has
+    read them (:func:`check_places`, and :func:`check_edges` from what it decoded)."""
     row_sel = row_selection(snap, rows)
     wanted = leaf_selection(snap, leaves)
     if not edge_later:
         check_places(snap, wanted, row_sel, lo, hi)
     return wanted, [snap.array(n)[row_sel, lo:hi].translate_to[0] for n in wanted]
-
-
-@contextlib.contextmanager
-def places_checked(
-    snap: Snapshot, names: Sequence[str], rows: Rows, lo: int, hi: int
-) -> Iterator[None]:
-    """Check the complete chunks' places (:func:`check_places`, edge aside) on a short-lived
-    thread while the body reads (the checks are small reads that wait on the disk); their
-    error, if any, is raised when the body ends."""
-    if not _tags.enabled(snap.manifest) or hi <= lo:
-        yield
-        return
-    row_sel = row_selection(snap, rows)
-    chunks = sum(
-        (hi - 1) // snap.grids[leaf_key(n)].step - lo // snap.grids[leaf_key(n)].step + 1
-        for n in names
-    )
-    if chunks <= INLINE_PLACE_CHECKS:  # a small read: a thread costs more than the checks
-        check_places(snap, names, row_sel, lo, hi, edge=False)
-        yield
-        return
-    failed: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            check_places(snap, names, row_sel, lo, hi, edge=False)
-        except BaseException as err:  # handed to the reading thread
-            failed.append(err)
-
-    thread = threading.Thread(target=run, name="rlvault-places", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        thread.join()
-    if failed:
-        raise failed[0]
 
 
 def check_places(
@@ -381,8 +342,10 @@ def read_numpy(snap: Snapshot, rows: Rows, lo: int, hi: int, leaves: Sequence[st
     wanted, selected = views(snap, rows, lo, hi, leaves, edge_later=True)
     check_read_size(selected, hi - lo, "this read", "read fewer rows or timesteps at a time")
     items = [(v, n, int(v.shape[1]), lo) for v, n in zip(selected, wanted, strict=True)]
-    with places_checked(snap, wanted, rows, lo, hi):
-        out = fetch(snap, items)
+    out = fetch(snap, items)
+    # checked after the read: the chunk files are in the page cache by then, so comparing
+    # their stored checksums with the tags costs no disk access (nothing is returned before)
+    check_places(snap, wanted, row_selection(snap, rows), lo, hi, edge=False)
     check_edges(snap, wanted, out, lo, hi)
     if leaves is not None:
         return dict(zip(wanted, out, strict=True))
@@ -429,8 +392,8 @@ def read_state(
         (v[:, length - keep :].translate_to[0], n, cap, lo + length - keep)
         for v, n in zip(selected, wanted, strict=True)
     ]
-    with places_checked(snap, wanted, rows, hi - keep, hi):
-        fetched = fetch(snap, items)
+    fetched = fetch(snap, items)
+    check_places(snap, wanted, row_selection(snap, rows), hi - keep, hi, edge=False)
     check_edges(snap, wanted, [a[:, :keep] for a in fetched], hi - keep, hi)
     if importing is not None:
         importing.join()
