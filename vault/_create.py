@@ -252,12 +252,18 @@ def _short(node: dict[str, Any]) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def create_vault(location: Location, manifest: Manifest) -> Writer:
+def create_vault(location: Location, manifest: Manifest, publish: bool = True) -> Writer:
     """Create the vault of ``manifest`` at ``location`` and return its writer (holding the
-    lock)."""
+    lock). ``publish`` false: the manifest is left out until :func:`publish_manifest` (a
+    vault built in staging, which is no vault until then)."""
     if location.read(MANIFEST_KEY) is not None:
         raise VaultExistsError(f"a Zarr node already exists at {location}")
     if not location.is_empty():
+        if location.abandoned_build():
+            raise VaultExistsError(
+                f"{location} holds an unfinished copy (a derive or import that was "
+                "interrupted): run it again to replace it, or delete what is there"
+            )
         raise VaultExistsError(
             f"{location} is not empty and holds no vault ({_contents(location)}): "
             "create the vault in a new or empty directory, or move what is there away"
@@ -267,7 +273,7 @@ def create_vault(location: Location, manifest: Manifest) -> Writer:
     try:
         location.recover()
         with location.failures("create the vault", "free space there and try again"):
-            materialise(location, manifest)
+            materialise(location, manifest, publish)
         return Writer(load_snapshot(location, writable=True, manifest=manifest), lock)
     except BaseException:
         # the location was empty: what the failed create made goes (lock files included)
@@ -285,8 +291,9 @@ def initial_commit(manifest: Manifest) -> CommitRecord:
     return CommitRecord(committed_length=0, episodes=episodes)
 
 
-def materialise(location: Location, manifest: Manifest) -> CommitRecord:
-    """Create the vault's arrays and groups, its empty commit record, then its manifest."""
+def materialise(location: Location, manifest: Manifest, publish: bool = True) -> CommitRecord:
+    """Create the vault's arrays and groups, its empty commit record, then (``publish``) its
+    manifest."""
     kv = location.kvstore()
     if location.read(MANIFEST_KEY) is not None:  # created by the lock's previous holder
         raise VaultExistsError(f"a Zarr node already exists at {location}")
@@ -313,8 +320,16 @@ def materialise(location: Location, manifest: Manifest) -> CommitRecord:
     kv.write(f"{EXPERIENCE}/{ZARR_JSON}", group_json()).result()
     commit = initial_commit(manifest)
     kv.write(COMMIT_KEY, commit.to_bytes()).result()
-    kv.write(MANIFEST_KEY, group_json({MANIFEST_ATTR: manifest.to_json()})).result()
+    if publish:
+        publish_manifest(location, manifest)
     return commit
+
+
+def publish_manifest(location: Location, manifest: Manifest) -> None:
+    """Write the manifest (the root ``zarr.json``): from then on the location is a vault."""
+    with location.failures("create the vault"):
+        kv = location.kvstore()
+        kv.write(MANIFEST_KEY, group_json({MANIFEST_ATTR: manifest.to_json()})).result()
 
 
 def group_paths(names: list[str]) -> list[str]:

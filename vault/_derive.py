@@ -23,7 +23,7 @@ import numpy as np
 
 from vault import _read, _structure
 from vault._args import callable_arg
-from vault._create import create_vault, plan_manifest
+from vault._create import create_vault, plan_manifest, publish_manifest
 from vault._episodes import EpisodeTable
 from vault._errors import (
     VaultArgumentError,
@@ -285,6 +285,7 @@ def _new_vault(
             out.close()
         raise
     out.close()
+    publish_manifest(location, out.snapshot.manifest)  # last: only now is it a vault
 
 
 def _create_like(
@@ -306,7 +307,7 @@ def _create_like(
         metadata=metadata,
         episodes=leaves.as_dict() if leaves is not None else {},
     )
-    return create_vault(location, planned)
+    return create_vault(location, planned, publish=False)
 
 
 def _blocks(src: Snapshot, lo: int, hi: int, rows: int) -> Iterator[tuple[int, int]]:

@@ -13,6 +13,8 @@ Points, in the order an append runs them:
   ``info = {"length": needed length, "shapes": {leaf: current time length}}``.
 * ``"index"``: writing episode-index entries; ``info = {"count", "new_count"}``.
 * ``"commit"``: replacing the commit record; ``info = {"length": new committed length}``.
+* ``"fence"``: only where the writer lock is a lease (object stores), once when a writer
+  starts: rewriting the commit record so that an earlier holder cannot commit; ``info = {}``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any, TypeVar
 
 R = TypeVar("R")
 FaultHook = Callable[[str, dict[str, Any], Callable[[], Any]], Any]
-FAULT_POINTS = ("append", "resize", "index", "commit")
+FAULT_POINTS = ("append", "resize", "index", "commit", "fence")
 
 _hook: FaultHook | None = None
 

@@ -42,6 +42,7 @@ EPISODES = "episodes"
 BOUNDS = "episodes/bounds"
 RETURNS = "episodes/returns"
 LOCK_DIR = "lock"
+FENCE = "fence"  # commit record: the token of the writer that fenced it (object stores)
 TRASH_DIR = "trash"
 TAGS = "tags"  # tags/<array key>: the stored crc32c of every complete chunk, by place
 DIGEST = "digest"  # a record's checksum of its own content
@@ -337,6 +338,7 @@ class CommitRecord:
     seams: tuple[Seam, ...] = ()
     episodes: EpisodeState | None = None
     edges: dict[str, Edge] | None = None  # by array key; None: a format without them
+    fence: str | None = None  # the token of the writer that fenced the record (object stores)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -349,6 +351,8 @@ class CommitRecord:
             doc["episodes"] = self.episodes.to_json()
         if self.edges is not None:
             doc["edges"] = {k: e.to_json() for k, e in sorted(self.edges.items())}
+        if self.fence is not None:
+            doc[FENCE] = self.fence
         doc[DIGEST] = digest(doc)
         return doc
 
@@ -378,6 +382,7 @@ class CommitRecord:
             edges=None
             if manifest.format_version < DIGESTS_SINCE
             else {k: Edge.from_json(e) for k, e in doc.get("edges", {}).items()},
+            fence=doc.get(FENCE),
         )
 
 
@@ -451,6 +456,8 @@ def commit_problems(record: Any, manifest: Manifest) -> list[str]:
     counter = record.get("source_counter")
     if counter is not None and not is_int(counter, 0):
         out.append(f"source_counter must be null or an int >= 0, got {counter!r}")
+    if not isinstance(record.get(FENCE, ""), str):
+        out.append(f"{FENCE} must be a string, got {record.get(FENCE)!r}")
     out += seam_problems(record.get(SEAMS_KEY, []))
     out += _edge_problems(record.get("edges", {}), manifest.rows)
     if manifest.episodes is not None:

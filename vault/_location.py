@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from vault._errors import (
     VaultAccessError,
     VaultError,
+    VaultExistsError,
     VaultLocationError,
     VaultNotFoundError,
     VaultStorageError,
@@ -80,9 +81,37 @@ class LockHolder:
 
 
 class WriterLock(Protocol):
-    """An acquired writer lock; ``release()`` is idempotent."""
+    """An acquired writer lock; ``release()`` is idempotent.
+
+    ``replace(key, value)`` replaces a record (the commit record) as the lock's holder. Where
+    exclusion cannot rest on the operating system (a lease on an object store: ``fences``
+    true), it is conditional on what this holder last wrote or read, and raises
+    ``VaultLockedError`` once the lock was lost; ``fence(key, rewrite)`` rewrites the record
+    on the version just read, so that every earlier holder's ``replace`` fails from then on.
+    """
+
+    fences: bool
 
     def release(self) -> None: ...
+
+    def replace(self, key: str, value: bytes) -> None: ...
+
+    def fence(self, key: str, rewrite: Callable[[bytes | None], bytes]) -> bytes | None: ...
+
+
+class OsExclusiveLock:
+    """Shared part of locks whose exclusion the operating system or the process enforces
+    (``flock``, an in-process table): a replacement is a plain write, there is nothing to
+    fence."""
+
+    fences = False
+    location: Location
+
+    def replace(self, key: str, value: bytes) -> None:
+        self.location.kvstore().write(key, value).result()
+
+    def fence(self, key: str, rewrite: Callable[[bytes | None], bytes]) -> bytes | None:
+        return None
 
 
 class Location(abc.ABC):
@@ -164,10 +193,17 @@ class Location(abc.ABC):
         try:
             yield
         except (OSError, ValueError) as err:
-            typed = storage_error(err, str(self), doing, remedy)
+            typed = self.typed_failure(err, doing, remedy)
             if typed is None:
                 raise
             raise typed from err
+
+    def typed_failure(
+        self, err: BaseException, doing: str | None, remedy: str | None = None
+    ) -> VaultError | None:
+        """``err`` as a typed error naming this location if the storage caused it (see
+        :func:`storage_error`), else None."""
+        return storage_error(err, str(self), doing, remedy)
 
     def prepare(self) -> None:  # noqa: B027 (optional hook: most stores need nothing)
         """Make the root exist before a vault is created there."""
@@ -197,9 +233,36 @@ class Location(abc.ABC):
 
     @contextlib.contextmanager
     def staging(self) -> Iterator[Location]:
-        """Where to build a new vault that must appear whole or not at all. Locations that
-        cannot rename a directory atomically build in place."""
-        yield self
+        """Where to build a new vault that must appear whole or not at all.
+
+        This default (locations that cannot rename a folder atomically) builds in place: the
+        builder writes the manifest (the root ``zarr.json``) last, so an interrupted build is
+        never opened or listed as a vault. What a failed build wrote is removed; one that
+        was killed leaves data without a manifest (:meth:`abandoned_build`), which the next
+        build there removes first."""
+        if self.read(MANIFEST_KEY) is not None:
+            raise VaultExistsError(f"{self} already exists; choose a new destination")
+        if not self.is_empty():
+            if not self.abandoned_build():
+                raise VaultExistsError(f"{self} is not empty; choose a new destination")
+            self.clear()
+        done = False
+        try:
+            yield self
+            done = True
+        finally:
+            if not done:
+                with contextlib.suppress(Exception):
+                    self.clear()
+
+    def abandoned_build(self) -> bool:
+        """Whether this holds what an interrupted build of a vault left: a commit record
+        without a manifest, and no writer at work."""
+        return (
+            self.read(COMMIT_KEY) is not None
+            and self.read(MANIFEST_KEY) is None
+            and self.lock_holder() is None
+        )
 
     def clear(self) -> None:
         """Remove everything stored under the root: what a create that failed half-way left

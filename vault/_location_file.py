@@ -31,7 +31,7 @@ from urllib.parse import urlparse
 
 from vault._errors import VaultError, VaultExistsError, VaultLockedError, VaultStorageError
 from vault._format import LOCK_DIR, MANIFEST_KEY, ZARR_JSON, group_json
-from vault._location import Capabilities, Location, LockHolder, vault_kind
+from vault._location import Capabilities, Location, LockHolder, OsExclusiveLock, vault_kind
 from vault._reclaim import Reclaimer
 from vault._writer_id import holder_record, locked_message
 
@@ -293,11 +293,12 @@ def _remove_staged(tmp: Path, settle: bool) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-class _FlockLock:
+class _FlockLock(OsExclusiveLock):
     """An exclusive ``flock`` on ``lock/``; released by :meth:`release`, by garbage
     collection, at interpreter exit, or by the kernel when the process dies."""
 
     def __init__(self, location: FileLocation) -> None:
+        self.location = location
         lock_dir = location.path / LOCK_DIR
         meta = lock_dir / ZARR_JSON
         with location.failures("take the writer lock"):

@@ -12,7 +12,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from vault._errors import VaultLockedError
-from vault._location import Capabilities, Location, LockHolder
+from vault._location import Capabilities, Location, LockHolder, OsExclusiveLock
 from vault._writer_id import holder_record, locked_message
 
 _HOLDERS: dict[str, dict[str, Any]] = {}
@@ -83,8 +83,9 @@ class MemoryLocation(Location):
         return [] if kind is None else [(self, None if kind == "ok" else kind)]
 
 
-class _MemoryLock:
+class _MemoryLock(OsExclusiveLock):
     def __init__(self, location: MemoryLocation) -> None:
+        self.location = location
         key = location.path
         with _GUARD:
             if key in _HOLDERS:

@@ -46,8 +46,11 @@ class Vault:
         vault_uid: str | None = None,
         compression: dict[str, Any] | None = None,
         metadata: dict[str, Any] | None = None,
+        *,
+        storage: dict[str, Any] | None = None,
     ) -> None:
-        target = reference_target(vault_name, experience_structure, rel_dir, vault_uid, compression)
+        where = parse_location(rel_dir, storage)
+        target = reference_target(vault_name, experience_structure, where, vault_uid, compression)
         if target.create:
             other = Vault.create(
                 target.location,
@@ -92,11 +95,15 @@ class Vault:
         done_leaf: str | None = None,
         truncated_leaf: str | None = None,
         reward_leaf: str | None = None,
+        storage: dict[str, Any] | None = None,
     ) -> Vault:
         """Create an empty vault at ``location`` shaped like a buffer state.
 
-        ``location``: a path, a ``file://`` or ``memory://`` URL, or a TensorStore kvstore
-        spec. ``structure_or_state`` is a buffer state (rows and per-timestep shapes are taken
+        ``location``: a path, a ``file://``, ``memory://`` or ``s3://bucket/prefix`` URL, or
+        a TensorStore kvstore spec; ``storage``: settings of an object store over the AWS
+        environment variables (``endpoint``, ``region``, ``access_key_id``, ``retries``, ...:
+        see the README).
+        ``structure_or_state`` is a buffer state (rows and per-timestep shapes are taken
         from it) or one example timestep with ``rows`` given. ``codec``: ``"auto"`` (zstd-3
         for one-byte leaves such as frames, shuffled blosc-zstd-1 for wider numbers),
         ``"zstd"``, ``"blosc"``, ``"lz4"``, ``"gzip"`` or ``None``, at ``level``; every chunk
@@ -111,7 +118,7 @@ class Vault:
         Every argument is checked before anything is written; the location must be empty
         or absent (:class:`VaultExistsError` names what is there).
         """
-        where = parse_location(location)
+        where = parse_location(location, storage)
         episodes = {"done": done_leaf, "truncated": truncated_leaf, "reward": reward_leaf}
         manifest = plan_manifest(
             structure_or_state, rows=rows, codec=codec, level=level, chunk=chunk,
@@ -126,10 +133,17 @@ class Vault:
         return vault
 
     @classmethod
-    def open(cls, location: LocationLike, mode: Literal["r", "a"] = "r") -> Vault:
+    def open(
+        cls,
+        location: LocationLike,
+        mode: Literal["r", "a"] = "r",
+        *,
+        storage: dict[str, Any] | None = None,
+    ) -> Vault:
         """Open an existing vault, read-only (``"r"``, no lock: any number of readers) or for
-        appending (``"a"``: takes the writer lock, :class:`VaultLockedError` if held)."""
-        return cls._open(location, mode, lazy_lock=False)
+        appending (``"a"``: takes the writer lock, :class:`VaultLockedError` if held).
+        ``storage``: as in :meth:`create`."""
+        return cls._open(parse_location(location, storage), mode, lazy_lock=False)
 
     @classmethod
     def _open(cls, location: LocationLike, mode: str, lazy_lock: bool) -> Vault:

@@ -38,6 +38,7 @@ class Writer:
     """Appends to the vault at ``snapshot`` while holding its writer ``lock``."""
 
     def __init__(self, snapshot: Snapshot, lock: WriterLock) -> None:
+        snapshot = _commit.fence(snapshot, lock)  # no earlier holder of the lock commits now
         self.snapshot = snapshot  # the latest commit of this writer
         self.tip = Tip.of(snapshot.commit)
         self.closed = False
@@ -176,7 +177,9 @@ class Writer:
         self.tip = job.tip_after(self.tip)
 
     def _apply(self, job: AppendJob) -> None:
-        self.snapshot = _commit.apply(self.snapshot, job, self.reclaimer)
+        if self._lock is None:
+            raise VaultModeError(f"{self.where}: this Vault was closed")
+        self.snapshot = _commit.apply(self.snapshot, job, self._lock, self.reclaimer)
 
     def _back_to_commit(self) -> None:
         """After a failed append: the tip is what is really committed."""
