@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from vault._derive import combine, derive_episodes, derive_slice
     from vault._episodes import EpisodeTable
     from vault._format import CommitRecord, EpisodeLeaves, LeafSpec, Manifest, Seam
-    from vault._inspect import FoundVault, disk_usage, find_vaults, lock_holder
+    from vault._inspect import FoundVault, break_lock, disk_usage, find_vaults, lock_holder
     from vault._location import Capabilities, Location, LockHolder, storage_error
     from vault._locations import parse_location
     from vault._snapshot import Snapshot
@@ -69,6 +69,7 @@ _LAZY = {
     "FoundVault": "vault._inspect",
     "find_vaults": "vault._inspect",
     "lock_holder": "vault._inspect",
+    "break_lock": "vault._inspect",
     "disk_usage": "vault._inspect",
     "LeafStats": "vault._stats",
     "leaf_stats": "vault._stats",
@@ -112,6 +113,7 @@ __all__ = [
     "VaultVersionError",
     "VerifyReport",
     "WindowStream",
+    "break_lock",
     "combine",
     "derive_episodes",
     "derive_slice",

@@ -73,6 +73,7 @@ def fence(snap: Snapshot, lock: WriterLock) -> Snapshot:
 def _apply(
     snap: Snapshot, job: AppendJob, lock: WriterLock, reclaimer: Reclaimer | None
 ) -> Snapshot:
+    lock.check()  # a writer that lost its lock writes nothing
     held: list[tuple[Path, int]] = []
     with reclaimer.appending() if reclaimer is not None else contextlib.nullcontext():
         try:

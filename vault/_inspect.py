@@ -36,3 +36,12 @@ def disk_usage(location: LocationLike, leaf: str | None = None) -> int | None:
     location cannot tell cheaply."""
     where = parse_location(location)
     return where.disk_usage("" if leaf is None else leaf_key(leaf))
+
+
+def break_lock(location: LocationLike) -> bool:
+    """Break the writer lock of the vault at ``location`` whoever holds it (a lease on an
+    object store, whose holder died or hangs); whether there was one. A writer that still runs
+    can no longer commit (its next commit raises ``VaultLockedError``). On a local file system
+    there is nothing to break (the kernel releases a dead writer's ``flock``):
+    ``VaultLocationError``."""
+    return parse_location(location).break_lock()

@@ -87,12 +87,15 @@ class WriterLock(Protocol):
     exclusion cannot rest on the operating system (a lease on an object store: ``fences``
     true), it is conditional on what this holder last wrote or read, and raises
     ``VaultLockedError`` once the lock was lost; ``fence(key, rewrite)`` rewrites the record
-    on the version just read, so that every earlier holder's ``replace`` fails from then on.
+    on the version just read, so that every earlier holder's ``replace`` fails from then on;
+    ``check()`` raises ``VaultLockedError`` if the lock was lost (before an append writes).
     """
 
     fences: bool
 
     def release(self) -> None: ...
+
+    def check(self) -> None: ...
 
     def replace(self, key: str, value: bytes) -> None: ...
 
@@ -106,6 +109,9 @@ class OsExclusiveLock:
 
     fences = False
     location: Location
+
+    def check(self) -> None:
+        """Held until released: nothing to check."""
 
     def replace(self, key: str, value: bytes) -> None:
         self.location.kvstore().write(key, value).result()
@@ -217,6 +223,14 @@ class Location(abc.ABC):
     def lock_holder(self) -> LockHolder | None:
         """Who holds the writer lock now (None: nobody, or the location cannot tell)."""
         return None
+
+    def break_lock(self) -> bool:
+        """Remove the writer lock whoever holds it; whether there was one. Only where a lock
+        can outlive its holder (a lease)."""
+        raise VaultLocationError(
+            f"{self}: its writer lock is released when the writer's process ends, so there is "
+            "no lock to break; if a writer is still running, stop it"
+        )
 
     def reclaimer(self) -> Reclaimer | None:
         """Frees replaced files off the write path, where the location can (hard links)."""

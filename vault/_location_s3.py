@@ -410,6 +410,17 @@ class S3Lease:
                 "commit; nothing past its last commit is kept. Open the vault again to write."
             )
 
+    def check(self) -> None:
+        """Raise :class:`VaultLockedError` if the lease is no longer this writer's (broken,
+        taken over, run out): one GET, before an append writes any data."""
+        with self._guard:
+            self._check_held()
+            with self.location.failures("check the writer lock"):
+                current = self._kv.read(LEASE_KEY).result()
+            if current.state != "value" or bytes(current.stamp.generation) != self._generation:
+                self._lost = "its lease was broken or taken over by another writer"
+                self._check_held()
+
     # -- fenced replacement of records
     def replace(self, key: str, value: bytes) -> None:
         """Replace ``key`` only if nobody replaced it since this writer last did (or read it

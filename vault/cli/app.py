@@ -5,7 +5,7 @@ Exit codes, chosen by the type of the error (``vault.cli._common.exit_code_of``)
 * 0 ok;
 * 1 usage or other error, among them a vault written in a newer format
   (``VaultVersionError``: the message says to upgrade rlvault; the vault is not corrupt), a
-  location that is not supported (``VaultLocationError``, e.g. ``s3://`` today) and a failing
+  location that is not supported or cannot do what was asked (``VaultLocationError``) and a failing
   storage (``VaultStorageError``: a full disk, a file where a folder must be);
 * 2 not found / not a vault / not readable (``VaultNotFoundError``, among them a symbolic-link
   loop, and ``VaultAccessError``: no permission, a read-only file system);
@@ -28,7 +28,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from vault.cli import _check, _derive, _episodes, _export, _ls_info, _show
+from vault.cli import _check, _derive, _episodes, _export, _ls_info, _show, _unlock
 from vault.cli._common import (
     EXIT_INTERRUPTED,
     EXIT_OTHER,
@@ -162,6 +162,7 @@ for _name, _function in (
     ("subsample", _derive.subsample),
     ("combine", _derive.combine),
     ("export", _export.export),
+    ("unlock", _unlock.unlock),
 ):
     app.command(_name, cls=_Command)(_function)
 

@@ -1,0 +1,38 @@
+"""``vault unlock``: break the writer lease of a vault on an object store."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from vault.cli._common import EXIT_USAGE, PathArg, exit_with, say_error, stdout
+
+
+def unlock(
+    path: PathArg,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Break it without asking (for scripts).")
+    ] = False,
+) -> None:
+    """Break the writer lock (lease) of a vault on object storage whose writer died.
+
+    A lease whose holder stopped renewing it can also be taken over once it expires; this
+    frees it at once. A writer that is in fact still running loses the lock: its next
+    commit fails, and nothing it wrote after its last commit is kept. Local vaults need no
+    unlocking (a dead writer's lock goes with its process).
+    """
+    import vault
+
+    holder = vault.lock_holder(path)
+    who = "nobody holds it (or the lease expired)" if holder is None else f"held by {holder}"
+    if not yes:
+        console = stdout()
+        if not console.is_terminal:
+            say_error(f"`vault unlock`: {path}: {who}; pass --yes to break the lock")
+            exit_with(EXIT_USAGE)
+        if not typer.confirm(f"{path}: writer lock {who}. Break it?", default=False):
+            say_error("not unlocked")
+            exit_with(EXIT_USAGE)
+    had = vault.break_lock(path)
+    stdout().print(f"{path}: " + ("writer lock broken" if had else "no writer lock was held"))
