@@ -4,8 +4,9 @@ server's AWS environment variables set by the parent).
 * ``race ROOT N ME DIR``: for each of N pre-made vaults ``ROOT/i``, wait for the other racer
   (a file barrier in DIR), try to take the writer lock, wait again, then append one block
   tagged ``ME`` if it won; prints ``i won`` or ``i lost``.
-* ``writer LOC START N``: append blocks ``START..START+N-1`` (block k holds the value k),
-  printing ``committed k`` after each; then sleep (to be killed).
+* ``writer LOC START N [DIE]``: append blocks ``START..START+N-1`` (block k holds the value
+  k), printing ``committed k`` after each; then sleep (to be killed). With DIE, the process
+  SIGKILLs itself inside the commit replacement of block DIE.
 * ``reader LOC TARGET``: refresh until TARGET timesteps are committed, printing each new
   length seen (a consistent prefix is checked at every step).
 * ``derive-dies SRC DEST``: derive a slice of SRC into DEST and die (``os._exit``) at the
@@ -15,7 +16,9 @@ server's AWS environment variables set by the parent).
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -64,7 +67,21 @@ def race(root: str, n: int, me: str, folder: str) -> None:
         print(i, "won" if writer is not None else "lost", flush=True)
 
 
-def writer(location: str, start: int, n: int) -> None:
+def writer(location: str, start: int, n: int, die_in_commit: int = -1) -> None:
+    """Append blocks; with ``die_in_commit`` >= 0, SIGKILL this process while the commit
+    record of block ``die_in_commit`` is being replaced (a timer fires inside the PUT)."""
+    if die_in_commit >= 0:
+        seen = [start - 1]
+
+        def hook(point: str, info: dict[str, object], step: Callable[[], object]) -> object:
+            if point == "commit":
+                seen[0] += 1
+                if seen[0] == die_in_commit:
+                    delay = 0.0002 * (die_in_commit % 5)
+                    threading.Timer(delay, os.kill, (os.getpid(), signal.SIGKILL)).start()
+            return step()
+
+        vault.set_fault_hook(hook)
     v = Vault.open(location, "a")
     for k in range(start, start + n):
         v.append(block(k))
@@ -104,7 +121,7 @@ if __name__ == "__main__":
     if mode == "race":
         race(args[0], int(args[1]), args[2], args[3])
     elif mode == "writer":
-        writer(args[0], int(args[1]), int(args[2]))
+        writer(args[0], int(args[1]), int(args[2]), int(args[3]) if len(args) > 3 else -1)
     elif mode == "reader":
         reader(args[0], int(args[1]))
     elif mode == "derive-dies":

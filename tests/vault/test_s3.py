@@ -280,6 +280,16 @@ def test_sigkilled_writers_leave_the_last_commit_and_the_next_writer_continues(
         np.testing.assert_array_equal(v.read_numpy()["obs"], expected(blocks))
         report = vault.verify(loc)
         assert report.ok, report.problems
+    for trial in range(3):  # killed inside the commit replacement: before or after the PUT
+        proc = child("writer", loc, str(blocks), "50", str(blocks + 1 + trial))
+        proc.communicate(timeout=120)
+        assert proc.returncode == -signal.SIGKILL
+        vault.break_lock(loc)
+        v = Vault.open(loc)
+        assert v.committed_length // STEPS in (blocks + 1 + trial, blocks + 2 + trial)
+        blocks = v.committed_length // STEPS
+        np.testing.assert_array_equal(v.read_numpy()["obs"], expected(blocks))
+        assert vault.verify(loc).ok
     with Vault.open(loc, "a") as w:
         w.append(block(blocks))
     np.testing.assert_array_equal(Vault.open(loc).read_numpy()["obs"], expected(blocks + 1))
