@@ -261,8 +261,15 @@ def plan_write(
             f"on_overrun must be 'error' or 'save_surviving', got {on_overrun!r}"
         )
     source = tip.source_counter
+    seams = tip.seams
+    lost = 0
     if source is None or fresh:
         unsaved = view.stored
+        # a buffer written for the first time that has wrapped: what it overwrote before this
+        # write never reached the vault; recorded as a seam (as later overruns are)
+        lost = view.counter - view.stored
+        if lost > 0:
+            seams = _with_seam(seams, tip.length, lost)
     else:
         if view.counter < source:
             raise VaultStructureError(
@@ -271,8 +278,6 @@ def plan_write(
                 "Nothing was written. Pass new_buffer=True to append everything it holds."
             )
         unsaved = view.counter - source
-    seams = tip.seams
-    lost = 0
     if unsaved > view.stored:
         lost = unsaved - view.stored
         if on_overrun == "error":
@@ -285,7 +290,7 @@ def plan_write(
                 "new_buffer=True to append everything it holds.",
                 lost,
             )
-        seams = (*seams, Seam(tip.length, lost))
+        seams = _with_seam(seams, tip.length, lost)
         unsaved = view.stored
     if unsaved == 0 and view.counter == source:
         return None
@@ -302,6 +307,13 @@ def plan_write(
     return AppendJob(
         tip.length, tip.length + unsaved, tuple(parts), view.counter, seams, lost_before=lost > 0
     )
+
+
+def _with_seam(seams: tuple[Seam, ...], at: int, lost: int) -> tuple[Seam, ...]:
+    """``seams`` with ``lost`` timesteps lost at ``at`` (merged into a seam already there)."""
+    if seams and seams[-1].at == at:
+        return (*seams[:-1], Seam(at, seams[-1].lost + lost))
+    return (*seams, Seam(at, lost))
 
 
 def plan_append(

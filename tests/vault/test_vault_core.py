@@ -18,6 +18,7 @@ import pytest
 
 import buffers as fbx
 from vault import (
+    Seam,
     UnsavedDataLostError,
     Vault,
     VaultCorruptError,
@@ -99,6 +100,21 @@ def test_first_write_after_wraps_saves_what_the_buffer_holds(tmp_path: Path, rec
     vault = Vault.create(str(tmp_path / "v"), rec.state)
     assert vault.write(rec.state) == T
     np.testing.assert_array_equal(stored_steps(vault), rec.expected(2 * T + 3, 3 * T + 3))
+    # the 2T + 3 timesteps overwritten before the first write are a recorded seam, not silence
+    assert vault.seams == [Seam(0, 2 * T + 3)]
+    assert Vault.open(str(tmp_path / "v")).seams == [Seam(0, 2 * T + 3)]
+    rec.add(2)
+    assert vault.write(rec.state) == 2  # later writes continue exactly, no new seam
+    assert vault.seams == [Seam(0, 2 * T + 3)]
+
+
+def test_first_write_of_a_buffer_that_filled_exactly_records_no_seam(
+    tmp_path: Path, rec: Recorder
+) -> None:
+    rec.add(T)
+    vault = Vault.create(str(tmp_path / "v"), rec.state)
+    vault.write(rec.state)
+    assert vault.seams == []
 
 
 def test_overrun_is_a_typed_error_and_leaves_the_vault_unchanged(
