@@ -22,6 +22,7 @@ from vault._errors import (
     VaultMetadataError,
     VaultModeError,
     VaultNotFoundError,
+    VaultPinError,
     VaultReadError,
     VaultStorageError,
     VaultStructureError,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from vault._snapshot import Snapshot
     from vault._stats import LeafStats, episode_stats, leaf_stats, time_blocks
     from vault._stream import DatasetStream, StreamBatch
+    from vault._stream_state import resume_stream
     from vault._vault import Vault
     from vault._verify import Problem, VerifyReport, verify
     from vault._windows import WindowStream
@@ -48,6 +50,7 @@ _LAZY = {
     "EpisodeTable": "vault._episodes",
     "DatasetStream": "vault._stream",
     "StreamBatch": "vault._stream",
+    "resume_stream": "vault._stream_state",
     "WindowStream": "vault._windows",
     "combine": "vault._derive",
     "derive_episodes": "vault._derive",
@@ -107,6 +110,7 @@ __all__ = [
     "VaultMetadataError",
     "VaultModeError",
     "VaultNotFoundError",
+    "VaultPinError",
     "VaultReadError",
     "VaultStorageError",
     "VaultStructureError",
@@ -123,6 +127,7 @@ __all__ = [
     "leaf_stats",
     "lock_holder",
     "parse_location",
+    "resume_stream",
     "set_fault_hook",
     "storage_error",
     "time_blocks",

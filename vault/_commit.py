@@ -39,6 +39,7 @@ from vault._format import (
     read_commit_bytes,
 )
 from vault._location import WriterLock
+from vault._pins import history_key
 from vault._plan import AppendJob
 from vault._reclaim import Reclaimer
 from vault._snapshot import Snapshot
@@ -111,6 +112,9 @@ def _append(
         added = [
             (key, before, values) for key, values in zip((BOUNDS, RETURNS), entries, strict=False)
         ]
+    # the record this commit replaces, kept under its number for readers pinned to it
+    kv = snap.location.kvstore()
+    futures.append(kv.write(history_key(snap.commit.seq), snap.commit.to_bytes()))
     for future in futures:
         future.result()
     edges = None
@@ -127,6 +131,7 @@ def _append(
         episodes=episodes,
         edges=edges,
         fence=snap.commit.fence,
+        uid=uuid.uuid4().hex[:12],
     )
     run_point("commit", {"length": job.end}, lambda: lock.replace(COMMIT_KEY, commit.to_bytes()))
     return dataclasses.replace(snap, commit=commit, arrays=arrays, index=index)

@@ -12,6 +12,7 @@ import contextlib
 import datetime as _dt
 import json
 import math
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -288,7 +289,7 @@ def initial_commit(manifest: Manifest) -> CommitRecord:
     episodes = None
     if manifest.episodes is not None:
         episodes = EpisodeState(0, OpenEpisodes.fresh(manifest.rows))
-    return CommitRecord(committed_length=0, episodes=episodes)
+    return CommitRecord(committed_length=0, episodes=episodes, uid=uuid.uuid4().hex[:12])
 
 
 def materialise(location: Location, manifest: Manifest, publish: bool = True) -> CommitRecord:

@@ -87,3 +87,9 @@ class VaultStorageError(VaultError, OSError):
     def __init__(self, message: str, errno: int | None = None) -> None:
         super().__init__(message)
         self.errno = errno
+
+
+class VaultPinError(VaultNotFoundError):
+    """A pinned commit (a commit number, id or tag given as ``at=``) that the vault cannot
+    serve: it never existed, its record is gone, or the vault was rewritten since; the message
+    names the pin. Never answered with different data."""

@@ -43,6 +43,9 @@ BOUNDS = "episodes/bounds"
 RETURNS = "episodes/returns"
 LOCK_DIR = "lock"
 FENCE = "fence"  # commit record: the token of the writer that fenced it (object stores)
+UID = "uid"  # commit record: random per commit; "<seq>-<uid>" is the commit's id
+HISTORY = "history"  # history/<seq>: the record of every commit before the latest
+REFS = "refs"  # refs/<name>: tags, each naming a commit id (never moved)
 TRASH_DIR = "trash"
 TAGS = "tags"  # tags/<array key>: the stored crc32c of every complete chunk, by place
 DIGEST = "digest"  # a record's checksum of its own content
@@ -339,6 +342,7 @@ class CommitRecord:
     episodes: EpisodeState | None = None
     edges: dict[str, Edge] | None = None  # by array key; None: a format without them
     fence: str | None = None  # the token of the writer that fenced the record (object stores)
+    uid: str | None = None  # random per commit (None: written before commits had ids)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -353,6 +357,8 @@ class CommitRecord:
             doc["edges"] = {k: e.to_json() for k, e in sorted(self.edges.items())}
         if self.fence is not None:
             doc[FENCE] = self.fence
+        if self.uid is not None:
+            doc[UID] = self.uid
         doc[DIGEST] = digest(doc)
         return doc
 
@@ -383,6 +389,7 @@ class CommitRecord:
             if manifest.format_version < DIGESTS_SINCE
             else {k: Edge.from_json(e) for k, e in doc.get("edges", {}).items()},
             fence=doc.get(FENCE),
+            uid=doc.get(UID),
         )
 
 
@@ -456,8 +463,9 @@ def commit_problems(record: Any, manifest: Manifest) -> list[str]:
     counter = record.get("source_counter")
     if counter is not None and not is_int(counter, 0):
         out.append(f"source_counter must be null or an int >= 0, got {counter!r}")
-    if not isinstance(record.get(FENCE, ""), str):
-        out.append(f"{FENCE} must be a string, got {record.get(FENCE)!r}")
+    for key in (FENCE, UID):
+        if not isinstance(record.get(key, ""), str):
+            out.append(f"{key} must be a string, got {record.get(key)!r}")
     out += seam_problems(record.get(SEAMS_KEY, []))
     out += _edge_problems(record.get("edges", {}), manifest.rows)
     if manifest.episodes is not None:

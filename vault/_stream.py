@@ -79,11 +79,7 @@ class StreamBatch(NamedTuple):
     epoch: int
 
 
-# --------------------------------------------------------------------------------------------
-# as_dataset
-# --------------------------------------------------------------------------------------------
-
-
+# ------------------------------------------------------------------------------- as_dataset
 class _BlockGroup:
     """Blocks read side by side into one buffer per leaf ``[slots * block_rows, seg, ...]``:
     slot ``j`` holds rows ``[j * block_rows, ...)``; in each row, ``head`` timesteps before the
@@ -164,8 +160,10 @@ class _Plan:
         epochs: int | None,
         drop_remainder: bool,
         device_put: bool,
+        resume_at: tuple[int, int] = (0, 0),
     ) -> None:
         self.snap = snap
+        self.first_epoch, self.skip = resume_at  # a checkpointed position: (epoch, batches)
         self.batch, self.seq, self.head = batch, seq, seq - 1
         self.shuffle, self.seed, self.prefetch = shuffle, seed, prefetch
         self.stride, self.interleave = stride, interleave
@@ -273,7 +271,7 @@ class _Plan:
             groups.append([lane.popleft() for lane in lanes])
 
     def _groups(self) -> Iterator[tuple[int, int, list[int], bool]]:
-        epoch = 0
+        epoch = self.first_epoch
         while self.epochs is None or epoch < self.epochs:
             groups = self._schedule(epoch)
             for i, blocks in enumerate(groups):
@@ -474,6 +472,17 @@ class _Plan:
 
     # ------------------------------------------------------------------------- producer
     def batches(self) -> Generator[list[StreamBatch], None, None]:
+        """The batches a pack at a time (non-empty lists), less the ``skip`` first ones (a
+        resumed stream: cut again, never handed over)."""
+        skip = self.skip
+        for pack in self._produce():
+            if skip >= len(pack):
+                skip -= len(pack)
+                continue
+            yield pack[skip:]
+            skip = 0
+
+    def _produce(self) -> Generator[list[StreamBatch], None, None]:
         """The producer: yields the batches a pack at a time (non-empty lists)."""
         groups = self._groups()
         inflight: collections.deque[_BlockGroup] = collections.deque()
@@ -542,8 +551,11 @@ class DatasetStream(Stream[StreamBatch]):
     of the selected leaves), ``run_blocks``, ``interleave``, ``prefetch`` and ``length`` (the
     committed timesteps per row it streams)."""
 
-    def __init__(self, plan: _Plan) -> None:
+    def __init__(self, plan: _Plan, args: dict[str, Any] | None = None) -> None:
         super().__init__(plan.batches(), plan.queue_depth if plan.prefetch else 0, packed=True)
+        self._args = args or {}  # how it was made, for state()
+        self._where, self._commit = plan.snap.where, plan.snap.commit
+        self._position = plan.first_epoch, plan.skip  # of the next batch handed over
         self.block_timesteps = plan.block
         self.block_rows = plan.block_rows
         self.block_bytes = plan.block * plan.block_rows * plan.step_bytes
@@ -551,6 +563,18 @@ class DatasetStream(Stream[StreamBatch]):
         self.interleave = plan.interleave
         self.prefetch = plan.prefetch
         self.length = plan.length
+
+    def __next__(self) -> StreamBatch:
+        batch, (epoch, count) = super().__next__(), self._position
+        self._position = (batch.epoch, count + 1 if batch.epoch == epoch else 1)
+        return batch
+
+    def state(self) -> dict[str, Any]:
+        """The position as a small JSON-serialisable dict (vault, pinned commit, arguments,
+        epoch and batch): :func:`vault.resume_stream` goes on exactly there, in any process."""
+        from vault._stream_state import state_of
+
+        return state_of(self._where, self._commit, self._args, self._position)
 
 
 def as_dataset(
@@ -572,6 +596,7 @@ def as_dataset(
     epochs: int | None = 1,
     drop_remainder: bool = True,
     device_put: bool | None = None,
+    resume_at: tuple[int, int] = (0, 0),
 ) -> DatasetStream:
     """Batches of sequences streamed from disk, for vaults larger than memory.
 
@@ -604,15 +629,14 @@ def as_dataset(
             elsewhere (default: enough that re-reading the first block's head costs at most
             1/8 more decoding; 1 when ``sequence_length`` is 1).
         rows, leaves: as :meth:`Vault.read_numpy` (``leaves`` gives a dict ``{path: array}``).
+        resume_at: ``(epoch, batch)`` to start from (set by :func:`vault.resume_stream` from
+            :meth:`DatasetStream.state`; the batches before it are cut again, not yielded).
         device_put: ``True``: the leaves are JAX arrays, put on the default device by the
             background thread (on a GPU or TPU the transfer overlaps training). ``False``:
             numpy arrays, which JAX functions take as they are. ``None``
             (default): ``True`` when JAX's default backend is an accelerator, ``False`` on
-            CPU. On CPU a JAX array is host memory too, so moving a batch ahead buys no
-            overlap; creating it costs about 4 us per leaf in the background thread, where a
-            jitted step given numpy arguments copies them in C++ for much less (in
-            ``tools/bench_streaming.py``, batches of 256 small vectors stream about 1.4x
-            faster as numpy, 1.2-1.4x when each goes through a jitted step).
+            CPU, where a JAX array made ahead buys no overlap and costs about 4 us per leaf
+            (the README's streaming benchmark).
 
     Memory: about ``(1 + prefetch) * interleave`` blocks (``DatasetStream.block_bytes`` is
     one), TensorStore's buffers for the chunks being decoded, and 2 to 16 batches (about
@@ -623,6 +647,8 @@ def as_dataset(
     leaving the ``with`` block, or dropping it) stops its thread. Errors met while reading
     (for example :class:`VaultCorruptError`) are raised by ``next()``.
     """
+    args = dict(locals())
+    del args["snap"], args["resume_at"]
     batch = int_arg("sample_batch_size", sample_batch_size, 1)
     seq = int_arg("sequence_length", sequence_length, 1)
     if epochs is not None:
@@ -645,8 +671,9 @@ def as_dataset(
         epochs=epochs,
         drop_remainder=bool_arg("drop_remainder", drop_remainder),
         device_put=_on_device() if device_put is None else bool_arg("device_put", device_put),
+        resume_at=resume_at,
     )
-    return DatasetStream(plan)
+    return DatasetStream(plan, args)
 
 
 def _rebuilder(tree: Any, leaves: list[Any]) -> Callable[[list[Any]], Any] | None:

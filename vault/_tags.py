@@ -208,11 +208,13 @@ def check_chunks(
     keys = [grid.chunk(b, k) for b, k in todo]
     tails = snap.location.read_tails(keys)
     wrong = []
+    unit = "episodes" if grid.row_block is None else "timesteps"
     for (b, k), chunk, tail in zip(todo, keys, tails, strict=True):
+        span = f" ({unit} {k * grid.step}-{(k + 1) * grid.step - 1})"
         if tail is None:
-            wrong.append(f"{chunk} is missing")
+            wrong.append(f"{chunk}{span} is missing")
         elif len(tail) < 4 or int(np.frombuffer(tail, "<u4")[0]) != int(tags[b, k]):
-            wrong.append(f"{chunk} is not the chunk written there")
+            wrong.append(f"{chunk}{span} is not the chunk written there")
     if wrong:
         raise VaultCorruptError(
             f"{snap.where}: array {key}: "

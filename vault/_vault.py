@@ -8,22 +8,23 @@ writer (``vault/_writer.py``: planning, the commit protocol, background queue).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from vault import _read
-from vault._args import bool_arg, int_arg, kind, known_options
+from vault._args import int_arg, known_options
 from vault._compat import reference_target
 from vault._create import create_vault, plan_manifest
-from vault._episodes import EpisodeTable
 from vault._errors import VaultArgumentError, VaultModeError, VaultReadError
 from vault._format import Manifest, Seam
 from vault._location import LockHolder
 from vault._locations import LocationLike, parse_location
+from vault._pins import Pin, at_pin, commit_id, create_tag, fingerprint, list_tags
 from vault._plan import OnOverrun
 from vault._snapshot import Snapshot, load_snapshot
+from vault._vault_episodes import EpisodeMethods
 from vault._writer import Writer
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from vault._windows import WindowStream
 
 
-class Vault:
+class Vault(EpisodeMethods):
     """A dataset of timesteps ``[rows, time, ...]`` per leaf, appended from buffer states.
 
     Create with :meth:`Vault.create`, open with :meth:`Vault.open`; ``Vault(name, ...)``
@@ -79,6 +80,7 @@ class Vault:
         self._closed = False
         self._max_pending = 2
         self._adopt_buffers = False
+        self._pinned = False
 
     # ----------------------------------------------------------------------------- lifecycle
     @classmethod
@@ -138,12 +140,22 @@ class Vault:
         location: LocationLike,
         mode: Literal["r", "a"] = "r",
         *,
+        at: Pin | None = None,
         storage: dict[str, Any] | None = None,
     ) -> Vault:
         """Open an existing vault, read-only (``"r"``, no lock: any number of readers) or for
         appending (``"a"``: takes the writer lock, :class:`VaultLockedError` if held).
-        ``storage``: as in :meth:`create`."""
-        return cls._open(parse_location(location, storage), mode, lazy_lock=False)
+        ``at``: read the vault as it was at a commit (its number, its id such as
+        ``"12-3f9a0c1b2d4e"`` from :attr:`commit_id`, or a tag): every read, stream and table
+        sees exactly that commit's data, in any process, after any number of later appends
+        (``"r"`` only; :class:`VaultPinError` if the vault cannot serve it). ``storage``: as
+        in :meth:`create`."""
+        if at is not None and mode != "r":
+            raise VaultArgumentError(f"at= pins a commit for reading: use mode='r', not {mode!r}")
+        vault = cls._open(parse_location(location, storage), mode, lazy_lock=False)
+        if at is not None:
+            vault._snap, vault._pinned = at_pin(vault._snap, at), True
+        return vault
 
     @classmethod
     def _open(cls, location: LocationLike, mode: str, lazy_lock: bool) -> Vault:
@@ -177,7 +189,7 @@ class Vault:
         On a writer it first waits for its pending writes (its own commits are the truth)."""
         if self._writer is not None:
             self._writer.refresh()
-        else:
+        elif not self._pinned:  # a pinned vault stays at its commit
             self._snap = self._snap.refreshed()
         return self.committed_length
 
@@ -221,6 +233,26 @@ class Vault:
         return self.snapshot.length
 
     vault_index = committed_length
+
+    @property
+    def commit_id(self) -> str:
+        """The id of the commit this Vault reads (``"<number>-<uid>"``): pass it as
+        ``Vault.open(location, at=...)`` to read exactly this data later."""
+        return commit_id(self.snapshot.commit)
+
+    def fingerprint(self) -> str:
+        """The content fingerprint of the commit this Vault reads (from the chunks' stored
+        checksums: a byte-for-byte copy has the same one, any changed value another)."""
+        return fingerprint(self.snapshot)
+
+    def tag(self, name: str) -> str:
+        """Name the commit this Vault reads ``name`` (usable as ``at=``); a tag never moves
+        (:class:`VaultExistsError`). Needs no writer lock. Returns the commit id."""
+        return create_tag(self.snapshot, name)
+
+    def tags(self) -> dict[str, str]:
+        """Every tag of the vault: name -> commit id."""
+        return list_tags(self.snapshot)
 
     @property
     def rows(self) -> int:
@@ -269,55 +301,6 @@ class Vault:
         """Who holds this vault's writer lock now (None: nobody, or the location cannot
         tell)."""
         return self._snap.location.lock_holder()
-
-    # ----------------------------------------------------------------------------- episodes
-    @property
-    def has_episodes(self) -> bool:
-        """Whether this vault keeps an episode index (created with ``done_leaf``)."""
-        return self._snap.manifest.episodes is not None
-
-    @property
-    def episode_leaves(self) -> dict[str, str | None]:
-        """The leaves that delimit episodes: ``{"done", "truncated", "reward"}`` -> path."""
-        cfg = self._snap.manifest.episodes
-        if cfg is None:
-            return {"done": None, "truncated": None, "reward": None}
-        return cfg.as_dict()
-
-    def episodes(self, include_open: bool = False) -> EpisodeTable:
-        """The committed episode index (loaded from the index arrays, no scan of the data).
-
-        Complete episodes in the order they were committed (by write, then row, then time);
-        with ``include_open`` the unfinished last episode of every row is appended
-        (``complete`` false, its length and return so far).
-        """
-        return _read.episode_table(self.snapshot, bool_arg("include_open", include_open))
-
-    def read_episode(
-        self, episode: int | EpisodeTable, *, leaves: Sequence[str] | None = None
-    ) -> Any:
-        """One episode's timesteps: the vault's structure with leaves ``[length, ...]``.
-
-        ``episode`` is a position in :meth:`episodes` or a one-row :class:`EpisodeTable`.
-        """
-        snap = self.snapshot
-        one = _read.one_episode(snap, episode)
-        return _episode_data(snap, one, leaves)
-
-    def iter_episodes(
-        self, table: EpisodeTable | None = None, *, leaves: Sequence[str] | None = None
-    ) -> Iterator[Any]:
-        """Yield every episode of ``table`` (default: all complete ones) as ``read_episode``.
-        The arguments are checked at the call, not at the first ``next()``."""
-        snap = self.snapshot
-        if table is not None and not isinstance(table, EpisodeTable):
-            raise VaultArgumentError(
-                f"iter_episodes takes an EpisodeTable (from vault.episodes()), got {kind(table)}"
-            )
-        chosen = _read.episode_table(snap) if table is None else table
-        if leaves is not None:
-            _read.leaf_selection(snap, leaves)
-        return (_episode_data(snap, chosen[i], leaves) for i in range(len(chosen)))
 
     # ----------------------------------------------------------------------------- reading
     def read_numpy(
@@ -445,11 +428,3 @@ class Vault:
         """Wait until every write has been committed; raise a background error if one failed."""
         if self._writer is not None:
             self._writer.flush()
-
-
-def _episode_data(snap: Snapshot, one: EpisodeTable, leaves: Sequence[str] | None) -> Any:
-    import jax
-
-    row, start, length = int(one.row[0]), int(one.start[0]), int(one.length[0])
-    data = _read.read_numpy(snap, [row], start, start + length, leaves)
-    return jax.tree.map(lambda x: x[0], data)

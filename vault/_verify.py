@@ -15,7 +15,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tensorstore as ts
@@ -50,6 +50,10 @@ from vault._format import (
 )
 from vault._location import Location
 from vault._locations import parse_location
+from vault._pins import fingerprint_problem, snapshot_for_check
+
+if TYPE_CHECKING:
+    from vault._pins import Pin
 
 Progress = Callable[[int, int], None]
 """Called as ``progress(done, total)``; units: chunks, then blocks of the episode scan."""
@@ -601,11 +605,21 @@ def _index_expect(kind: str) -> dict[str, Any]:
     return {k: meta[k] for k in ("data_type", "chunk_grid", "codecs", "fill_value")}
 
 
-def verify(location_or_vault: Any, progress: Progress | None = None) -> VerifyReport:
+def verify(
+    location_or_vault: Any,
+    progress: Progress | None = None,
+    *,
+    at: Pin | None = None,
+    fingerprint: str | None = None,
+) -> VerifyReport:
     """Check the vault at a location (path or URL) or an open :class:`Vault`.
 
     Returns a :class:`VerifyReport` listing every problem with its place; raises
     :class:`VaultNotFoundError` when there is no vault there at all. Never modifies anything.
+    ``at``: check the data of that commit (its number, id or a tag; :class:`VaultPinError`
+    when the vault cannot serve it). ``fingerprint``: the data must have this content
+    fingerprint (from :meth:`Vault.fingerprint`); a difference is a problem, and the chunk
+    checks name the arrays and time ranges that differ from what was written.
     Memory stays bounded: chunks are decoded a batch at a time (``READ_BATCH_BYTES``) and the
     episode scan reads a block of time-chunks at a time (``SCAN_BLOCK_BYTES``).
     """
@@ -618,6 +632,14 @@ def verify(location_or_vault: Any, progress: Progress | None = None) -> VerifyRe
     record = checker.commit(manifest)
     if manifest is None:
         return checker.report
+    pinned = None
+    if (at is not None or fingerprint is not None) and record is not None:
+        pinned, trouble = snapshot_for_check(location, manifest, at)  # VaultPinError
+        if pinned is not None:
+            record = pinned.commit.to_json()
+            checker.report.committed_length = pinned.length
+        elif trouble is not None:
+            checker.problem(_COMMIT, trouble)
     cfg = manifest.episodes
     checker.groups(manifest.leaf_names, cfg is not None)
     rows = manifest.rows
@@ -663,4 +685,8 @@ def verify(location_or_vault: Any, progress: Progress | None = None) -> VerifyRe
     checker.places(manifest, record, opened)
     if scan is not None:
         scan.run()
+    if fingerprint is not None:
+        differs = fingerprint_problem(pinned, fingerprint)
+        if differs is not None:
+            checker.problem("fingerprint", differs)
     return checker.report
