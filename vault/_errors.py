@@ -87,3 +87,7 @@ class VaultStorageError(VaultError, OSError):
     def __init__(self, message: str, errno: int | None = None) -> None:
         super().__init__(message)
         self.errno = errno
+
+
+class VaultDependencyError(VaultError, ImportError):
+    """An optional dependency is not installed (the message names the extra to install)."""
