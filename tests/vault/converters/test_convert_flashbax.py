@@ -306,7 +306,7 @@ def test_the_importer_does_not_import_flashbax(
     code = (
         "import sys; from vault.converters import import_flashbax; "
         f"v = import_flashbax({str(sources['flat'][0])!r}, {str(tmp_path / 'o')!r}); "
-        "assert 'flashbax' not in sys.modules and 'jax' not in sys.modules, sorted(sys.modules); "
+        "bad = [m for m in sys.modules if m.startswith(('flashbax', 'orbax'))]; assert not bad, bad; "
         "print(v.committed_length)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
