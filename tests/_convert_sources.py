@@ -13,13 +13,16 @@ Values are a function of (row, timestep, leaf), so every leaf of every timestep 
 from __future__ import annotations
 
 import contextlib
+import gc
 import io
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
 
 
 def step_value(shape: tuple[int, ...], dtype: Any, rows: int, t: int, salt: int) -> np.ndarray:
@@ -158,44 +161,40 @@ def write_d4rl(
 TOY_ID = "RlvaultToy-v0"
 
 
+class Toy(gym.Env):  # type: ignore[misc]
+    """Dict (with a nested Tuple) observations, a Box action; episodes of 3-9 steps."""
+
+    observation_space = spaces.Dict(
+        {
+            "pos": spaces.Box(-10, 10, (3,), np.float32),
+            "pair": spaces.Tuple((spaces.Discrete(5), spaces.Box(0, 255, (4, 4), np.uint8))),
+        }
+    )
+    action_space = spaces.Box(-1, 1, (2,), np.float32)
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        self.limit = int(self.np_random.integers(3, 10))
+        return self._obs(), {}
+
+    def _obs(self) -> Any:
+        r = self.np_random
+        return {
+            "pos": r.uniform(-1, 1, 3).astype(np.float32) + self.t,
+            "pair": (int(r.integers(0, 5)), r.integers(0, 256, (4, 4)).astype(np.uint8)),
+        }
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        terminated = self.t == self.limit and self.limit % 2 == 0
+        truncated = self.t == self.limit and not terminated
+        return self._obs(), float(action.sum() + self.t), terminated, truncated, {}
+
+
 def _register_toy() -> None:
-    import gymnasium as gym
-    from gymnasium import spaces
-
-    class Toy(gym.Env):  # type: ignore[misc]
-        """Dict (with a nested Tuple) observations, a Box action; episodes of 3-9 steps."""
-
-        observation_space = spaces.Dict(
-            {
-                "pos": spaces.Box(-10, 10, (3,), np.float32),
-                "pair": spaces.Tuple(
-                    (spaces.Discrete(5), spaces.Box(0, 255, (4, 4), np.uint8))
-                ),
-            }
-        )
-        action_space = spaces.Box(-1, 1, (2,), np.float32)
-
-        def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
-            super().reset(seed=seed)
-            self.t = 0
-            self.limit = int(self.np_random.integers(3, 10))
-            return self._obs(), {}
-
-        def _obs(self) -> Any:
-            r = self.np_random
-            return {
-                "pos": r.uniform(-1, 1, 3).astype(np.float32) + self.t,
-                "pair": (int(r.integers(0, 5)), r.integers(0, 256, (4, 4)).astype(np.uint8)),
-            }
-
-        def step(self, action: Any) -> Any:
-            self.t += 1
-            terminated = self.t == self.limit and self.limit % 2 == 0
-            truncated = self.t == self.limit and not terminated
-            return self._obs(), float(action.sum() + self.t), terminated, truncated, {}
-
     if TOY_ID not in gym.registry:
-        gym.register(TOY_ID, entry_point=Toy)
+        gym.register(TOY_ID, entry_point=f"{__name__}:Toy")
 
 
 @contextlib.contextmanager
@@ -209,7 +208,6 @@ def write_minari(dataset_id: str, data_format: str, *, env_id: str, steps: int, 
     """Record ``steps`` steps of ``env_id`` (random actions) with Minari's DataCollector into
     dataset ``dataset_id`` (under ``MINARI_DATASETS_PATH``); returns ``minari.load_dataset``
     of it."""
-    import gymnasium as gym
     import minari
     from minari import DataCollector
 
@@ -224,4 +222,6 @@ def write_minari(dataset_id: str, data_format: str, *, env_id: str, steps: int, 
                 env.reset()
         env.create_dataset(dataset_id, algorithm_name="random", description="test")
         env.close()
+        del env  # its temporary directories are finalised (with a ResourceWarning) here
+        gc.collect()
         return minari.load_dataset(dataset_id)
