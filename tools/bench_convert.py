@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import itertools
 import json
 import os
 import shutil
@@ -85,7 +86,9 @@ def make_d4rl(path: Path, steps: int) -> Path:
 
     rng = np.random.default_rng(1)
     with h5py.File(path, "w") as f:
-        obs = f.create_dataset("observations", (steps, WIDTH), np.float32, chunks=(min(4096, steps), WIDTH))
+        obs = f.create_dataset(
+            "observations", (steps, WIDTH), np.float32, chunks=(min(4096, steps), WIDTH)
+        )
         act = f.create_dataset("actions", (steps, 2), np.float32, chunks=(min(65536, steps), 2))
         rew = f.create_dataset("rewards", (steps,), np.float32, chunks=(min(65536, steps),))
         term = f.create_dataset("terminals", (steps,), bool, chunks=(min(65536, steps),))
@@ -101,11 +104,10 @@ def make_d4rl(path: Path, steps: int) -> Path:
 
 
 def make_minari(root: Path, steps: int) -> Path:
+    import minari
     from gymnasium import spaces
     from minari.data_collector.episode_buffer import EpisodeBuffer
     from minari.dataset.minari_storage import MinariStorage
-
-    import minari
 
     data = root / "bench-v0" / "data"
     data.parent.mkdir(parents=True)
@@ -166,8 +168,8 @@ def read_vault(dest: Path) -> int:
 
     v = Vault.open(dest)
     total = 0
-    edges = list(range(0, v.committed_length, 65536)) + [v.committed_length]
-    for a, b in zip(edges, edges[1:], strict=False):  # in blocks: memory stays bounded
+    edges = [*list(range(0, v.committed_length, 65536)), v.committed_length]
+    for a, b in itertools.pairwise(edges):  # in blocks: memory stays bounded
         data = v.read_numpy(start=a, stop=b, leaves=v.leaf_names)
         total += sum(x.nbytes for x in data.values())
     return total
@@ -190,9 +192,11 @@ def run(gb: float, workdir: Path, formats: list[str]) -> list[dict[str, Any]]:
         )
         dest = where / "vault"
         t_import, vault = _timed(lambda src=src, dest=dest, fmt=fmt: import_dataset(fmt, src, dest))
-        raw = sum(
-            vault.manifest.leaf(n).step_bytes for n in vault.leaf_names
-        ) * vault.rows * vault.committed_length
+        raw = (
+            sum(vault.manifest.leaf(n).step_bytes for n in vault.leaf_names)
+            * vault.rows
+            * vault.committed_length
+        )
         read_source(fmt, src)  # warm the page cache
         t_src, src_bytes = _timed(lambda fmt=fmt, src=src: read_source(fmt, src))
         read_vault(dest)

@@ -26,7 +26,9 @@ def test_import_flashbax_with_episode_leaves(cli: Cli, tmp_path: Path) -> None:
     )
     doc = cli.json("import", "flashbax", src, "--out", tmp_path / "v", "--done", "done",
                    "--reward", "reward")  # fmt: skip
-    assert doc["committed"] == 25 and doc["rows"] == 2 and doc["episodes"] > 0
+    assert doc["committed"] == 25
+    assert doc["rows"] == 2
+    assert doc["episodes"] > 0
     vault = Vault.open(tmp_path / "v")
     np.testing.assert_array_equal(vault.read_numpy()["obs"], data["obs"])
     assert vault.episode_leaves["done"] == "done"
@@ -44,14 +46,17 @@ def test_import_flashbax_with_episode_leaves(cli: Cli, tmp_path: Path) -> None:
 def test_import_d4rl_and_usage_errors(cli: Cli, tmp_path: Path) -> None:
     write_d4rl(tmp_path / "d.hdf5", [4, 6, 3])
     out = cli("import", "d4rl", tmp_path / "d.hdf5", "--out", tmp_path / "v")
-    assert "1 rows x 13 timesteps" in out.stdout and "2 episodes" in out.stdout
+    assert "1 rows x 13 timesteps" in out.stdout
+    assert "2 episodes" in out.stdout
     line = one_error_line(cli("import", "csv", "x", "--out", tmp_path / "z", code=1))
     assert "FORMAT must be one of flashbax, minari, d4rl, got 'csv'" in line
     line = one_error_line(
         cli("import", "d4rl", tmp_path / "d.hdf5", "--out", tmp_path / "z", "--done", "x", code=1)
     )
     assert "--done/--truncated/--reward are for flashbax vaults" in line
-    line = one_error_line(cli("import", "d4rl", tmp_path / "no.hdf5", "--out", tmp_path / "z", code=2))
+    line = one_error_line(
+        cli("import", "d4rl", tmp_path / "no.hdf5", "--out", tmp_path / "z", code=2)
+    )
     assert "no such file" in line
 
 

@@ -307,7 +307,7 @@ def export_minari(
                 progress(0, total)
             for episode in vault.iter_episodes(table):
                 batch.append(_episode_buffer(EpisodeBuffer, episode, fields))
-                size += len(np.asarray(_subtree(episode, fields["terminations"]))) * step
+                size += len(np.asarray(_subtree(episode, str(fields["terminations"])))) * step
                 if size >= block_bytes:
                     storage.update_episodes(batch)
                     done, batch, size = done + size, [], 0

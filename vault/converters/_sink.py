@@ -15,7 +15,7 @@ import contextlib
 import functools
 import importlib
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,7 +30,7 @@ _log = logging.getLogger(__name__)
 BLOCK_BYTES = 64 << 20
 MIN_BLOCK_BYTES = 1 << 16
 Progress = Callable[[int, int], None]  # (raw bytes imported, total raw bytes)
-Episodes = dict[str, str | None]
+Episodes = Mapping[str, str | None]
 
 
 def require(module: str, fmt: str, extra: str) -> Any:

@@ -23,7 +23,8 @@ def test_every_dataset_and_every_episode(tmp_path: Path, last_open: bool) -> Non
     data = write_d4rl(src, LENGTHS, last_open=last_open)
     vault = import_d4rl(src, tmp_path / "out", block_bytes=1 << 16)
     got = vault.read_numpy()
-    assert vault.rows == 1 and vault.committed_length == sum(LENGTHS)
+    assert vault.rows == 1
+    assert vault.committed_length == sum(LENGTHS)
     for key, value in data.items():
         node = got
         for part in key.split("/"):

@@ -8,6 +8,7 @@ leaf, as Flashbax's own ``Vault.read`` and as what was handed to it.
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -47,11 +48,11 @@ SOURCES: dict[str, dict[str, Any]] = {
     # og-marl's layout: per-agent dicts under each field, a global state in infos
     "marl": {
         "spec": {
-            "observations": {a: ((5,), F32) for a in AGENTS},
-            "actions": {a: ((), I32) for a in AGENTS},
-            "rewards": {a: ((), F32) for a in AGENTS},
-            "terminals": {a: ((), B) for a in AGENTS},
-            "truncations": {a: ((), B) for a in AGENTS},
+            "observations": dict.fromkeys(AGENTS, ((5,), F32)),
+            "actions": dict.fromkeys(AGENTS, ((), I32)),
+            "rewards": dict.fromkeys(AGENTS, ((), F32)),
+            "terminals": dict.fromkeys(AGENTS, ((), B)),
+            "truncations": dict.fromkeys(AGENTS, ((), B)),
             "infos": {"state": ((7,), F32)},
         },
         "rows": 2, "capacity": 64, "steps": 40, "write_every": 40,
@@ -122,7 +123,8 @@ def test_nested_structure_comes_back_as_nested_dicts(
     assert sorted(data["observations"]) == list(AGENTS)
     assert data["observations"]["agent_1"].shape == (2, 2, 5)
     nt = import_flashbax(sources["namedtuple"][0], tmp_path / "nt").read_numpy(stop=1)
-    assert sorted(nt) == ["extra", "obs"] and sorted(nt["extra"]) == ["a", "b"]
+    assert sorted(nt) == ["extra", "obs"]
+    assert sorted(nt["extra"]) == ["a", "b"]
 
 
 def _reference_episodes(done: np.ndarray, trunc: np.ndarray, reward: np.ndarray) -> list[tuple]:
@@ -132,7 +134,15 @@ def _reference_episodes(done: np.ndarray, trunc: np.ndarray, reward: np.ndarray)
         for t in range(done.shape[1]):
             if done[row, t] or trunc[row, t]:
                 ret = float(reward[row, start : t + 1].sum(dtype=np.float64))
-                out.append((row, start, t + 1 - start, round(ret, 4), bool(trunc[row, t] and not done[row, t])))
+                out.append(
+                    (
+                        row,
+                        start,
+                        t + 1 - start,
+                        round(ret, 4),
+                        bool(trunc[row, t] and not done[row, t]),
+                    )
+                )
                 start = t + 1
     return sorted(out)
 
@@ -171,8 +181,10 @@ def test_small_blocks_cut_chunks_and_give_the_same_data(
         path, tmp_path / "out", block_bytes=1 << 16, progress=lambda d, t: calls.append((d, t))
     )
     total = 600 * 2 * (8 * 8 * 3 + 4)
-    assert len(calls) >= 5 and calls[0] == (0, total) and calls[-1] == (total, total)
-    assert all(a[0] < b[0] for a, b in zip(calls, calls[1:], strict=False))
+    assert len(calls) >= 5
+    assert calls[0] == (0, total)
+    assert calls[-1] == (total, total)
+    assert all(a[0] < b[0] for a, b in itertools.pairwise(calls))
     np.testing.assert_array_equal(vault.read_numpy()["obs"], data["obs"])
 
 
@@ -240,7 +252,9 @@ def test_bad_metadata_is_named(sources: dict[str, tuple[Path, Any]], tmp_path: P
     with pytest.raises(VaultCorruptError, match=re.escape(f"{path}/metadata.json: not JSON")):
         import_flashbax(path, tmp_path / "out")
     (path / "metadata.json").write_text(json.dumps({"version": 1.2}))
-    with pytest.raises(VaultCorruptError, match="missing \\['structure_shape', 'structure_dtype'\\]"):
+    with pytest.raises(
+        VaultCorruptError, match="missing \\['structure_shape', 'structure_dtype'\\]"
+    ):
         import_flashbax(path, tmp_path / "out")
 
 
@@ -277,7 +291,9 @@ def test_metadata_that_disagrees_with_an_array_is_named(
     _edit_metadata(path, lambda d: d["structure_dtype"].update(obs="float64"))
     with pytest.raises(
         VaultCorruptError,
-        match=re.escape("leaf obs (array 'obs.'): expected [4, T, 3] float64 as metadata.json says, got"),
+        match=re.escape(
+            "leaf obs (array 'obs.'): expected [4, T, 3] float64 as metadata.json says, got"
+        ),
     ):
         import_flashbax(path, tmp_path / "out")
 
@@ -292,7 +308,9 @@ def test_list_elements_that_flashbax_stored_in_one_array_are_refused(
         doc["structure_dtype"]["pair"] = ["float32", "float32"]
 
     _edit_metadata(path, edit)
-    with pytest.raises(VaultCorruptError, match=re.escape("Flashbax stored both in the one array 'pair..'")):
+    with pytest.raises(
+        VaultCorruptError, match=re.escape("Flashbax stored both in the one array 'pair..'")
+    ):
         import_flashbax(path, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
@@ -306,7 +324,8 @@ def test_the_importer_does_not_import_flashbax(
     code = (
         "import sys; from vault.converters import import_flashbax; "
         f"v = import_flashbax({str(sources['flat'][0])!r}, {str(tmp_path / 'o')!r}); "
-        "bad = [m for m in sys.modules if m.startswith(('flashbax', 'orbax'))]; assert not bad, bad; "
+        "bad = [m for m in sys.modules if m.startswith(('flashbax', 'orbax'))]; "
+        "assert not bad, bad; "
         "print(v.committed_length)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)

@@ -92,4 +92,6 @@ def test_import_memory_is_bounded_by_a_block(tmp_path: Path, fmt: str) -> None:
     doc = json.loads(run.stdout.strip().splitlines()[-1])
     rows = 1 if fmt == "d4rl" else 4
     assert doc["length"] == n // rows
-    assert doc["growth"] < BUDGET, f"peak RSS grew {doc['growth'] / 2**20:.1f} MiB for {RAW >> 20} MiB"
+    assert doc["growth"] < BUDGET, (
+        f"peak RSS grew {doc['growth'] / 2**20:.1f} MiB for {RAW >> 20} MiB"
+    )

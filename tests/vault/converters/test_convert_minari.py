@@ -64,9 +64,11 @@ def test_round_trip_episode_by_episode(
     episodes = list(source.iterate_episodes())
     assert len(episodes) >= 8
     vault = import_minari(f"toy-{fmt}-v0", tmp_path / "v", block_bytes=1 << 16)
-    assert vault.rows == 1 and vault.committed_length == sum(len(e) for e in episodes)
+    assert vault.rows == 1
+    assert vault.committed_length == sum(len(e) for e in episodes)
     table = vault.episodes()
-    assert len(table) == len(episodes) and table.complete.all()
+    assert len(table) == len(episodes)
+    assert table.complete.all()
     for i, ep in enumerate(episodes):  # the vault, episode by episode
         got = vault.read_episode(i)
         _eq(got["observations"], _sl(ep.observations, slice(None, -1)), f"{i}/observations")
@@ -84,8 +86,11 @@ def test_round_trip_episode_by_episode(
     back = minari.load_dataset(f"back-{fmt}-v0")
     assert back.observation_space == source.observation_space
     assert back.action_space == source.action_space
-    assert back.total_episodes == len(episodes) and back.total_steps == source.total_steps
-    for i, (a, b) in enumerate(zip(source.iterate_episodes(), back.iterate_episodes(), strict=True)):
+    assert back.total_episodes == len(episodes)
+    assert back.total_steps == source.total_steps
+    for i, (a, b) in enumerate(
+        zip(source.iterate_episodes(), back.iterate_episodes(), strict=True)
+    ):
         for field in ("observations", "actions", "rewards", "terminations", "truncations"):
             _eq(getattr(b, field), getattr(a, field), f"episode {i}/{field}")
 
@@ -130,7 +135,8 @@ def test_a_recorded_vault_exports_with_inferred_spaces(minari_root: Path, tmp_pa
     ):
         np.testing.assert_array_equal(ep.observations, obs[row, start : start + length + 1])
         np.testing.assert_array_equal(ep.actions, data["act"][row, start : start + length])
-        assert ep.terminations[-1] and not ep.truncations.any()
+        assert ep.terminations[-1]
+        assert not ep.truncations.any()
 
 
 def test_export_errors(toy: dict[str, Any], minari_root: Path, tmp_path: Path) -> None:
