@@ -74,7 +74,7 @@ def derive_slice(
         lo, hi = _read.time_range(src, start, stop)
         target = _destination(dest, [src])
         with (
-            _building(target) as tmp,
+            building(target) as tmp,
             _new_vault(src, tmp, len(picked), codec, {"op": "slice", "start": lo}) as out,
         ):
             known = _starts_known(src, picked, lo)
@@ -106,7 +106,7 @@ def derive_episodes(
             raise VaultReadError("an episode lies beyond the committed data of the source")
         target = _destination(dest, [src])
         op = {"op": "episodes", "count": len(table)}
-        with _building(target) as tmp, _new_vault(src, tmp, 1, codec, op) as out:
+        with building(target) as tmp, _new_vault(src, tmp, 1, codec, op) as out:
             total, copied, i = table.transitions, 0, 0
             step = src.manifest.step_bytes * src.rows
             while i < len(table):
@@ -169,7 +169,7 @@ def combine(
         total = sum(s.length for s in srcs)
         target = _destination(dest, srcs)
         op = {"op": "combine", "count": len(srcs)}
-        with _building(target) as tmp, _new_vault(first, tmp, first.rows, codec, op) as out:
+        with building(target) as tmp, _new_vault(first, tmp, first.rows, codec, op) as out:
             copied = 0
             for src in srcs:
                 known = _starts_known(src, list(range(src.rows)), 0)
@@ -235,7 +235,7 @@ def _destination(dest: LocationLike, sources: Sequence[Snapshot]) -> Location:
 
 
 @contextlib.contextmanager
-def _building(target: Location) -> Iterator[Location]:
+def building(target: Location) -> Iterator[Location]:
     """``target.staging()``, where a storage failure while the new vault is built is an error
     naming ``target`` (the staged copy is removed: nothing is left there)."""
     staged: list[Location] = []

@@ -93,3 +93,7 @@ class VaultPinError(VaultNotFoundError):
     """A pinned commit (a commit number, id or tag given as ``at=``) that the vault cannot
     serve: it never existed, its record is gone, or the vault was rewritten since; the message
     names the pin. Never answered with different data."""
+
+
+class VaultDependencyError(VaultError, ImportError):
+    """An optional dependency is not installed (the message names the extra to install)."""

@@ -126,13 +126,7 @@ class Vault(EpisodeMethods):
             structure_or_state, rows=rows, codec=codec, level=level, chunk=chunk,
             metadata=metadata, episodes=episodes,
         )  # fmt: skip
-        return cls._of_writer(create_vault(where, manifest))  # refuses a non-empty location
-
-    @classmethod
-    def _of_writer(cls, writer: Writer) -> Vault:
-        vault = cls.__new__(cls)
-        vault._setup(writer.snapshot, "a", writer)
-        return vault
+        return vault_of_writer(create_vault(where, manifest))  # refuses a non-empty location
 
     @classmethod
     def open(
@@ -428,3 +422,11 @@ class Vault(EpisodeMethods):
         """Wait until every write has been committed; raise a background error if one failed."""
         if self._writer is not None:
             self._writer.flush()
+
+
+def vault_of_writer(writer: Writer) -> Vault:
+    """A :class:`Vault` (mode ``"a"``) over ``writer``, e.g. of a vault being built in staging
+    whose manifest is published at the end."""
+    vault = Vault.__new__(Vault)
+    vault._setup(writer.snapshot, "a", writer)
+    return vault

@@ -44,7 +44,7 @@ CHILD = textwrap.dedent(
         add_batch_size=ROWS, sample_sequence_length=1, period=1,
     )
     state = buf.init({"obs": jnp.zeros(3, jnp.float32), "done": jnp.zeros((), bool)})
-    if how == "ref":
+    if how.startswith("ref"):
         vault = Vault("demo", state, rel_dir=root, vault_uid="uid")
     else:
         vault = Vault.open(root + "/demo/uid", mode="a")
@@ -52,7 +52,7 @@ CHILD = textwrap.dedent(
     for t0 in range(0, steps, ADD):
         state = buf.add(state, batch(t0))
         try:
-            counts.append(vault.write(state, new_buffer=how == "open_new"))
+            counts.append(vault.write(state, new_buffer=how.endswith("_new")))
         except VaultStructureError as err:
             counts.append(str(err))
     vault.close()
@@ -98,12 +98,23 @@ def test_reference_constructor_appends_a_new_buffer_whole(
         np.testing.assert_array_equal(stored[:, t], want[:, t], err_msg=f"timestep {t}")
 
 
-def test_new_buffer_on_every_write_stores_each_timestep_once(tmp_path: Path) -> None:
-    assert _run(tmp_path, "ref", 1, 50) == [ADD] * 5
-    assert _run(tmp_path, "open_new", 2, 60) == [ADD] * 6
+@pytest.mark.parametrize(
+    ("how", "first", "second"),
+    [("open_new", 60, 40), ("open_new", 60, 60), ("open_new", 50, 60), ("ref_new", 60, 60)],
+    ids=["open-behind", "open-equal", "open-ahead", "reference-equal"],
+)
+def test_new_buffer_on_every_write_stores_each_timestep_once(
+    tmp_path: Path, how: str, first: int, second: int
+) -> None:
+    """The issue's fourth case: ``new_buffer=True`` passed on every write (with ``Vault.open``
+    or with the reference constructor) stores every timestep once, never duplicates."""
+    assert _run(tmp_path, "ref", 1, first) == [ADD] * (first // ADD)
+    assert _run(tmp_path, how, 2, second) == [ADD] * (second // ADD)
     stored = Vault.open(str(tmp_path / "demo" / "uid")).read_numpy()["obs"]
-    want = np.concatenate([_expected(1, 50), _expected(2, 60)], axis=1)
-    np.testing.assert_array_equal(stored, want)
+    want = np.concatenate([_expected(1, first), _expected(2, second)], axis=1)
+    assert stored.shape == want.shape
+    for t in range(want.shape[1]):  # step by step
+        np.testing.assert_array_equal(stored[:, t], want[:, t], err_msg=f"timestep {t}")
 
 
 @pytest.mark.parametrize("second", [40, 60, 70], ids=["behind", "equal", "ahead"])

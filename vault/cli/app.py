@@ -28,7 +28,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from vault.cli import _check, _derive, _episodes, _export, _ls_info, _show, _unlock
+from vault.cli import _check, _convert, _derive, _episodes, _ls_info, _show, _unlock
 from vault.cli._common import (
     EXIT_INTERRUPTED,
     EXIT_OTHER,
@@ -161,7 +161,8 @@ for _name, _function in (
     ("slice", _derive.slice_),
     ("subsample", _derive.subsample),
     ("combine", _derive.combine),
-    ("export", _export.export),
+    ("export", _convert.export),  # npz / npy (cli/_export.py) and minari
+    ("import", _convert.import_),
     ("unlock", _unlock.unlock),
 ):
     app.command(_name, cls=_Command)(_function)

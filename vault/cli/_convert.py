@@ -1,0 +1,132 @@
+"""``vault import FORMAT SRC --out DEST`` and ``vault export SRC --format minari --out ID``.
+
+Both call the converters of :mod:`vault.converters` (their optional dependencies are imported
+only when the command runs); a progress bar in bytes of raw data is shown on a terminal. The
+destination is built under a hidden name and renamed at the end: an interrupted command
+(Ctrl-C, exit 130) leaves nothing. ``vault export`` keeps its numpy formats (``npz``, ``npy``:
+``vault.cli._export``) and adds ``minari``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from vault.cli import _export
+from vault.cli._common import JsonOpt, PathArg, emit_json, fail, local_path, progress_bar, stdout
+
+FORMATS = ("flashbax", "minari", "d4rl")
+
+
+def import_(
+    fmt: Annotated[
+        str, typer.Argument(metavar="FORMAT", help="flashbax, minari or d4rl.", show_default=False)
+    ],
+    source: Annotated[
+        str,
+        typer.Argument(
+            metavar="SRC",
+            help="flashbax: the vault directory <rel_dir>/<name>/<uid>; minari: a dataset id "
+            "or dataset directory; d4rl: an HDF5 file.",
+            show_default=False,
+        ),
+    ],
+    out: Annotated[
+        str, typer.Option("--out", "-o", help="The new vault, a path or URL (must not exist).")
+    ],
+    done: Annotated[
+        str | None, typer.Option(help="flashbax: done leaf path (turns on the episode index).")
+    ] = None,
+    truncated: Annotated[str | None, typer.Option(help="flashbax: truncation leaf path.")] = None,
+    reward: Annotated[str | None, typer.Option(help="flashbax: reward leaf path.")] = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Import a Flashbax/og-marl vault, a Minari dataset or a D4RL-style HDF5 file as a vault."""
+    from vault import converters
+
+    if fmt not in FORMATS:
+        fail(f"FORMAT must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    roles = {"done": done, "truncated": truncated, "reward": reward}
+    if fmt != "flashbax" and any(roles.values()):
+        fail(
+            f"--done/--truncated/--reward are for flashbax vaults; a {fmt} import names its "
+            "episode leaves itself"
+        )
+    folder = local_path(out)
+    if folder is not None and folder.exists():
+        fail(f"{out} already exists; choose a new destination (nothing is ever overwritten)")
+    options: dict[str, Any] = roles if fmt == "flashbax" else {}
+    with progress_bar(f"importing {fmt}", bytes_unit=True) as progress:
+        made = converters.import_dataset(fmt, source, out, progress=progress, **options)
+    episodes = len(made.episodes()) if made.has_episodes else None
+    doc = {
+        "path": made.location,
+        "format": fmt,
+        "source": source,
+        "rows": made.rows,
+        "committed": made.committed_length,
+        "leaves": made.leaf_names,
+        "episodes": episodes,
+    }
+    if json_out:
+        emit_json(doc)
+        return
+    eps = "" if episodes is None else f", {episodes} episodes"
+    stdout().print(
+        f"wrote {made.location}: {made.rows} rows x {made.committed_length} timesteps, "
+        f"{len(made.leaf_names)} leaves{eps} (from {fmt} {source})",
+        highlight=False,
+    )
+
+
+def export(
+    path: PathArg,
+    out: Annotated[
+        str,
+        typer.Option(
+            "--out", "-o", help="npz file / npy folder, or the Minari dataset id (minari)."
+        ),
+    ],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="npz, npy or minari.")] = "npz",
+    leaf: Annotated[
+        list[str] | None,
+        typer.Option("--leaf", "-l", help="Leaf path (repeatable); default: every leaf."),
+    ] = None,
+    rows: Annotated[
+        str | None, typer.Option("--rows", "-r", help="Rows: '0,2' or '0:4'; default: all.")
+    ] = None,
+    time: Annotated[
+        str | None, typer.Option("--time", "-t", help="Time range 'a:b' (negative: from the end).")
+    ] = None,
+    compress: Annotated[bool, typer.Option(help="Deflate the npz members.")] = False,
+    minari_root: Annotated[
+        Path | None,
+        typer.Option(help="minari: datasets directory (default: MINARI_DATASETS_PATH)."),
+    ] = None,
+    data_format: Annotated[str, typer.Option(help="minari: hdf5 or arrow.")] = "hdf5",
+    json_out: JsonOpt = False,
+) -> None:
+    """Export a selection of a vault to numpy files, or its episodes as a Minari dataset."""
+    if fmt != "minari":
+        if minari_root is not None or data_format != "hdf5":
+            fail("--minari-root and --data-format are for --format minari")
+        _export.export(path, Path(out), fmt, leaf, rows, time, compress, json_out)
+        return
+    if leaf or rows is not None or time is not None or compress:
+        fail(
+            "--format minari exports every complete episode: --leaf/--rows/--time/--compress "
+            "do not apply"
+        )
+    from vault.converters import export_dataset
+
+    with progress_bar("exporting minari", bytes_unit=True) as progress:
+        made = export_dataset(
+            "minari", path, out, root=minari_root, data_format=data_format, progress=progress
+        )
+    doc = {"path": path, "format": "minari", "dataset_id": out, "out": str(made)}
+    if json_out:
+        emit_json(doc)
+    else:
+        stdout().print(f"wrote Minari dataset {out} at {made} ({data_format})", highlight=False)

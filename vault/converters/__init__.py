@@ -1,0 +1,90 @@
+"""Converters between vaults and other offline-RL formats, one module per format.
+
+Nothing heavy is imported here: a converter's module (and its optional dependency: ``h5py``
+for D4RL files, ``minari`` for Minari datasets) loads on first use of its function.
+
+* :func:`import_flashbax` - a Flashbax (or og-marl) vault directory -> vault (no flashbax
+  needed: its files are read through TensorStore);
+* :func:`import_minari` / :func:`export_minari` - Minari datasets (HDF5 or Arrow) <-> vault;
+* :func:`import_d4rl` - a D4RL-style HDF5 file -> vault.
+
+Every importer streams (memory about two blocks of ``block_bytes``, whatever the dataset's
+size), writes the destination through :class:`vault.Vault` at any kind of location, and
+leaves nothing there when it fails or is interrupted. :func:`import_dataset` and
+:func:`export_dataset` pick the converter by format name (:data:`IMPORT_FORMATS`,
+:data:`EXPORT_FORMATS`), as the ``vault import`` / ``vault export`` commands do.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from vault._errors import VaultArgumentError
+
+if TYPE_CHECKING:
+    from vault.converters._d4rl import import_d4rl
+    from vault.converters._flashbax import import_flashbax
+    from vault.converters._minari import datasets_root, export_minari, import_minari
+
+IMPORTERS = {
+    "flashbax": ("vault.converters._flashbax", "import_flashbax"),
+    "minari": ("vault.converters._minari", "import_minari"),
+    "d4rl": ("vault.converters._d4rl", "import_d4rl"),
+}
+EXPORTERS = {
+    "minari": ("vault.converters._minari", "export_minari"),
+}
+IMPORT_FORMATS = tuple(IMPORTERS)
+EXPORT_FORMATS = tuple(EXPORTERS)
+_LAZY = {name: module for module, name in [*IMPORTERS.values(), *EXPORTERS.values()]}
+_LAZY["datasets_root"] = "vault.converters._minari"
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "IMPORT_FORMATS",
+    "converter",
+    "datasets_root",
+    "export_dataset",
+    "export_minari",
+    "import_d4rl",
+    "import_dataset",
+    "import_flashbax",
+    "import_minari",
+]
+
+
+def converter(fmt: str, direction: str = "import") -> Any:
+    """The function converting ``fmt`` in ``direction`` (``"import"`` or ``"export"``);
+    :class:`~vault.VaultArgumentError` for an unknown format. (A missing optional dependency
+    is :class:`~vault.VaultDependencyError` when the function is called.)"""
+    table = IMPORTERS if direction == "import" else EXPORTERS
+    if fmt not in table:
+        raise VaultArgumentError(
+            f"unknown {direction} format {fmt!r}; expected one of {', '.join(table)}"
+        )
+    module, name = table[fmt]
+    return getattr(importlib.import_module(module), name)
+
+
+def import_dataset(fmt: str, source: Any, dest: Any, **options: Any) -> Any:
+    """``import_<fmt>(source, dest, **options)``."""
+    return converter(fmt, "import")(source, dest, **options)
+
+
+def export_dataset(fmt: str, source: Any, dest: Any, **options: Any) -> Any:
+    """``export_<fmt>(source, dest, **options)``."""
+    return converter(fmt, "export")(source, dest, **options)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'vault.converters' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,0 +1,450 @@
+"""Minari datasets <-> vault (needs ``minari`` with its HDF5 or Arrow backend:
+``pip install "rlvault[minari]"``).
+
+**The T+1 observation convention.** A Minari episode of ``T`` steps holds ``T + 1``
+observations (the one after the last action included) and ``T`` actions, rewards,
+terminations and truncations. A vault stores timesteps, so an imported episode is ``T``
+timesteps, each with ``observations`` (before the action) and ``next_observations`` (after
+it: ``next_observations[t] == observations[t + 1]``, and the last one is the episode's final
+observation), ``actions``, ``rewards``, ``terminations`` and ``truncations``. Dict and Tuple
+spaces become nested leaves (``observations/<key>``, ``observations/0``). Nothing is lost; the
+price is that observations are stored twice. Exporting does the reverse: the ``T + 1``
+observations of an episode are its ``observations`` followed by its last ``next_observations``.
+
+**Import.** Every episode, in order, is appended to one row; the episode index uses
+``terminations`` as the done leaf, ``truncations`` as the truncated leaf and ``rewards`` as
+the reward leaf, so the vault's episodes are the dataset's. An episode that ends with neither
+flag set (Minari's ``DataCollector`` never writes one, but other writers may) is marked
+truncated at its last step, as the ``DataCollector`` does (and logged). The vault's metadata
+records, under ``imported_from``, the dataset's id, its spaces (Minari's serialisation, which
+an export uses again) and its metadata. Episode ``infos``, seeds and options are not
+imported.
+
+**Export.** The complete episodes of a vault with an episode index become a Minari dataset
+(``minari.load_dataset(dataset_id)`` opens it) in Minari's datasets directory
+(``MINARI_DATASETS_PATH``, else ``~/.minari/datasets``) or under ``root``, built under a hidden
+name and renamed into place. Spaces are the ones recorded by an import, else given, else
+inferred (``Box`` of each leaf's shape and dtype, unbounded for floats; ``Dict``/``Tuple`` for
+nested leaves). Images are stored raw (Minari's lossy JPEG encoding is off).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vault._errors import (
+    VaultArgumentError,
+    VaultCorruptError,
+    VaultExistsError,
+    VaultNotFoundError,
+    VaultReadError,
+    VaultStructureError,
+)
+from vault._locations import LocationLike
+from vault._vault import Vault
+from vault.converters._sink import BLOCK_BYTES, Progress, check_common, new_vault, pump, require
+
+_log = logging.getLogger(__name__)
+
+DATA_DIR = "data"
+FORMATS = ("hdf5", "arrow")
+FIELDS = ("observations", "next_observations", "actions", "rewards", "terminations", "truncations")
+
+
+# -------------------------------------------------------------------------------- import
+def import_minari(
+    source: str | os.PathLike[str],
+    dest: LocationLike,
+    *,
+    codec: str | None = "auto",
+    block_bytes: int = BLOCK_BYTES,
+    progress: Progress | None = None,
+) -> Vault:
+    """A new vault at ``dest`` holding the Minari dataset ``source``: a dataset id
+    (``"cartpole/random-v0"``, looked up in Minari's datasets directory) or the path of a
+    dataset's directory (the one holding ``data/``). Episodes are read a few at a time (about
+    ``block_bytes``); returns the vault opened read-only. Nothing is left at ``dest`` if the
+    import fails or is interrupted."""
+    block_bytes = check_common(block_bytes, progress)
+    require("minari", "minari", "minari")
+    from minari.dataset.minari_storage import MinariStorage
+    from minari.serialization import serialize_space
+
+    data_path = _data_path(source)
+    try:
+        storage = MinariStorage.read(data_path)
+    except (ValueError, KeyError, AssertionError) as err:
+        raise VaultCorruptError(
+            f"{data_path}: not a Minari dataset Minari can read ({err})"
+        ) from None
+    count = int(storage.total_episodes)
+    if count == 0:
+        raise VaultReadError(f"{data_path}: the Minari dataset has no episodes; nothing to import")
+    first = _timesteps(next(iter(storage.get_episodes([0]))), data_path, 0)[0]
+    example = _map(lambda x: np.zeros(x.shape[2:], x.dtype), first)
+    step = sum(math.prod(x.shape[2:]) * x.dtype.itemsize for x in _leaves(first))
+    lengths = [int(m.get("total_steps", 0)) for m in storage.get_episode_metadata(range(count))]
+    groups = _groups(lengths, step, block_bytes)
+    marked = [0]
+
+    def read(episodes: list[int]) -> Any:
+        parts = []
+        for i, episode in zip(episodes, storage.get_episodes(episodes), strict=True):
+            tree, forced = _timesteps(episode, data_path, i)
+            _check_like(tree, first, data_path, i)
+            marked[0] += forced
+            parts.append(tree)
+        return _map(lambda *xs: np.concatenate(xs, axis=1), *parts)
+
+    raw = storage.metadata
+    metadata = {
+        "imported_from": {
+            "format": "minari",
+            "source": str(data_path.parent),
+            "dataset_id": raw.get("dataset_id"),
+            "data_format": raw.get("data_format"),
+            "episodes": count,
+            "observation_space": serialize_space(storage.observation_space),
+            "action_space": serialize_space(storage.action_space),
+            "metadata": _plain(
+                {k: v for k, v in raw.items() if k not in ("observation_space", "action_space")}
+            ),
+        }
+    }
+    roles = {"done": "terminations", "truncated": "truncations", "reward": "rewards"}
+    reads = [_bind(read, g) for g in groups]
+    sizes = [sum(lengths[i] for i in g) * step for g in groups]
+    with new_vault(dest, example, rows=1, codec=codec, metadata=metadata, episodes=roles) as out:
+        pump(out, reads, sizes, progress)
+    if marked[0]:
+        _log.info("%s: %d episodes had no end flag; marked truncated", data_path, marked[0])
+    return Vault.open(dest)
+
+
+def _bind(read: Callable[[list[int]], Any], group: list[int]) -> Callable[[], Any]:
+    return lambda: read(group)
+
+
+def _data_path(source: str | os.PathLike[str]) -> Path:
+    text = os.fspath(source)
+    path = Path(text).expanduser()
+    if path.is_dir():
+        data = path / DATA_DIR if (path / DATA_DIR).is_dir() else path
+    else:
+        data = datasets_root() / text / DATA_DIR
+    if not (data / "metadata.json").is_file():
+        raise VaultNotFoundError(
+            f"{text}: expected a Minari dataset (a dataset id under {datasets_root()}, or a "
+            f"dataset directory holding {DATA_DIR}/metadata.json), got "
+            + ("a directory without one" if path.is_dir() else "neither")
+        )
+    return data.absolute()
+
+
+def datasets_root() -> Path:
+    """Minari's datasets directory: ``MINARI_DATASETS_PATH``, else ``~/.minari/datasets``."""
+    env = os.environ.get("MINARI_DATASETS_PATH")
+    return Path(env) if env else Path.home() / ".minari" / "datasets"
+
+
+def _timesteps(episode: dict[str, Any], where: Path, index: int) -> tuple[dict[str, Any], int]:
+    """One episode as vault timesteps ``[1, T, ...]`` (see the module docstring), and 1 when
+    its last step had to be marked truncated."""
+    obs = episode["observations"]
+    steps = len(np.asarray(episode["rewards"]))
+    problems = [
+        f"episode {index}: observations/{name}: expected {steps + 1} observations (one more "
+        f"than its {steps} steps), got {len(x)}"
+        for name, x in _named(obs)
+        if len(x) != steps + 1
+    ]
+    problems += [
+        f"episode {index}: actions/{name}: expected {steps} actions, got {len(x)}"
+        for name, x in _named(episode["actions"])
+        if len(x) != steps
+    ]
+    if problems:
+        raise VaultStructureError(f"{where}: an episode that cannot be imported", problems)
+    terminations = np.asarray(episode["terminations"]).astype(bool).copy()
+    truncations = np.asarray(episode["truncations"]).astype(bool).copy()
+    forced = 0
+    if steps and not (terminations[-1] or truncations[-1]):
+        truncations[-1], forced = True, 1
+    tree = {
+        "observations": _map(lambda x: np.asarray(x)[:-1], obs),
+        "next_observations": _map(lambda x: np.asarray(x)[1:], obs),
+        "actions": _map(np.asarray, episode["actions"]),
+        "rewards": np.asarray(episode["rewards"]),
+        "terminations": terminations,
+        "truncations": truncations,
+    }
+    return _map(lambda x: x[None], tree), forced
+
+
+def _check_like(tree: Any, first: Any, where: Path, index: int) -> None:
+    problems = [
+        f"episode {index}: {name}: expected [T, {', '.join(map(str, a.shape[2:]))}] {a.dtype} "
+        f"(as episode 0), got {list(b.shape[1:])} {b.dtype}"
+        for (name, a), (_, b) in zip(_named(first), _named(tree), strict=True)
+        if a.shape[2:] != b.shape[2:] or a.dtype != b.dtype
+    ]
+    if problems:
+        raise VaultStructureError(f"{where}: episodes of different shapes", problems)
+
+
+def _groups(lengths: list[int], step: int, block_bytes: int) -> list[list[int]]:
+    """Consecutive episodes in groups of about ``block_bytes`` (at least one each)."""
+    groups: list[list[int]] = []
+    size = 0
+    for i, n in enumerate(lengths):
+        if not groups or size + n * step > block_bytes:
+            groups.append([])
+            size = 0
+        groups[-1].append(i)
+        size += n * step
+    return groups
+
+
+# -------------------------------------------------------------------------------- export
+def export_minari(
+    source: LocationLike | Vault,
+    dataset_id: str,
+    *,
+    root: str | os.PathLike[str] | None = None,
+    data_format: str = "hdf5",
+    observations: str = "observations",
+    next_observations: str = "next_observations",
+    actions: str = "actions",
+    rewards: str | None = None,
+    terminations: str | None = None,
+    truncations: str | None = None,
+    observation_space: Any = None,
+    action_space: Any = None,
+    block_bytes: int = BLOCK_BYTES,
+    progress: Progress | None = None,
+) -> Path:
+    """Write the complete episodes of ``source`` (a vault with an episode index) as the Minari
+    dataset ``dataset_id`` under ``root`` (default: Minari's datasets directory); returns the
+    dataset's directory. ``data_format``: ``"hdf5"`` or ``"arrow"``.
+
+    The leaf paths (or subtrees, for Dict/Tuple spaces) of each Minari field default to the
+    names an import gives them; ``rewards``, ``terminations`` and ``truncations`` default to
+    the vault's episode leaves (no truncated leaf: all false). The dataset appears whole or
+    not at all."""
+    block_bytes = check_common(block_bytes, progress)
+    if data_format not in FORMATS:
+        raise VaultArgumentError(f"data_format must be one of {list(FORMATS)}, got {data_format!r}")
+    minari = require("minari", "minari", "minari")
+    from minari.data_collector.episode_buffer import EpisodeBuffer
+    from minari.dataset.minari_dataset import parse_dataset_id
+    from minari.dataset.minari_storage import MinariStorage
+
+    try:
+        namespace = parse_dataset_id(dataset_id)[0]
+    except (ValueError, TypeError) as err:
+        raise VaultArgumentError(f"dataset_id: {err}") from None
+    with _opened(source) as vault:
+        if not vault.has_episodes:
+            raise VaultReadError(
+                f"{vault.location} has no episode index: a Minari dataset is made of episodes "
+                "(create the vault with done_leaf=..., or import with --done)"
+            )
+        roles = vault.episode_leaves
+        fields = {
+            "observations": observations,
+            "next_observations": next_observations,
+            "actions": actions,
+            "rewards": rewards or roles["reward"] or "rewards",
+            "terminations": terminations or roles["done"],
+            "truncations": truncations or roles["truncated"],
+        }
+        example = vault.read_numpy(start=0, stop=0)
+        missing = [
+            f"{field}: no leaf or subtree {path!r} in the vault; leaves: {vault.leaf_names}"
+            for field, path in fields.items()
+            if path is not None and _subtree(example, path) is None
+        ]
+        if missing:
+            raise VaultStructureError(f"{vault.location}: cannot export as Minari", missing)
+        obs_space = observation_space or _recorded(vault, "observation_space")
+        act_space = action_space or _recorded(vault, "action_space")
+        obs_space = obs_space or _space_of(_subtree(example, observations))
+        act_space = act_space or _space_of(_subtree(example, actions))
+        target = Path(root).expanduser() if root is not None else datasets_root()
+        target = target.absolute() / dataset_id
+        if target.exists():
+            raise VaultExistsError(f"{target} already exists; choose a new dataset id")
+        table = vault.episodes()
+        step = vault.manifest.step_bytes
+        with _staged(target) as tmp:
+            storage = MinariStorage.new(
+                tmp / DATA_DIR,
+                observation_space=obs_space,
+                action_space=act_space,
+                data_format=data_format,
+                jpeg_encoding=False,
+            )
+            storage.update_metadata(
+                {
+                    "dataset_id": dataset_id,
+                    "minari_version": minari.__version__,
+                    "description": f"exported by rlvault from {vault.location}",
+                }
+            )
+            total = int(table.length.sum()) * step
+            done, batch, size = 0, [], 0
+            if progress:
+                progress(0, total)
+            for episode in vault.iter_episodes(table):
+                batch.append(_episode_buffer(EpisodeBuffer, episode, fields))
+                size += len(np.asarray(_subtree(episode, str(fields["terminations"])))) * step
+                if size >= block_bytes:
+                    storage.update_episodes(batch)
+                    done, batch, size = done + size, [], 0
+                    if progress:
+                        progress(done, total)
+            if batch:
+                storage.update_episodes(batch)
+            if progress:
+                progress(total, total)
+        if namespace is not None and root is None:
+            _namespace(namespace)
+    return target
+
+
+def _episode_buffer(cls: Any, episode: Any, fields: dict[str, str | None]) -> Any:
+    def part(name: str) -> Any:
+        path = fields[name]
+        return None if path is None else _subtree(episode, path)
+
+    obs, nxt = part("observations"), part("next_observations")
+    rewards = np.asarray(part("rewards"))
+    length = len(rewards)
+    trunc = part("truncations")
+    return cls(
+        observations=_map(lambda o, n: np.concatenate([o, n[-1:]]), obs, nxt),
+        actions=part("actions"),
+        rewards=rewards,
+        terminations=np.asarray(part("terminations")).astype(bool),
+        truncations=np.zeros(length, bool) if trunc is None else np.asarray(trunc).astype(bool),
+    )
+
+
+@contextlib.contextmanager
+def _opened(source: LocationLike | Vault) -> Iterator[Vault]:
+    if isinstance(source, Vault):
+        yield source
+        return
+    vault = Vault.open(source)
+    try:
+        yield vault
+    finally:
+        vault.close()
+
+
+@contextlib.contextmanager
+def _staged(target: Path) -> Iterator[Path]:
+    """A hidden sibling of ``target`` renamed into place at the end, removed on any failure."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
+    tmp.mkdir()
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _namespace(namespace: str) -> None:
+    from minari.namespace import create_namespace, list_local_namespaces
+
+    if namespace not in list_local_namespaces():
+        create_namespace(namespace)
+
+
+def _recorded(vault: Vault, key: str) -> Any:
+    """A space recorded by :func:`import_minari` in the vault's metadata, or None."""
+    origin = vault.metadata.get("imported_from")
+    if not isinstance(origin, dict) or origin.get("format") != "minari" or key not in origin:
+        return None
+    from minari.serialization import deserialize_space
+
+    return deserialize_space(origin[key])
+
+
+def _space_of(tree: Any) -> Any:
+    from gymnasium import spaces
+
+    if isinstance(tree, dict):
+        return spaces.Dict({k: _space_of(v) for k, v in tree.items()})
+    if isinstance(tree, (tuple, list)):
+        return spaces.Tuple([_space_of(v) for v in tree])
+    dtype = np.dtype(tree.dtype)
+    shape = tuple(tree.shape[2:])
+    if dtype.kind == "f":
+        return spaces.Box(-np.inf, np.inf, shape, dtype)
+    if dtype.kind == "b":
+        return spaces.MultiBinary(list(shape) or 1)
+    info = np.iinfo(dtype)
+    return spaces.Box(info.min, info.max, shape, dtype)
+
+
+def _subtree(tree: Any, path: str) -> Any:
+    node = tree
+    for key in path.split("/"):
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+        elif isinstance(node, (tuple, list)) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return None
+    return node
+
+
+# ------------------------------------------------------------------------------- helpers
+def _map(fn: Callable[..., Any], *trees: Any) -> Any:
+    first = trees[0]
+    if isinstance(first, dict):
+        return {k: _map(fn, *(t[k] for t in trees)) for k in first}
+    if isinstance(first, (tuple, list)):
+        return tuple(_map(fn, *parts) for parts in zip(*trees, strict=True))
+    return fn(*trees)
+
+
+def _leaves(tree: Any) -> list[Any]:
+    return [x for _, x in _named(tree)]
+
+
+def _named(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(tree, dict):
+        return [p for k in tree for p in _named(tree[k], f"{prefix}{k}/")]
+    if isinstance(tree, (tuple, list)):
+        return [p for i, v in enumerate(tree) for p in _named(v, f"{prefix}{i}/")]
+    return [(prefix.rstrip("/") or "<leaf>", np.asarray(tree))]
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as strict JSON (sets as sorted lists, anything else unknown as a string)."""
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted(_plain(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, np.generic):
+        return _plain(value.item())
+    return str(value)

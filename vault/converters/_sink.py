@@ -1,0 +1,133 @@
+"""What every importer shares: a staged destination vault fed a block of timesteps at a time.
+
+The destination is made through the public :class:`~vault.Vault` API at the location's staging
+(``Location.staging``, the mechanism of the derive functions, :func:`vault._derive.building`):
+on a local file system it is built under a hidden temporary name and renamed into place at
+the end, so an import that fails or is interrupted (Ctrl-C) leaves nothing at the destination.
+
+Data moves in blocks of whole timesteps of about ``block_bytes`` (raw): one block is read while
+the previous one is appended, so memory stays at about two blocks whatever the dataset's size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from vault._args import callable_arg, int_arg
+from vault._create import create_vault, plan_manifest, publish_manifest
+from vault._derive import building
+from vault._errors import VaultDependencyError
+from vault._locations import LocationLike, parse_location
+from vault._vault import Vault, vault_of_writer
+
+_log = logging.getLogger(__name__)
+
+BLOCK_BYTES = 64 << 20
+MIN_BLOCK_BYTES = 1 << 16
+Progress = Callable[[int, int], None]  # (raw bytes imported, total raw bytes)
+Episodes = Mapping[str, str | None]
+
+
+def require(module: str, fmt: str, extra: str) -> Any:
+    """Import an optional dependency, or :class:`~vault.VaultDependencyError` naming the extra
+    that installs it."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        raise VaultDependencyError(
+            f"the {fmt} converter needs {err.name!r}, which is not installed: "
+            f'pip install "rlvault[{extra}]"'
+        ) from None
+
+
+def check_common(block_bytes: int, progress: Progress | None) -> int:
+    """The arguments every importer takes, checked before anything is read."""
+    callable_arg("progress", progress)
+    return int_arg("block_bytes", block_bytes, MIN_BLOCK_BYTES)
+
+
+@contextlib.contextmanager
+def new_vault(
+    dest: LocationLike,
+    example: Any,
+    *,
+    rows: int,
+    codec: str | None,
+    metadata: dict[str, Any],
+    episodes: Episodes,
+) -> Iterator[Vault]:
+    """A new vault shaped like ``example`` (one timestep) at the staging of ``dest``; it
+    appears at ``dest`` when the block ends without an error, else nothing is left there."""
+    target = parse_location(dest)
+    roles = {role: episodes.get(role) for role in ("done", "truncated", "reward")}
+    manifest = plan_manifest(
+        example, rows=rows, codec=codec, level=None, chunk=None, metadata=metadata, episodes=roles
+    )
+    with building(target) as tmp:
+        # the manifest goes last: where the build cannot be renamed into place (a bucket),
+        # an interrupted import is then never a vault
+        vault = vault_of_writer(create_vault(tmp, manifest, publish=False))
+        try:
+            yield vault
+        except BaseException:
+            with contextlib.suppress(Exception):
+                vault.close()
+            raise
+        vault.close()
+        publish_manifest(tmp, manifest)
+
+
+def pump(
+    vault: Vault,
+    reads: Sequence[Callable[[], Any]],
+    sizes: Sequence[int],
+    progress: Progress | None,
+) -> None:
+    """Append what every ``reads[i]()`` returns (a tree of ``[rows, n, ...]`` arrays, ``sizes[i]``
+    raw bytes), in order, reading the next block on a helper thread while this one is
+    appended; ``progress(bytes done, total)`` after every block."""
+    total = sum(sizes)
+    if progress:
+        progress(0, total)
+    if not reads:
+        return
+    done = 0
+    with ThreadPoolExecutor(1, thread_name_prefix="vault-import") as pool:
+        ahead = pool.submit(reads[0])
+        try:
+            for i, size in enumerate(sizes):
+                data = ahead.result()
+                if i + 1 < len(reads):
+                    ahead = pool.submit(reads[i + 1])
+                vault.append(data)
+                del data
+                done += size
+                if progress:
+                    progress(done, total)
+        except BaseException:
+            ahead.cancel()
+            raise
+    _log.debug("imported %d blocks (%d bytes) into %s", len(reads), total, vault.location)
+
+
+def time_blocks(
+    read: Callable[[int, int], Any], length: int, step_bytes: int, block_bytes: int
+) -> tuple[list[Callable[[], Any]], list[int]]:
+    """``pump``'s reads and sizes for ``read(t0, t1)`` over ``[0, length)`` in blocks of whole
+    timesteps of about ``block_bytes``."""
+    per = max(1, block_bytes // max(1, step_bytes))
+    edges = [(t0, min(length, t0 + per)) for t0 in range(0, length, per)]
+    return [functools.partial(read, a, b) for a, b in edges], [
+        (b - a) * step_bytes for a, b in edges
+    ]
+
+
+def listing(message: str, problems: list[str]) -> str:
+    """``message`` followed by one indented line per problem (every bad leaf is named)."""
+    return message + "".join(f"\n  - {p}" for p in problems)
