@@ -124,6 +124,7 @@ class Location(abc.ABC):
     """A vault root: a directory-like prefix of a kvstore."""
 
     capabilities: Capabilities
+    remote = False  # each request is a network round trip: independent ones go out together
 
     @property
     @abc.abstractmethod

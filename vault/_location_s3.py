@@ -200,6 +200,7 @@ class S3Location(Location):
         conditional_writes=True,
         persistent=True,
     )
+    remote = True
 
     def __init__(self, bucket: str, path: str, config: S3Config) -> None:
         if not bucket:

@@ -337,15 +337,53 @@ def fetch(snap: Snapshot, items: list[tuple[Any, str, int, int]]) -> list[np.nda
     return outs
 
 
+def fetch_checked(
+    snap: Snapshot, items: list[Any], names: Sequence[str], rows: Rows, lo: int, hi: int
+) -> list[np.ndarray]:
+    """:func:`fetch`, with the place checks of its complete chunks (nothing is returned
+    before they pass). Locally they run after the read: the chunk files are in the page cache
+    by then, so comparing their stored checksums costs no disk access. Where every request is
+    a network round trip (``Location.remote``) they run while the data is read."""
+    row_sel = row_selection(snap, rows)
+    if not snap.location.remote:
+        out = fetch(snap, items)
+        check_places(snap, names, row_sel, lo, hi, edge=False)
+        return out
+    checking = _Background(lambda: check_places(snap, names, row_sel, lo, hi, edge=False))
+    try:
+        out = fetch(snap, items)
+    finally:
+        checking.join()
+    return out
+
+
+class _Background(threading.Thread):
+    """``work`` on a thread; :meth:`join` waits and raises what it raised."""
+
+    def __init__(self, work: Any) -> None:
+        super().__init__(name="rlvault-checks", daemon=True)
+        self._work = work
+        self._error: BaseException | None = None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self._work()
+        except BaseException as err:  # raised in the caller by join()
+            self._error = err
+
+    def join(self, timeout: float | None = None) -> None:
+        super().join(timeout)
+        if self._error is not None:
+            raise self._error
+
+
 def read_numpy(snap: Snapshot, rows: Rows, lo: int, hi: int, leaves: Sequence[str] | None) -> Any:
     """``[rows, lo:hi]`` as numpy: the vault's structure, or ``{path: array}`` for ``leaves``."""
     wanted, selected = views(snap, rows, lo, hi, leaves, edge_later=True)
     check_read_size(selected, hi - lo, "this read", "read fewer rows or timesteps at a time")
     items = [(v, n, int(v.shape[1]), lo) for v, n in zip(selected, wanted, strict=True)]
-    out = fetch(snap, items)
-    # checked after the read: the chunk files are in the page cache by then, so comparing
-    # their stored checksums with the tags costs no disk access (nothing is returned before)
-    check_places(snap, wanted, row_selection(snap, rows), lo, hi, edge=False)
+    out = fetch_checked(snap, items, wanted, rows, lo, hi)
     check_edges(snap, wanted, out, lo, hi)
     if leaves is not None:
         return dict(zip(wanted, out, strict=True))
@@ -392,8 +430,7 @@ def read_state(
         (v[:, length - keep :].translate_to[0], n, cap, lo + length - keep)
         for v, n in zip(selected, wanted, strict=True)
     ]
-    fetched = fetch(snap, items)
-    check_places(snap, wanted, row_selection(snap, rows), hi - keep, hi, edge=False)
+    fetched = fetch_checked(snap, items, wanted, rows, hi - keep, hi)
     check_edges(snap, wanted, [a[:, :keep] for a in fetched], hi - keep, hi)
     if importing is not None:
         importing.join()
