@@ -28,7 +28,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from vault.cli import _check, _convert, _derive, _episodes, _ls_info, _show, _unlock
+from vault.cli import _check, _convert, _derive, _episodes, _ls_info, _show, _tag, _unlock
 from vault.cli._common import (
     EXIT_INTERRUPTED,
     EXIT_OTHER,
@@ -163,6 +163,7 @@ for _name, _function in (
     ("combine", _derive.combine),
     ("export", _convert.export),  # npz / npy (cli/_export.py) and minari
     ("import", _convert.import_),
+    ("tag", _tag.tag),
     ("unlock", _unlock.unlock),
 ):
     app.command(_name, cls=_Command)(_function)
