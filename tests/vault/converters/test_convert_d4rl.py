@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -85,3 +86,28 @@ def test_not_a_file(tmp_path: Path) -> None:
     with pytest.raises(VaultCorruptError, match="expected an HDF5 file"):
         import_d4rl(tmp_path / "junk.hdf5", tmp_path / "out")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["junk.hdf5"]
+
+
+def test_an_import_to_object_storage_and_an_interrupted_one(tmp_path: Path, s3_env: Any) -> None:
+    import uuid
+
+    import vault
+
+    src = tmp_path / "d.hdf5"
+    data = write_d4rl(src, LENGTHS)
+    dest = f"s3://{s3_env.bucket}/imports-{uuid.uuid4().hex[:8]}/d4rl"
+    out = import_d4rl(src, dest, block_bytes=1 << 16)
+    np.testing.assert_array_equal(out.read_numpy()["observations"][0], data["observations"])
+    assert vault.verify(dest).ok
+    # an import into S3 interrupted after data was written leaves no vault there
+    failed = dest + "-failed"
+
+    def boom(done: int, total: int) -> None:
+        if done > 0:  # after a block was appended, before the import completes
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        import_d4rl(src, failed, block_bytes=1 << 16, progress=boom)
+    assert [f.location for f in vault.find_vaults(dest.rsplit("/", 1)[0])] == [dest]
+    with pytest.raises(VaultNotFoundError):
+        vault.Vault.open(failed)
