@@ -256,7 +256,11 @@ def create_vault(location: Location, manifest: Manifest) -> Writer:
     """Create the vault of ``manifest`` at ``location`` and return its writer (holding the
     lock)."""
     if location.read(MANIFEST_KEY) is not None:
-        raise VaultExistsError(f"a Zarr node already exists at {location}")
+        raise VaultExistsError(
+            f"a Zarr node already exists at {location}: to add to a vault there, open it with "
+            "Vault.open(path, mode='a'); to start afresh, choose a new path or delete the old "
+            "one first"
+        )
     if not location.is_empty():
         raise VaultExistsError(
             f"{location} is not empty and holds no vault ({_contents(location)}): "

@@ -10,6 +10,7 @@ from vault.cli._common import (
     EXIT_CORRUPT,
     JsonOpt,
     PathArg,
+    check_vault_path,
     emit_json,
     exit_with,
     number,
@@ -30,6 +31,7 @@ def verify(path: PathArg, json_out: JsonOpt = False) -> None:
     """
     from vault import verify as run_verify
 
+    check_vault_path(path)
     with progress_bar("verifying chunks") as progress:
         report = run_verify(path, progress=progress)
     if json_out:

@@ -97,11 +97,18 @@ def plot(
         typer.Option("--reward", help="Reward leaf (default: the vault's, or 'reward')."),
     ] = None,
     max_rows: Annotated[
-        int, typer.Option("--max-rows", help="Rows drawn as their own line.", min=1)
-    ] = 8,
+        int,
+        typer.Option(
+            "--max-rows",
+            help="Up to this many rows, each row is its own line; more rows are drawn as a "
+            "heat map (rows x time) under their mean with a band.",
+            min=1,
+        ),
+    ] = 3,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """One figure: return histogram, episode-length histogram and reward over time per row."""
+    """One figure: return histogram, episode-length histogram and reward over time."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -109,7 +116,9 @@ def plot(
     from vault.cli import _plot
 
     if out.suffix.lower() != ".png":
-        fail(f"--out must name a .png file, got {out}")
+        fail(f"--out must name a .png file, got {out}; e.g. --out {out.with_suffix('.png')}")
+    if out.exists() and not force:
+        fail(f"{out} already exists; pass --force to overwrite it, or choose another --out")
     vault = open_vault(path)
     table = vault.episodes() if vault.has_episodes else None
     leaf = _plot.reward_leaf(vault, reward)
@@ -122,7 +131,8 @@ def plot(
         "width": size[0],
         "height": size[1],
         "reward_leaf": leaf,
-        "rows_drawn": min(max_rows, vault.rows) if leaf else 0,
+        "rows_drawn": vault.rows if leaf else 0,
+        "reward_panel": _plot.panel_kind(vault.rows, max_rows) if leaf else None,
     }
     if json_out:
         emit_json(doc)

@@ -38,9 +38,17 @@ def ls(
 
     folder = local_path(directory)
     if folder is not None and not folder.exists():
-        fail(f"{directory}: no such file or directory", EXIT_NOT_FOUND)
+        fail(
+            f"{directory}: no such file or directory; pass a folder that exists "
+            "(`vault ls` alone searches the current one)",
+            EXIT_NOT_FOUND,
+        )
     if folder is not None and not folder.is_dir():
-        fail(f"{directory}: not a directory", EXIT_NOT_FOUND)
+        fail(
+            f"{directory} is a file, not a folder; `vault ls` searches a folder "
+            "(pass the folder that holds your vaults)",
+            EXIT_NOT_FOUND,
+        )
     entries: list[dict[str, Any]] = []
     for found in find_vaults(directory):
         if found.problem is not None:
