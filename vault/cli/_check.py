@@ -35,7 +35,15 @@ def verify(path: PathArg, json_out: JsonOpt = False) -> None:
     with progress_bar("verifying chunks") as progress:
         report = run_verify(path, progress=progress)
     if json_out:
-        emit_json(report.to_dict())
+        doc = report.to_dict()
+        emit_json(
+            {
+                "path": doc.pop("location"),
+                "ok": doc.pop("ok"),
+                "committed": doc.pop("committed_length"),
+                **doc,
+            }
+        )
     else:
         _render_report(report)
     if not report.ok:
@@ -85,16 +93,24 @@ def stats(
     vault = open_vault(path)
     with progress_bar("computing statistics", bytes_unit=True) as progress:
         leaves = leaf_stats(vault, leaves=leaf, progress=progress)
-    episodes = None
-    if vault.has_episodes:
-        episodes = episode_stats(vault.episodes(include_open=True))
-    doc = {
+    doc: dict[str, Any] = {
         "path": vault.location,
-        "committed": vault.committed_length,
         "rows": vault.rows,
+        "committed": vault.committed_length,
         "leaves": [s.to_dict() for s in leaves],
-        "episodes": episodes,
+        "episodes": None,
+        "open_episodes": None,
+        "truncated_episodes": None,
+        "episode_return": None,
+        "episode_length": None,
     }
+    if vault.has_episodes:
+        counted = episode_stats(vault.episodes(include_open=True))
+        doc["episodes"] = counted["complete"]
+        doc["open_episodes"] = counted["open"]
+        doc["truncated_episodes"] = counted["truncated"]
+        doc["episode_return"] = counted["return"]
+        doc["episode_length"] = counted["length"]
     if json_out:
         emit_json(doc)
         return
@@ -124,18 +140,17 @@ def _render_stats(doc: dict[str, Any]) -> None:
             str(s["inf"]),
         )
     console.print(table)
-    episodes = doc["episodes"]
-    if episodes is None:
+    if doc["episodes"] is None:
         return
     console.print(
-        f"episodes: {episodes['complete']} complete ({episodes['truncated']} truncated), "
-        f"{episodes['open']} open"
+        f"episodes: {doc['episodes']} complete ({doc['truncated_episodes']} truncated), "
+        f"{doc['open_episodes']} open"
     )
     table = Table()
     for col in ("", "min", "max", "mean", "std"):
         table.add_column(col, justify="right" if col else "left")
     for key in ("return", "length"):
-        s = episodes[key]
+        s = doc[f"episode_{key}"]
         if s is None:
             table.add_row(key, "-", "-", "-", "-")
         else:

@@ -252,6 +252,13 @@ def local_path(location: str) -> Path | None:
     return Path(spec["path"]) if spec.get("driver") == "file" else None
 
 
+def natural_width(console: Console, renderable: Any) -> int:
+    """The width ``renderable`` takes when nothing has to wrap (however narrow the console)."""
+    from rich.measure import Measurement
+
+    return Measurement.get(console, console.options.update_width(1 << 16), renderable).maximum
+
+
 ProgressFn = Callable[[int, int], None]
 
 

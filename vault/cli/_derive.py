@@ -22,6 +22,7 @@ from vault.cli._common import (
     stdout,
 )
 from vault.cli._episodes import require_episodes
+from vault.cli._facts import episode_counts
 
 if TYPE_CHECKING:
     from vault import Vault
@@ -46,18 +47,17 @@ def _check_out(out: str) -> None:
 
 
 def _report(vault: Vault, json_out: bool, **extra: Any) -> None:
-    episodes = len(vault.episodes()) if vault.has_episodes else None
     doc = {
         "path": vault.location,
         "rows": vault.rows,
         "committed": vault.committed_length,
-        "episodes": episodes,
+        **episode_counts(vault),
         **extra,
     }
     if json_out:
         emit_json(doc)
         return
-    eps = "" if episodes is None else f", {episodes} episodes"
+    eps = "" if doc["episodes"] is None else f", {doc['episodes']} complete episodes"
     stdout().print(
         f"wrote {doc['path']}: {doc['rows']} rows x {doc['committed']} timesteps{eps}",
         highlight=False,
@@ -123,7 +123,7 @@ def subsample(
         fail(f"{src.location}: no complete episode passes the filters; nothing written")
     with progress_bar("copying episodes") as progress:
         made = lib.derive_episodes(src, out, table, progress=progress)
-    _report(made, json_out, source=src.location, selected=len(table))
+    _report(made, json_out, source=src.location, episodes_selected=len(table))
 
 
 def combine(

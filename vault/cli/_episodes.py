@@ -12,11 +12,13 @@ from vault.cli._common import (
     PathArg,
     emit_json,
     fail,
+    natural_width,
     number,
     open_vault,
     progress_bar,
     stdout,
 )
+from vault.cli._facts import episode_counts
 
 if TYPE_CHECKING:
     from vault import Vault
@@ -60,28 +62,42 @@ def episodes(
         table = table.sort(by=sort, descending=not ascending)
     shown = table if head == 0 else table[: min(head, total)]
     records = shown.to_records()
+    counts = episode_counts(vault)
     if json_out:
-        emit_json({"path": vault.location, "episodes": total, "records": records})
+        emit_json({"path": vault.location, **counts, "records": records})
         return
-    _render_table(vault.location, records, total)
+    _render_table(vault.location, records, total, counts)
 
 
-def _render_table(location: str, records: list[dict[str, Any]], total: int) -> None:
+# Columns of the episode table; the last ones only where the terminal has room for them.
+_COLUMNS: list[tuple[str, Any]] = [
+    ("row", lambda r: str(r["row"])),
+    ("start", lambda r: str(r["start"])),
+    ("length", lambda r: str(r["length"])),
+    ("return", lambda r: number(r["return"], 6)),
+    ("truncated", lambda r: "yes" if r["truncated"] else "no"),
+    ("complete", lambda r: "yes" if r["complete"] else "open"),
+    ("stop", lambda r: str(r["start"] + r["length"])),
+    ("start known", lambda r: "yes" if r["start_known"] else "no (after a seam)"),
+]
+
+
+def _render_table(
+    location: str, records: list[dict[str, Any]], total: int, counts: dict[str, Any]
+) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{location}: {total} episodes", title_justify="left")
-    for col in ("row", "start", "length", "return", "truncated", "complete"):
-        table.add_column(col, justify="right")
-    for r in records:
-        table.add_row(
-            str(r["row"]),
-            str(r["start"]),
-            str(r["length"]),
-            number(r["return"], 6),
-            "yes" if r["truncated"] else "no",
-            "yes" if r["complete"] else "open",
-        )
     console = stdout()
+    opened = "" if total == counts["episodes"] else f" and {total - counts['episodes']} open"
+    title = f"{location}: {counts['episodes']} complete episodes{opened}"
+    for n in range(len(_COLUMNS), 5, -1):  # the optional columns only where they fit
+        table = Table(title=title, title_justify="left")
+        for name, _ in _COLUMNS[:n]:
+            table.add_column(name, justify="right", no_wrap=True)
+        for r in records:
+            table.add_row(*(cell(r) for _, cell in _COLUMNS[:n]))
+        if natural_width(console, table) <= console.width:
+            break
     console.print(table)
     if len(records) < total:
         console.print(f"... {total - len(records)} more (--head 0 shows all)")
