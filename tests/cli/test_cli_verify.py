@@ -94,7 +94,7 @@ def test_sound_vault_json_and_text(cli: Cli, vault_dir: tuple[Path, dict[str, np
     assert doc["episodes_checked"] > 0
     assert doc["problems"] == []
     line = cli("verify", path).stdout.strip().splitlines()[-1]
-    assert line.startswith(f"sound: {path}: 42 committed timesteps")
+    assert line.startswith(f"sound: {path}: 42 timesteps; checked ")
 
 
 def test_warnings_do_not_fail_verify(cli: Cli, tmp_path: Path) -> None:

@@ -45,12 +45,14 @@ def verify(path: PathArg, json_out: JsonOpt = False) -> None:
             }
         )
     else:
-        _render_report(report)
+        _render_report(report, path)
     if not report.ok:
         exit_with(EXIT_CORRUPT)
 
 
-def _render_report(report: VerifyReport) -> None:
+def _render_report(report: VerifyReport, shown: str) -> None:
+    """The problems and warnings, then one verdict line naming the vault as the user typed
+    it (``shown``)."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -67,15 +69,15 @@ def _render_report(report: VerifyReport) -> None:
         for item in items:
             table.add_row(escape(item.place), escape(item.message))
         console.print(table)
-    checked = f"{report.chunks_checked} chunks checked"
+    checked = f"checked {report.chunks_checked} chunks"
     if report.episodes_checked is not None:
-        checked += f", {report.episodes_checked} episodes checked"
+        checked += f", {report.episodes_checked} episodes"
     length = report.committed_length
-    head = f"{escape(report.location)}: {'-' if length is None else length} committed timesteps"
+    head = f"{escape(shown)}: {'-' if length is None else length} timesteps"
     if report.ok:
-        console.print(f"[green]sound[/green]: {head}, {checked}")
+        console.print(f"[green]sound[/green]: {head}; {checked}")
     else:
-        console.print(f"[red]corrupt[/red]: {head}, {checked}, {len(report.problems)} problems")
+        console.print(f"[red]corrupt[/red]: {head}; {checked}; {len(report.problems)} problems")
 
 
 def stats(
@@ -114,15 +116,15 @@ def stats(
     if json_out:
         emit_json(doc)
         return
-    _render_stats(doc)
+    _render_stats(doc, path)
 
 
-def _render_stats(doc: dict[str, Any]) -> None:
+def _render_stats(doc: dict[str, Any], shown: str) -> None:
     from rich.table import Table
 
     console = stdout()
     table = Table(
-        title=f"{doc['path']}: {doc['rows']} rows x {doc['committed']} timesteps",
+        title=f"{shown}: {doc['rows']} rows x {doc['committed']} timesteps",
         title_justify="left",
     )
     for col in ("leaf", "dtype", "count", "min", "max", "mean", "std", "NaN", "Inf"):

@@ -66,7 +66,7 @@ def episodes(
     if json_out:
         emit_json({"path": vault.location, **counts, "records": records})
         return
-    _render_table(vault.location, records, total, counts)
+    _render_table(path, records, total, counts)
 
 
 # Columns of the episode table; the last ones only where the terminal has room for them.
