@@ -172,18 +172,24 @@ def test_show_json_values(cli: Cli, vault_dir: tuple[Path, dict[str, np.ndarray]
     [
         (
             ["--time", "5:2"],
-            "--time '5:2': the start (5) is after the stop (2); "
-            "put the smaller index first, e.g. --time 2:5",
+            (
+                "--time '5:2': the start (5) is after the stop (2); "
+                "put the smaller index first, e.g. --time 2:5"
+            ),
         ),
         (
             ["--time", "0:50"],
-            "--time '0:50' is outside the vault's 42 timesteps [0, 42); "
-            "pick a range inside it, e.g. --time 0:42",
+            (
+                "--time '0:50' is outside the vault's 42 timesteps [0, 42); "
+                "pick a range inside it, e.g. --time 0:42"
+            ),
         ),
         (
             ["--rows", "2:1"],
-            "--rows '2:1': the start (2) is after the stop (1); "
-            "put the smaller index first, e.g. --rows 1:2",
+            (
+                "--rows '2:1': the start (2) is after the stop (1); "
+                "put the smaller index first, e.g. --rows 1:2"
+            ),
         ),
         (["--time", "x"], "--time must look like"),
         (["--rows", "7"], "--rows '7': rows must be in [0, 3) (the vault has 3 rows); pick rows"),
