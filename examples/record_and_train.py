@@ -1,6 +1,6 @@
 """Record a JAX environment into a vault, then train offline from it by streaming.
 
-Run: ``python examples/record_and_train.py`` (about a minute on 2 CPU cores; it writes the
+Run: ``python examples/record_and_train.py`` (a minute or two on 2 CPU cores; it writes the
 vault ``runs/gridworld``, ``--out`` for another path, ``--overwrite`` to replace an earlier
 run's; ``--quick`` for a small run, used by the tests). It
 
