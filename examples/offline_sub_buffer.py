@@ -1,8 +1,8 @@
 """Load parts of a vault as buffers and sample from them offline.
 
-Run: ``python examples/offline_sub_buffer.py`` (``--quick``: a smaller vault; ``--out DIR``:
-where to put the vaults, default a temporary directory). It records a random walk into a vault,
-then
+Run: ``python examples/offline_sub_buffer.py`` (``--out DIR``: where to put the vaults
+``walks`` and ``best``, default a new temporary directory; existing ones are refused). It
+records a random walk into a vault, then
 
 1. reads a block of rows and time (``vault.read(rows=, start=, stop=)``) as a trajectory
    buffer state and samples sequences from it;
@@ -16,6 +16,7 @@ then
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from typing import Any
 
@@ -49,11 +50,15 @@ def random_walk(steps: int, key: jax.Array) -> dict[str, jax.Array]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a small, fast run")
     parser.add_argument("--out", help="directory for the vaults (default: a temporary one)")
     args = parser.parse_args(argv)
-    steps = 1024 if args.quick else 8192
+    steps = 1024
     root = args.out or tempfile.mkdtemp(prefix="rlvault-sub-")
+    for path in (f"{root}/walks", f"{root}/best"):
+        if os.path.lexists(path):
+            parser.error(
+                f"{path} already exists; pass another --out, or delete it first (rm -r {path})"
+            )
 
     data = jax.jit(random_walk, static_argnums=0)(steps, jax.random.key(0))
     one_step = jax.tree.map(lambda x: x[0, 0], data)

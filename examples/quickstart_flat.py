@@ -1,13 +1,14 @@
 """Flat buffer quickstart: add transitions one step at a time, sample (s, s') pairs, save them
 to a vault and sample again from what was read back.
 
-Run: ``python examples/quickstart_flat.py`` (``--quick``: fewer steps; ``--out DIR``: where to
-put the vault, default a temporary directory).
+Run: ``python examples/quickstart_flat.py`` (``--out PATH``: where to put the vault, default a
+new temporary directory; an existing PATH is refused).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from typing import Any
 
@@ -38,11 +39,14 @@ def consecutive(pairs: Any) -> bool:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a small, fast run")
     parser.add_argument("--out", help="vault location (default: a temporary directory)")
     args = parser.parse_args(argv)
-    steps = 96 if args.quick else 400
+    steps = 96
     path = args.out or tempfile.mkdtemp(prefix="rlvault-flat-") + "/vault"
+    if os.path.lexists(path):
+        parser.error(
+            f"{path} already exists; pass another --out, or delete it first (rm -r {path})"
+        )
 
     # 4 rows of 64 timesteps; `add` takes one timestep of every environment ([4, ...]).
     buffer = fbx.make_flat_buffer(

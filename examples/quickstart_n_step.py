@@ -1,9 +1,10 @@
 """n-step buffer quickstart: sample (s_t, s_{t+n}) transitions whose rewards are already the
 discounted n-step returns, cut at episode ends.
 
-Run: ``python examples/quickstart_n_step.py`` (``--quick``: fewer steps). Experience is
-collected by 4 environments inside a jitted ``lax.scan``; ``n_step_functional_map`` turns the
-rewards and discounts of every sampled window into the n-step return and bootstrap factor.
+Run: ``python examples/quickstart_n_step.py`` (no options; the tests run it as it is). Experience is
+collected by 4 environments inside a jitted ``lax.scan``, ``CHUNK`` steps at a time (an add of
+sequences must fit in the buffer's 128 steps per environment); ``n_step_functional_map`` turns
+the rewards and discounts of every sampled window into the n-step return and bootstrap factor.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import numpy as np
 import buffers as fbx
 
 ENVS, N_STEP, GAMMA, EPISODE = 4, 3, 0.9, 5
+CAPACITY = 128  # steps per environment the buffer holds
+CHUNK = 32  # steps per environment collected and added at a time (at most CAPACITY)
 
 
 def env_step(t: jax.Array) -> tuple[jax.Array, dict[str, jax.Array]]:
@@ -46,11 +49,11 @@ def expected_return(k: int) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a small, fast run")
-    steps = 64 if parser.parse_args(argv).quick else 1000
+    parser.parse_args(argv)  # no options; --help describes the example
+    steps = 256  # per environment: the buffer (128) wraps twice
 
     buffer = fbx.make_n_step_buffer(
-        max_length=ENVS * 128,
+        max_length=ENVS * CAPACITY,
         min_length=N_STEP + 1,
         sample_batch_size=64,
         add_sequences=True,  # add [envs, time, ...] chunks
@@ -63,14 +66,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
 
     @jax.jit
-    def collect(state: Any) -> Any:
-        _, steps_taken = jax.lax.scan(
-            lambda t, _: env_step(t), jnp.zeros(ENVS, jnp.int32), None, length=steps
-        )
-        return buffer.add(state, jax.tree.map(lambda x: x.swapaxes(0, 1), steps_taken))
+    def collect(state: Any, t: jax.Array) -> tuple[Any, jax.Array]:
+        """``CHUNK`` steps of every environment from step counters ``t``, added as one
+        ``[ENVS, CHUNK]`` sequence."""
+        t, steps_taken = jax.lax.scan(lambda t, _: env_step(t), t, None, length=CHUNK)
+        return buffer.add(state, jax.tree.map(lambda x: x.swapaxes(0, 1), steps_taken)), t
 
     _, example = env_step(jnp.int32(0))
-    state = collect(buffer.init(example))
+    state, t = buffer.init(example), jnp.zeros(ENVS, jnp.int32)
+    for _ in range(steps // CHUNK):
+        state, t = collect(state, t)
     batch = jax.jit(buffer.sample)(state, jax.random.key(0))
     first, second = batch.experience.first, batch.experience.second
 

@@ -1,7 +1,7 @@
 """Trajectory buffer quickstart: sample sequences for a recurrent or multi-step learner, and
 keep the whole history in a vault while the buffer only holds the latest steps.
 
-Run: ``python examples/quickstart_trajectory.py`` (``--quick``: fewer steps; ``--out DIR``:
+Run: ``python examples/quickstart_trajectory.py`` (``--out PATH``:
 where to put the vault, default a temporary directory). Four environments are stepped in a
 jitted ``lax.scan`` 32 steps at a time; after each chunk the new steps are appended to the
 vault with ``write(block=False)``.
@@ -10,6 +10,7 @@ vault with ``write(block=False)``.
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from typing import Any
 
@@ -37,11 +38,14 @@ def discounted_returns(rewards: jax.Array, dones: jax.Array) -> jax.Array:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a small, fast run")
     parser.add_argument("--out", help="vault location (default: a temporary directory)")
     args = parser.parse_args(argv)
-    chunks = 4 if args.quick else 32
+    chunks = 4
     path = args.out or tempfile.mkdtemp(prefix="rlvault-trajectory-") + "/vault"
+    if os.path.lexists(path):
+        parser.error(
+            f"{path} already exists; pass another --out, or delete it first (rm -r {path})"
+        )
 
     buffer = fbx.make_trajectory_buffer(
         add_batch_size=ENVS,

@@ -1,7 +1,8 @@
 """Record a JAX environment into a vault, then train offline from it by streaming.
 
-Run: ``python examples/record_and_train.py`` (under a minute on 2 CPU cores; ``--quick`` for
-a small run, used by the tests). It
+Run: ``python examples/record_and_train.py`` (a minute or two on 2 CPU cores; it writes the
+vault ``runs/gridworld``, ``--out`` for another path, ``--overwrite`` to replace an earlier
+run's; ``--quick`` for a small run, used by the tests). It
 
 1. steps 64 copies of a small pure-JAX gridworld in a jitted ``lax.scan``, acting with a
    scripted behaviour policy of mixed quality, adds the steps to a trajectory buffer and saves
@@ -10,8 +11,9 @@ a small run, used by the tests). It
    (``vault.as_dataset``): behaviour cloning on single steps, and CQL (a Q-network with a
    conservative penalty) on sequences of two steps, evaluating both in the jitted
    environment as they train;
-3. prints the episodes recorded, the size on disk, and the returns of the offline policies
-   against a random policy and the behaviour policy.
+3. prints the episodes recorded, the size on disk, the returns of the offline policies
+   against a random policy and the behaviour policy, and ``vault`` commands to look at the
+   data (written so that they run as printed).
 
 The gridworld: an agent and a goal on a 10 x 10 grid with a wall across most of it (a gap at
 one end); actions up, down, left, right; reward +1 on reaching the goal (the episode
@@ -25,10 +27,13 @@ to walk around the wall (the best policy's mean return is about 0.86).
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import functools
 import itertools
 import math
+import os
+import shlex
+import shutil
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -432,17 +437,52 @@ def train(path: str, cfg: Settings, seed: int) -> dict[str, Any]:
     }
 
 
+DEFAULT_OUT = "runs/gridworld"
+
+
+def _make_room(parser: argparse.ArgumentParser, path: str, overwrite: bool) -> None:
+    """Refuse an existing ``path`` (saying what to do), or with ``overwrite`` remove the vault
+    there; anything at ``path`` that is not a vault is never removed."""
+    if not os.path.lexists(path):
+        return
+    if not overwrite:
+        parser.error(
+            f"{path} already exists (an earlier run?): pass --overwrite to replace it, "
+            f"or --out to write another vault"
+        )
+    try:
+        Vault.open(path).close()
+    except Exception as err:  # not a vault: leave it alone
+        parser.error(f"{path} exists and is not a vault ({err}); move it away or pass --out")
+    shutil.rmtree(path)
+
+
+def vault_command() -> str:
+    """How to run the ``vault`` command from here, as the hints print it: ``vault`` when the
+    one on PATH is this environment's (an activated venv), else the path of this
+    environment's script (``.venv/bin/vault``), which runs without activating anything."""
+    script = os.path.join(os.path.dirname(sys.executable), "vault")
+    found = shutil.which("vault")
+    if found is not None and os.path.realpath(found) == os.path.realpath(script):
+        return "vault"
+    if not os.path.exists(script):
+        return "vault"
+    relative = os.path.relpath(script)
+    return shlex.quote(script if relative.startswith("..") else relative)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a small, fast run (for tests)")
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"the vault (default: {DEFAULT_OUT})")
     parser.add_argument(
-        "--out", help="where to create the vault (default: vaults/gridworld-<time>)"
+        "--overwrite", action="store_true", help="replace the vault at --out if there is one"
     )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else DEFAULT
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = args.out or f"vaults/gridworld-{stamp}"
+    path = args.out
+    _make_room(parser, path, args.overwrite)
 
     t0 = time.perf_counter()
     recorded = record(path, cfg, args.seed)
@@ -474,10 +514,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     print(f"  behaviour cloning        {result['bc_return']:+.3f}")
     print(f"  CQL (offline)            {result['cql_return']:+.3f}")
+    command, where = vault_command(), shlex.quote(path)
     print("look at the data:")
-    print(f"  vault info {path}")
-    print(f"  vault plot {path} --out {path}.png   # needs: pip install 'rlvault[plot]'")
-    print(f"  vault verify {path}")
+    print(f"  {command} info {where}")
+    print(f"  {command} plot {where} --out {shlex.quote(path + '.png')}")
+    print(f"  {command} verify {where}")
     result.update(
         path=path,
         timesteps=recorded["timesteps"],

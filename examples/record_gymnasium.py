@@ -1,7 +1,7 @@
 """Record a vectorised Gymnasium environment (no JAX in the loop) into a vault.
 
-Run: ``python examples/record_gymnasium.py`` (needs ``pip install gymnasium``; ``--quick``:
-fewer steps; ``--out DIR``: where to put the vault, default a temporary directory).
+Run: ``python examples/record_gymnasium.py`` (needs ``pip install gymnasium``; ``--out PATH``:
+where to put the vault, default a new temporary directory; an existing PATH is refused).
 
 Four CartPole environments are stepped by a ``SyncVectorEnv`` with a balancing rule and
 10 % to 70 % random actions (one level per environment).
@@ -15,6 +15,7 @@ with a finished episode is already the next episode's first, so every recorded s
 from __future__ import annotations
 
 import argparse
+import os
 import tempfile
 from typing import Any
 
@@ -39,11 +40,14 @@ def policy(obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a small, fast run")
     parser.add_argument("--out", help="vault location (default: a temporary directory)")
     args = parser.parse_args(argv)
-    chunks = 6 if args.quick else 40
+    chunks = 6
     path = args.out or tempfile.mkdtemp(prefix="rlvault-gym-") + "/vault"
+    if os.path.lexists(path):
+        parser.error(
+            f"{path} already exists; pass another --out, or delete it first (rm -r {path})"
+        )
 
     envs = gym.make_vec(
         "CartPole-v1",

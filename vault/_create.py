@@ -258,7 +258,11 @@ def create_vault(location: Location, manifest: Manifest, publish: bool = True) -
     lock). ``publish`` false: the manifest is left out until :func:`publish_manifest` (a
     vault built in staging, which is no vault until then)."""
     if location.read(MANIFEST_KEY) is not None:
-        raise VaultExistsError(f"a Zarr node already exists at {location}")
+        raise VaultExistsError(
+            f"a Zarr node already exists at {location}: to add to a vault there, open it with "
+            "Vault.open(path, mode='a'); to start afresh, choose a new path or delete the old "
+            "one first"
+        )
     if not location.is_empty():
         if location.abandoned_build():
             raise VaultExistsError(

@@ -73,7 +73,7 @@ def test_subsample_episodes(cli: Cli, vault_dir: tuple[Path, dict[str, np.ndarra
     out = path.parent / "best"
     doc = cli.json("subsample", path, "--out", out, "--top-k", "4")
     assert doc["rows"] == 1
-    assert doc["selected"] == 4
+    assert doc["episodes_selected"] == 4
     assert doc["episodes"] == 4
     assert doc["committed"] == sum(e[2] for e in best)
     got = read_all(out)
@@ -105,7 +105,7 @@ def test_subsample_filters(cli: Cli, vault_dir: tuple[Path, dict[str, np.ndarray
         "--max-length",
         "8",
     )
-    assert doc["selected"] == len(kept) > 0
+    assert doc["episodes_selected"] == len(kept) > 0
     assert doc["committed"] == sum(e[2] for e in kept)
     some = cli.json(
         "subsample", path, "-o", path.parent / "t", "--transitions", "10", "--seed", "3"

@@ -29,12 +29,11 @@ def test_stats_json_matches_numpy(cli: Cli, vault_dir: tuple[Path, dict[str, np.
     episodes = reference_episodes(data)
     lengths = np.array([e[2] for e in episodes])
     returns = np.array([e[3] for e in episodes])
-    ep = doc["episodes"]
-    assert ep["complete"] == len(episodes)
-    assert ep["truncated"] == sum(e[4] for e in episodes)
-    assert ep["open"] == 3
-    assert ep["length"]["mean"] == pytest.approx(lengths.mean())
-    assert ep["return"]["max"] == pytest.approx(returns.max())
+    assert doc["episodes"] == len(episodes)  # complete ones, as every command counts them
+    assert doc["truncated_episodes"] == sum(e[4] for e in episodes)
+    assert doc["open_episodes"] == 3
+    assert doc["episode_length"]["mean"] == pytest.approx(lengths.mean())
+    assert doc["episode_return"]["max"] == pytest.approx(returns.max())
     only = cli.json("stats", path, "--leaf", "obs", "-l", "reward")
     assert [s["name"] for s in only["leaves"]] == ["obs", "reward"]
 
@@ -65,13 +64,14 @@ def test_episodes_table_sort_head_open(
     got = [(r["row"], r["start"], r["length"], r["return"], r["truncated"]) for r in doc["records"]]
     assert [g[:3] + g[4:] for g in sorted(got)] == [e[:3] + e[4:] for e in sorted(expected)]
     assert [g[3] for g in sorted(got)] == pytest.approx([e[3] for e in sorted(expected)])
-    assert doc["episodes"] == len(expected)
+    assert (doc["episodes"], doc["open_episodes"]) == (len(expected), 3)
     best = cli.json("episodes", path, "--sort", "return", "--head", "3")["records"]
     assert [r["return"] for r in best] == pytest.approx(sorted(e[3] for e in expected)[::-1][:3])
     shortest = cli.json("episodes", path, "--sort", "length", "--ascending", "-n", "2")
     assert [r["length"] for r in shortest["records"]] == sorted(e[2] for e in expected)[:2]
     with_open = cli.json("episodes", path, "--open", "--head", "0")
-    assert with_open["episodes"] == len(expected) + 3
+    assert (with_open["episodes"], with_open["open_episodes"]) == (len(expected), 3)
+    assert len(with_open["records"]) == len(expected) + 3
     assert sum(not r["complete"] for r in with_open["records"]) == 3
     text = cli("episodes", path, "--head", "4").stdout
     assert f"{len(expected) - 4} more (--head 0 shows all)" in text
@@ -103,7 +103,8 @@ def test_plot_writes_a_clear_figure(cli: Cli, tmp_path: Path) -> None:
         "width": 1200,
         "height": 800,
         "reward_leaf": "reward",
-        "rows_drawn": 8,
+        "rows_drawn": 10,
+        "reward_panel": "heat map",
     }
     pixels = _pixels(out)
     assert pixels.shape == (800, 1200, 3)
@@ -122,7 +123,7 @@ def test_plot_without_episode_index_or_reward(cli: Cli, tmp_path: Path) -> None:
     doc = cli.json(
         "plot", tmp_path / "plain", "-o", tmp_path / "x.png", "--reward", "obs", "--max-rows", "2"
     )
-    assert (doc["reward_leaf"], doc["rows_drawn"]) == ("obs", 2)
+    assert (doc["reward_leaf"], doc["rows_drawn"], doc["reward_panel"]) == ("obs", 3, "heat map")
     line = one_error_line(
         cli("plot", tmp_path / "plain", "-o", tmp_path / "y.png", "--reward", "r", code=1)
     )

@@ -121,7 +121,7 @@ def test_info_lists_the_seams(cli: Cli, tmp_path: Path) -> None:
     vault = Vault.open(str(tmp_path / "s"), mode="a")
     vault.append(block(np.random.default_rng(1), ROWS, 3, 2), continues=False)
     vault.close()
-    assert cli.json("info", tmp_path / "s")["gaps"] == [{"at": 3, "lost": 0}]
+    assert cli.json("info", tmp_path / "s")["seams"] == [{"at": 3, "lost": 0}]
     assert re.search(r"seams\s+restart at t=3", cli("info", tmp_path / "s").stdout)
 
 
@@ -159,18 +159,40 @@ def test_show_json_values(cli: Cli, vault_dir: tuple[Path, dict[str, np.ndarray]
     path, data = vault_dir
     doc = cli.json("show", path, "--leaf", "reward", "--leaf", "done", "--time", "0:10")
     assert doc["time"] == [0, 10]
-    assert doc["rows"] == [0, 1, 2]
-    np.testing.assert_array_equal(doc["leaves"]["reward"]["values"], data["reward"][:, :10])
-    np.testing.assert_array_equal(doc["leaves"]["done"]["values"], data["done"][:, :10])
-    assert doc["leaves"]["reward"]["shape"] == [3, 10]
+    assert doc["rows_selected"] == [0, 1, 2]
+    leaves = {leaf["name"]: leaf for leaf in doc["leaves"]}
+    assert list(leaves) == ["reward", "done"]
+    np.testing.assert_array_equal(leaves["reward"]["values"], data["reward"][:, :10])
+    np.testing.assert_array_equal(leaves["done"]["values"], data["done"][:, :10])
+    assert leaves["reward"]["shape"] == [3, 10]
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--time", "5:2"], "--time '5:2' is outside [0, 42)"),
+        (
+            ["--time", "5:2"],
+            (
+                "--time '5:2': the start (5) is after the stop (2); "
+                "put the smaller index first, e.g. --time 2:5"
+            ),
+        ),
+        (
+            ["--time", "0:50"],
+            (
+                "--time '0:50' is outside the vault's 42 timesteps [0, 42); "
+                "pick a range inside it, e.g. --time 0:42"
+            ),
+        ),
+        (
+            ["--rows", "2:1"],
+            (
+                "--rows '2:1': the start (2) is after the stop (1); "
+                "put the smaller index first, e.g. --rows 1:2"
+            ),
+        ),
         (["--time", "x"], "--time must look like"),
-        (["--rows", "7"], "--rows '7': rows must be in [0, 3)"),
+        (["--rows", "7"], "--rows '7': rows must be in [0, 3) (the vault has 3 rows); pick rows"),
         (["--rows", "a,b"], "--rows must look like"),
         (["--rows", "1:1"], "--rows '1:1' selects no rows"),
         (["--leaf", "nope"], "unknown leaves ['nope']"),
@@ -183,13 +205,29 @@ def test_show_bad_selections(
     assert message in line
 
 
-@pytest.mark.parametrize("command", ["info", "show", "stats", "verify", "episodes", "export"])
+@pytest.mark.parametrize(
+    "command", ["info", "show", "stats", "verify", "episodes", "export", "plot", "slice"]
+)
 def test_missing_and_not_a_vault_exit_2(cli: Cli, tmp_path: Path, command: str) -> None:
-    extra = ["--out", tmp_path / "o.npz"] if command == "export" else []
+    outs = {"export": "o.npz", "plot": "o.png", "slice": "o"}
+    extra = ["--out", tmp_path / outs[command]] if command in outs else []
     line = one_error_line(cli(command, tmp_path / "nowhere", *extra, code=2))
-    assert f"no vault at {tmp_path / 'nowhere'}" in line
+    assert line == (
+        f"vault: {tmp_path / 'nowhere'}: no such file or directory; check the path "
+        "(`vault ls DIR` lists the vaults under a folder)"
+    )
+    (tmp_path / "file").write_text("x")
+    line = one_error_line(cli(command, tmp_path / "file", *extra, code=2))
+    assert line == (
+        f"vault: {tmp_path / 'file'} is a file, not a vault (a vault is a folder holding "
+        "zarr.json); pass the vault's folder"
+    )
     (tmp_path / "empty").mkdir()
-    one_error_line(cli(command, tmp_path / "empty", *extra, code=2))
+    line = one_error_line(cli(command, tmp_path / "empty", *extra, code=2))
+    assert line == (
+        f"vault: {tmp_path / 'empty'} is a folder but not a vault (no zarr.json in it); "
+        f"`vault ls {tmp_path / 'empty'}` lists the vaults under it"
+    )
     (tmp_path / "zarr").mkdir()
     (tmp_path / "zarr" / "zarr.json").write_text(json.dumps({"zarr_format": 3}))
     assert "not an rlvault vault" in one_error_line(cli(command, tmp_path / "zarr", *extra, code=2))

@@ -49,7 +49,10 @@ def test_help_version_and_info(tmp_path: Path) -> None:
 def test_failures_are_one_line_with_their_exit_code(tmp_path: Path) -> None:
     missing = run("info", tmp_path / "nowhere")
     assert missing.returncode == 2
-    assert missing.stderr == f"vault: no vault at {tmp_path / 'nowhere'} (no zarr.json)\n"
+    assert missing.stderr == (
+        f"vault: {tmp_path / 'nowhere'}: no such file or directory; check the path "
+        "(`vault ls DIR` lists the vaults under a folder)\n"
+    )
     build(tmp_path / "v", writes=(20,))
     chunk = tmp_path / "v" / "experience" / "obs" / "c" / "0" / "1" / "0"
     raw = bytearray(chunk.read_bytes())

@@ -88,12 +88,13 @@ def test_sound_vault_json_and_text(cli: Cli, vault_dir: tuple[Path, dict[str, np
     path, _ = vault_dir
     doc = cli.json("verify", path)
     assert doc["ok"] is True
-    assert doc["committed_length"] == 42
+    assert doc["committed"] == 42
+    assert doc["path"] == str(path)
     assert doc["chunks_checked"] > 0
     assert doc["episodes_checked"] > 0
     assert doc["problems"] == []
     line = cli("verify", path).stdout.strip().splitlines()[-1]
-    assert line.startswith(f"sound: {path}: 42 committed timesteps")
+    assert line.startswith(f"sound: {path}: 42 timesteps; checked ")
 
 
 def test_warnings_do_not_fail_verify(cli: Cli, tmp_path: Path) -> None:

@@ -1,13 +1,16 @@
-"""The short examples run (quick mode) and do what they say.
+"""The short examples run as a user runs them (no options) and do what they say.
 
-Each example's ``main(argv)`` is called in-process with ``--quick`` (and ``--out`` in a temp
-dir where it writes a vault); its returned numbers are checked against what the buffers and
-the vault promise, and vaults it wrote are verified.
+Each example's ``main(argv)`` is called in-process with no arguments (the examples have no
+other mode; a vault goes to a new temporary directory, here under ``tmp_path``); its returned
+numbers are checked against what the buffers and the vault promise, and vaults it wrote are
+verified. ``--out`` is checked once per example that takes it: an existing path is refused
+with a message that says what to do.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -28,9 +31,48 @@ def _load(name: str) -> ModuleType:
     return module
 
 
-def test_quickstart_flat(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = tmp_path / "flat"
-    result = _load("quickstart_flat").main(["--quick", "--out", str(path)])
+@pytest.fixture
+def temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``tempfile.mkdtemp`` makes its folders under ``tmp_path`` (an example's default)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    return tmp_path
+
+
+def _made(root: Path, prefix: str) -> Path:
+    """The one folder an example made with ``tempfile.mkdtemp(prefix=prefix)``."""
+    (made,) = root.glob(f"{prefix}*")
+    return made
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("quickstart_flat", ["--out", "{x}"]),
+        ("quickstart_trajectory", ["--out", "{x}"]),
+        ("record_gymnasium", ["--out", "{x}"]),
+        ("offline_sub_buffer", ["--out", "{root}"]),
+    ],
+)
+def test_an_existing_out_is_refused_with_the_fix(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, args: list[str]
+) -> None:
+    taken = tmp_path / "x"
+    (tmp_path / "walks").mkdir()
+    taken.mkdir()
+    argv = [a.format(x=taken, root=tmp_path) for a in args]
+    with pytest.raises(SystemExit) as exited:
+        _load(name).main(argv)
+    assert exited.value.code == 2
+    where = taken if "{x}" in args else tmp_path / "walks"
+    assert (
+        f"{where} already exists; pass another --out, or delete it first (rm -r {where})"
+        in capsys.readouterr().err
+    )
+
+
+def test_quickstart_flat(temp_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _load("quickstart_flat").main([])
+    path = _made(temp_dir, "rlvault-flat-") / "vault"
     assert result["valid"]
     assert result["consecutive"]  # (s, s') pairs are one environment at t and t + 1
     steps = result["steps"]
@@ -46,16 +88,16 @@ def test_quickstart_flat(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_quickstart_n_step() -> None:
-    result = _load("quickstart_n_step").main(["--quick"])
+    result = _load("quickstart_n_step").main([])
     assert result["valid"]
     assert np.all(result["steps_apart"] == 3)  # s_{t+n} is n = 3 steps after s_t
     assert result["matches"]  # every return and bootstrap factor equals the hand computation
     assert 0 < result["bootstrap_zero"] < 64  # some windows are cut by an episode end
 
 
-def test_quickstart_trajectory(tmp_path: Path) -> None:
-    path = tmp_path / "trajectory"
-    result = _load("quickstart_trajectory").main(["--quick", "--out", str(path)])
+def test_quickstart_trajectory(temp_dir: Path) -> None:
+    result = _load("quickstart_trajectory").main([])
+    path = _made(temp_dir, "rlvault-trajectory-") / "vault"
     assert result["valid"]
     assert result["contiguous"]
     assert result["starts_on_period"]
@@ -74,7 +116,7 @@ def test_quickstart_trajectory(tmp_path: Path) -> None:
 
 
 def test_quickstart_prioritised() -> None:
-    result = _load("quickstart_prioritised").main(["--quick"])
+    result = _load("quickstart_prioritised").main([])
     share = result["share"]
     assert 0.05 < share < 0.2
     # Priority updates turn sampling towards the rewarding sequences.
@@ -86,9 +128,10 @@ def test_quickstart_prioritised() -> None:
     assert probs[rewarding].mean() > 5 * probs[~rewarding].mean()
 
 
-def test_record_gymnasium(tmp_path: Path) -> None:
-    path = tmp_path / "cartpole"
-    result = _load("record_gymnasium").main(["--quick", "--out", str(path)])
+def test_record_gymnasium(temp_dir: Path) -> None:
+    result = _load("record_gymnasium").main([])
+    path = _made(temp_dir, "rlvault-gym-") / "vault"
+    assert result["path"] == str(path)
     assert result["committed_length"] == result["steps"] == 300
     # The vault's episode index agrees with the episodes counted while stepping Gymnasium.
     assert result["episodes"] == len(result["returns_counted"]) > 3
@@ -99,8 +142,9 @@ def test_record_gymnasium(tmp_path: Path) -> None:
     assert Vault.open(str(path)).metadata["env"] == "CartPole-v1"
 
 
-def test_offline_sub_buffer(tmp_path: Path) -> None:
-    result = _load("offline_sub_buffer").main(["--quick", "--out", str(tmp_path)])
+def test_offline_sub_buffer(temp_dir: Path) -> None:
+    result = _load("offline_sub_buffer").main([])
+    root = _made(temp_dir, "rlvault-sub-")
     lo, hi = result["sub_times"]
     assert 256 <= lo <= hi < 768  # samples come only from the block that was read
     assert result["sub_valid"]
@@ -115,4 +159,4 @@ def test_offline_sub_buffer(tmp_path: Path) -> None:
     assert result["window_starts"] != sorted(result["window_starts"])  # shuffled
     assert result["windows_valid"]
     for name in ("walks", "best"):
-        assert verify(str(tmp_path / name)).ok
+        assert verify(str(root / name)).ok

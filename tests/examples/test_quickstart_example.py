@@ -1,4 +1,5 @@
-"""The buffers quickstart example runs and its numbers are what the buffers promise."""
+"""The buffers quickstart example runs as a user runs it (no options) and its numbers are what
+the buffers promise."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def _load():
 
 
 def test_quickstart_outcome() -> None:
-    result = _load().main(quick=True)
+    result = _load().main()
     assert result["timesteps_added_per_env"] == 64
     assert result["flat_samples_valid"] == 1.0
     # The walk moves by exactly 1 per step except across a reset (|4| or |5| -> 0).
@@ -30,7 +31,5 @@ def test_quickstart_outcome() -> None:
 
 
 def test_quickstart_runs_as_a_script() -> None:
-    out = subprocess.run(
-        [sys.executable, str(EXAMPLE), "--quick"], capture_output=True, text=True, check=True
-    )
+    out = subprocess.run([sys.executable, str(EXAMPLE)], capture_output=True, text=True, check=True)
     assert "timesteps added per env (write counter): 64" in out.stdout

@@ -8,10 +8,14 @@ beat the random and behaviour policies by set margins.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import importlib.util
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -104,15 +108,19 @@ def check_episode_index_matches_the_environment(
 
 
 def check_prints_the_summary_and_the_commands(run: tuple[ModuleType, dict[str, Any], str]) -> None:
-    _, result, printed = run
+    module, result, printed = run
     path = result["path"]
     assert f"episodes recorded: {result['episodes_recorded']} complete" in printed
     assert "dataset size on disk:" in printed
     assert f"CQL (offline)            {result['cql_return']:+.3f}" in printed
     assert f"random policy            {result['random_return']:+.3f}" in printed
-    assert f"vault info {path}" in printed
-    assert f"vault plot {path} --out {path}.png" in printed
-    assert f"vault verify {path}" in printed
+    hints = printed.split("look at the data:\n", 1)[1].splitlines()
+    command = module.vault_command()  # `vault`, or `.venv/bin/vault` when not activated
+    assert hints == [
+        f"  {command} info {path}",
+        f"  {command} plot {path} --out {path}.png",
+        f"  {command} verify {path}",
+    ]
 
 
 def check_the_printed_commands_work(run: tuple[ModuleType, dict[str, Any], str]) -> None:
@@ -127,3 +135,42 @@ def check_the_printed_commands_work(run: tuple[ModuleType, dict[str, Any], str])
     assert doc["rows"] == result["envs"]
     checked = runner.invoke(app, ["verify", path])
     assert checked.exit_code == 0, checked.output
+    # The hints run as printed, in a shell, from where the job ran.
+    printed = run[2].split("look at the data:\n", 1)[1].splitlines()
+    for line in printed:
+        done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, (line, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr
+    assert Path(f"{path}.png").stat().st_size > 10_000
+
+
+def test_an_earlier_run_is_refused_unless_overwritten(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = _load()
+    path = tmp_path / "gridworld"
+    Vault.create(str(path), {"x": np.zeros(2, np.float32)}, rows=1).close()
+    with pytest.raises(SystemExit) as exited:  # before anything is recorded
+        module.main(["--quick", "--out", str(path)])
+    assert exited.value.code == 2
+    assert (
+        f"{path} already exists (an earlier run?): pass --overwrite to replace it, "
+        "or --out to write another vault"
+    ) in capsys.readouterr().err
+    parser = argparse.ArgumentParser()
+    (tmp_path / "notes").mkdir()
+    with pytest.raises(SystemExit):
+        module._make_room(parser, str(tmp_path / "notes"), True)
+    assert "exists and is not a vault" in capsys.readouterr().err
+    assert (tmp_path / "notes").is_dir()  # never removed
+    module._make_room(parser, str(path), True)  # --overwrite: the old vault goes
+    assert not path.exists()
+
+
+def test_the_hints_name_the_command_that_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    module = _load()
+    script = Path(sys.executable).with_name("vault")
+    monkeypatch.setenv("PATH", str(script.parent))  # an activated venv: plain `vault`
+    assert module.vault_command() == "vault"
+    monkeypatch.setenv("PATH", "/nonexistent")  # not activated: the script's own path
+    assert module.vault_command() in (os.path.relpath(script), str(script))

@@ -10,6 +10,7 @@ from vault.cli._common import (
     EXIT_CORRUPT,
     JsonOpt,
     PathArg,
+    check_vault_path,
     emit_json,
     exit_with,
     number,
@@ -30,17 +31,28 @@ def verify(path: PathArg, json_out: JsonOpt = False) -> None:
     """
     from vault import verify as run_verify
 
+    check_vault_path(path)
     with progress_bar("verifying chunks") as progress:
         report = run_verify(path, progress=progress)
     if json_out:
-        emit_json(report.to_dict())
+        doc = report.to_dict()
+        emit_json(
+            {
+                "path": doc.pop("location"),
+                "ok": doc.pop("ok"),
+                "committed": doc.pop("committed_length"),
+                **doc,
+            }
+        )
     else:
-        _render_report(report)
+        _render_report(report, path)
     if not report.ok:
         exit_with(EXIT_CORRUPT)
 
 
-def _render_report(report: VerifyReport) -> None:
+def _render_report(report: VerifyReport, shown: str) -> None:
+    """The problems and warnings, then one verdict line naming the vault as the user typed
+    it (``shown``)."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -57,15 +69,15 @@ def _render_report(report: VerifyReport) -> None:
         for item in items:
             table.add_row(escape(item.place), escape(item.message))
         console.print(table)
-    checked = f"{report.chunks_checked} chunks checked"
+    checked = f"checked {report.chunks_checked} chunks"
     if report.episodes_checked is not None:
-        checked += f", {report.episodes_checked} episodes checked"
+        checked += f", {report.episodes_checked} episodes"
     length = report.committed_length
-    head = f"{escape(report.location)}: {'-' if length is None else length} committed timesteps"
+    head = f"{escape(shown)}: {'-' if length is None else length} timesteps"
     if report.ok:
-        console.print(f"[green]sound[/green]: {head}, {checked}")
+        console.print(f"[green]sound[/green]: {head}; {checked}")
     else:
-        console.print(f"[red]corrupt[/red]: {head}, {checked}, {len(report.problems)} problems")
+        console.print(f"[red]corrupt[/red]: {head}; {checked}; {len(report.problems)} problems")
 
 
 def stats(
@@ -83,28 +95,36 @@ def stats(
     vault = open_vault(path)
     with progress_bar("computing statistics", bytes_unit=True) as progress:
         leaves = leaf_stats(vault, leaves=leaf, progress=progress)
-    episodes = None
-    if vault.has_episodes:
-        episodes = episode_stats(vault.episodes(include_open=True))
-    doc = {
+    doc: dict[str, Any] = {
         "path": vault.location,
-        "committed": vault.committed_length,
         "rows": vault.rows,
+        "committed": vault.committed_length,
         "leaves": [s.to_dict() for s in leaves],
-        "episodes": episodes,
+        "episodes": None,
+        "open_episodes": None,
+        "truncated_episodes": None,
+        "episode_return": None,
+        "episode_length": None,
     }
+    if vault.has_episodes:
+        counted = episode_stats(vault.episodes(include_open=True))
+        doc["episodes"] = counted["complete"]
+        doc["open_episodes"] = counted["open"]
+        doc["truncated_episodes"] = counted["truncated"]
+        doc["episode_return"] = counted["return"]
+        doc["episode_length"] = counted["length"]
     if json_out:
         emit_json(doc)
         return
-    _render_stats(doc)
+    _render_stats(doc, path)
 
 
-def _render_stats(doc: dict[str, Any]) -> None:
+def _render_stats(doc: dict[str, Any], shown: str) -> None:
     from rich.table import Table
 
     console = stdout()
     table = Table(
-        title=f"{doc['path']}: {doc['rows']} rows x {doc['committed']} timesteps",
+        title=f"{shown}: {doc['rows']} rows x {doc['committed']} timesteps",
         title_justify="left",
     )
     for col in ("leaf", "dtype", "count", "min", "max", "mean", "std", "NaN", "Inf"):
@@ -122,18 +142,17 @@ def _render_stats(doc: dict[str, Any]) -> None:
             str(s["inf"]),
         )
     console.print(table)
-    episodes = doc["episodes"]
-    if episodes is None:
+    if doc["episodes"] is None:
         return
     console.print(
-        f"episodes: {episodes['complete']} complete ({episodes['truncated']} truncated), "
-        f"{episodes['open']} open"
+        f"episodes: {doc['episodes']} complete ({doc['truncated_episodes']} truncated), "
+        f"{doc['open_episodes']} open"
     )
     table = Table()
     for col in ("", "min", "max", "mean", "std"):
         table.add_column(col, justify="right" if col else "left")
     for key in ("return", "length"):
-        s = episodes[key]
+        s = doc[f"episode_{key}"]
         if s is None:
             table.add_row(key, "-", "-", "-", "-")
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -141,10 +142,15 @@ def number(value: Any, digits: int = 4) -> str:
 
 def parse_span(text: str | None, length: int, what: str) -> tuple[int, int]:
     """``"a:b"`` (either side optional, negative counts from the end) or ``"n"`` (just ``n``)
-    as a half-open range inside ``[0, length)``."""
+    as a half-open range inside ``[0, length)``.
+
+    ``what`` is the option (``--time``, ``--rows``); each message says what is wrong and
+    what to pass instead.
+    """
     if text is None:
         return 0, length
     raw = text.strip()
+    unit = "rows" if what == "--rows" else "timesteps"
     try:
         if ":" in raw:
             lo_text, _, hi_text = raw.partition(":")
@@ -158,8 +164,16 @@ def parse_span(text: str | None, length: int, what: str) -> tuple[int, int]:
             hi = lo + 1
     except ValueError:
         fail(f"{what} must look like 'a:b', 'a:', ':b' or 'n' (integers), got {text!r}")
+    if 0 <= hi < lo <= length:
+        fail(
+            f"{what} {text!r}: the start ({lo}) is after the stop ({hi}); "
+            f"put the smaller index first, e.g. {what} {hi}:{lo}"
+        )
     if not 0 <= lo <= hi <= length:
-        fail(f"{what} {text!r} is outside [0, {length})")
+        fail(
+            f"{what} {text!r} is outside the vault's {length} {unit} [0, {length}); "
+            f"pick a range inside it, e.g. {what} 0:{length} (negative numbers count from the end)"
+        )
     return lo, hi
 
 
@@ -179,16 +193,50 @@ def parse_rows(text: str | None, rows: int) -> list[int] | None:
     picked = [r + rows if r < 0 else r for r in picked]
     bad = [r for r in picked if not 0 <= r < rows]
     if bad or not picked:
-        fail(f"--rows {text!r}: rows must be in [0, {rows})")
+        fail(
+            f"--rows {text!r}: rows must be in [0, {rows}) (the vault has {rows} rows); "
+            f"pick rows inside it, e.g. --rows 0 or --rows 0:{rows}"
+        )
     return picked
 
 
 def open_vault(path: str) -> Vault:
     """Open a vault read-only (the library validates its metadata: a malformed manifest is
-    ``VaultCorruptError``, a newer format ``VaultVersionError``)."""
+    ``VaultCorruptError``, a newer format ``VaultVersionError``); a local path that is not a
+    vault is refused first by :func:`check_vault_path`."""
     from vault import Vault
 
+    check_vault_path(path)
     return Vault.open(path)
+
+
+def check_vault_path(path: str) -> None:
+    """For a local path, tell apart (each with what to do, exit 2) a path that does not
+    exist, a regular file, and a folder that is not a vault (no ``zarr.json``). Anything
+    else (another location kind, a folder with a ``zarr.json``, one that cannot be read) is
+    left to the library, which names the problem itself."""
+    folder = local_path(path)
+    if folder is None:
+        return
+    if not os.path.lexists(folder):
+        fail(
+            f"{path}: no such file or directory; check the path "
+            "(`vault ls DIR` lists the vaults under a folder)",
+            EXIT_NOT_FOUND,
+        )
+    if folder.is_file():
+        fail(
+            f"{path} is a file, not a vault (a vault is a folder holding zarr.json); "
+            "pass the vault's folder",
+            EXIT_NOT_FOUND,
+        )
+    readable = folder.is_dir() and os.access(folder, os.R_OK | os.X_OK)
+    if readable and not (folder / "zarr.json").exists():
+        fail(
+            f"{path} is a folder but not a vault (no zarr.json in it); "
+            f"`vault ls {path}` lists the vaults under it",
+            EXIT_NOT_FOUND,
+        )
 
 
 def local_path(location: str) -> Path | None:
@@ -202,6 +250,13 @@ def local_path(location: str) -> Path | None:
 
     spec = parse_location(location).spec
     return Path(spec["path"]) if spec.get("driver") == "file" else None
+
+
+def natural_width(console: Console, renderable: Any) -> int:
+    """The width ``renderable`` takes when nothing has to wrap (however narrow the console)."""
+    from rich.measure import Measurement
+
+    return Measurement.get(console, console.options.update_width(1 << 16), renderable).maximum
 
 
 ProgressFn = Callable[[int, int], None]

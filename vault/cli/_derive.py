@@ -22,6 +22,7 @@ from vault.cli._common import (
     stdout,
 )
 from vault.cli._episodes import require_episodes
+from vault.cli._facts import episode_counts
 
 if TYPE_CHECKING:
     from vault import Vault
@@ -45,21 +46,21 @@ def _check_out(out: str) -> None:
         fail(f"{out} already exists; choose a new destination (nothing is ever overwritten)")
 
 
-def _report(vault: Vault, json_out: bool, **extra: Any) -> None:
-    episodes = len(vault.episodes()) if vault.has_episodes else None
+def _report(vault: Vault, out: str, json_out: bool, **extra: Any) -> None:
+    """What was written: JSON with the vault's location, or one line naming it as typed."""
     doc = {
         "path": vault.location,
         "rows": vault.rows,
         "committed": vault.committed_length,
-        "episodes": episodes,
+        **episode_counts(vault),
         **extra,
     }
     if json_out:
         emit_json(doc)
         return
-    eps = "" if episodes is None else f", {episodes} episodes"
+    eps = "" if doc["episodes"] is None else f", {doc['episodes']} complete episodes"
     stdout().print(
-        f"wrote {doc['path']}: {doc['rows']} rows x {doc['committed']} timesteps{eps}",
+        f"wrote {out}: {doc['rows']} rows x {doc['committed']} timesteps{eps}",
         highlight=False,
     )
 
@@ -86,7 +87,7 @@ def slice_(
         fail(f"--time {time!r} selects no timesteps")
     with progress_bar("slicing") as progress:
         made = lib.derive_slice(src, out, rows=picked, start=lo, stop=hi, progress=progress)
-    _report(made, json_out, source=src.location, time=[lo, hi], rows_selected=picked)
+    _report(made, out, json_out, source=src.location, time=[lo, hi], rows_selected=picked)
 
 
 def subsample(
@@ -123,7 +124,7 @@ def subsample(
         fail(f"{src.location}: no complete episode passes the filters; nothing written")
     with progress_bar("copying episodes") as progress:
         made = lib.derive_episodes(src, out, table, progress=progress)
-    _report(made, json_out, source=src.location, selected=len(table))
+    _report(made, out, json_out, source=src.location, episodes_selected=len(table))
 
 
 def combine(
@@ -143,4 +144,4 @@ def combine(
     opened = [open_vault(s) for s in sources]
     with progress_bar("combining") as progress:
         made = lib.combine(opened, out, progress=progress)
-    _report(made, json_out, sources=[v.location for v in opened])
+    _report(made, out, json_out, sources=[v.location for v in opened])

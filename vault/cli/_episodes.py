@@ -12,11 +12,13 @@ from vault.cli._common import (
     PathArg,
     emit_json,
     fail,
+    natural_width,
     number,
     open_vault,
     progress_bar,
     stdout,
 )
+from vault.cli._facts import episode_counts
 
 if TYPE_CHECKING:
     from vault import Vault
@@ -60,28 +62,42 @@ def episodes(
         table = table.sort(by=sort, descending=not ascending)
     shown = table if head == 0 else table[: min(head, total)]
     records = shown.to_records()
+    counts = episode_counts(vault)
     if json_out:
-        emit_json({"path": vault.location, "episodes": total, "records": records})
+        emit_json({"path": vault.location, **counts, "records": records})
         return
-    _render_table(vault.location, records, total)
+    _render_table(path, records, total, counts)
 
 
-def _render_table(location: str, records: list[dict[str, Any]], total: int) -> None:
+# Columns of the episode table; the last ones only where the terminal has room for them.
+_COLUMNS: list[tuple[str, Any]] = [
+    ("row", lambda r: str(r["row"])),
+    ("start", lambda r: str(r["start"])),
+    ("length", lambda r: str(r["length"])),
+    ("return", lambda r: number(r["return"], 6)),
+    ("truncated", lambda r: "yes" if r["truncated"] else "no"),
+    ("complete", lambda r: "yes" if r["complete"] else "open"),
+    ("stop", lambda r: str(r["start"] + r["length"])),
+    ("start known", lambda r: "yes" if r["start_known"] else "no (after a seam)"),
+]
+
+
+def _render_table(
+    location: str, records: list[dict[str, Any]], total: int, counts: dict[str, Any]
+) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{location}: {total} episodes", title_justify="left")
-    for col in ("row", "start", "length", "return", "truncated", "complete"):
-        table.add_column(col, justify="right")
-    for r in records:
-        table.add_row(
-            str(r["row"]),
-            str(r["start"]),
-            str(r["length"]),
-            number(r["return"], 6),
-            "yes" if r["truncated"] else "no",
-            "yes" if r["complete"] else "open",
-        )
     console = stdout()
+    opened = "" if total == counts["episodes"] else f" and {total - counts['episodes']} open"
+    title = f"{location}: {counts['episodes']} complete episodes{opened}"
+    for n in range(len(_COLUMNS), 5, -1):  # the optional columns only where they fit
+        table = Table(title=title, title_justify="left")
+        for name, _ in _COLUMNS[:n]:
+            table.add_column(name, justify="right", no_wrap=True)
+        for r in records:
+            table.add_row(*(cell(r) for _, cell in _COLUMNS[:n]))
+        if natural_width(console, table) <= console.width:
+            break
     console.print(table)
     if len(records) < total:
         console.print(f"... {total - len(records)} more (--head 0 shows all)")
@@ -97,11 +113,18 @@ def plot(
         typer.Option("--reward", help="Reward leaf (default: the vault's, or 'reward')."),
     ] = None,
     max_rows: Annotated[
-        int, typer.Option("--max-rows", help="Rows drawn as their own line.", min=1)
-    ] = 8,
+        int,
+        typer.Option(
+            "--max-rows",
+            help="Up to this many rows, each row is its own line; more rows are drawn as a "
+            "heat map (rows x time) under their mean with a band.",
+            min=1,
+        ),
+    ] = 3,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """One figure: return histogram, episode-length histogram and reward over time per row."""
+    """One figure: return histogram, episode-length histogram and reward over time."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -109,7 +132,9 @@ def plot(
     from vault.cli import _plot
 
     if out.suffix.lower() != ".png":
-        fail(f"--out must name a .png file, got {out}")
+        fail(f"--out must name a .png file, got {out}; e.g. --out {out.with_suffix('.png')}")
+    if out.exists() and not force:
+        fail(f"{out} already exists; pass --force to overwrite it, or choose another --out")
     vault = open_vault(path)
     table = vault.episodes() if vault.has_episodes else None
     leaf = _plot.reward_leaf(vault, reward)
@@ -122,7 +147,8 @@ def plot(
         "width": size[0],
         "height": size[1],
         "reward_leaf": leaf,
-        "rows_drawn": min(max_rows, vault.rows) if leaf else 0,
+        "rows_drawn": vault.rows if leaf else 0,
+        "reward_panel": _plot.panel_kind(vault.rows, max_rows) if leaf else None,
     }
     if json_out:
         emit_json(doc)

@@ -95,7 +95,7 @@ def export(
             if fmt == "npz":
                 shutil.rmtree(folder, ignore_errors=True)
     doc: dict[str, Any] = {"path": vault.location, "out": str(out), "format": fmt}
-    doc["leaves"] = names
+    doc["leaf_names"] = names
     doc["bytes"] = sum(f.stat().st_size for f in _files(out))
     if json_out:
         emit_json(doc)

@@ -49,9 +49,15 @@ def describe_holder(state: dict[str, Any]) -> str:
     return f"yes: pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')}"
 
 
-def episode_count(vault: Vault) -> int | None:
-    """Complete episodes in the index, or ``None`` when the vault keeps no episode index."""
-    return len(vault.episodes()) if vault.has_episodes else None
+def episode_counts(vault: Vault) -> dict[str, int | None]:
+    """``{"episodes": complete, "open_episodes": each row's unfinished last one}`` from the
+    episode index (both ``None`` when the vault keeps none). Every command reports episodes
+    with these two keys."""
+    if not vault.has_episodes:
+        return {"episodes": None, "open_episodes": None}
+    table = vault.episodes(include_open=True)
+    complete = int(table.complete.sum())
+    return {"episodes": complete, "open_episodes": len(table) - complete}
 
 
 def summary(vault: Vault) -> dict[str, Any]:
@@ -66,14 +72,14 @@ def summary(vault: Vault) -> dict[str, Any]:
         "path": vault.location,
         "rows": vault.rows,
         "committed": committed,
-        "episodes": episode_count(vault),
+        **episode_counts(vault),
         "raw_bytes": raw,
         "disk_bytes": disk,
         "ratio": raw / disk if disk else None,
         "format_version": manifest.format_version,
         "created": manifest.created,
         "rlvault_version": manifest.rlvault_version,
-        "leaves": len(manifest.leaves),
+        "leaf_count": len(manifest.leaves),
     }
 
 

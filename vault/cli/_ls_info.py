@@ -17,6 +17,7 @@ from vault.cli._common import (
     fail,
     human_bytes,
     local_path,
+    natural_width,
     one_line,
     open_vault,
     stdout,
@@ -38,9 +39,17 @@ def ls(
 
     folder = local_path(directory)
     if folder is not None and not folder.exists():
-        fail(f"{directory}: no such file or directory", EXIT_NOT_FOUND)
+        fail(
+            f"{directory}: no such file or directory; pass a folder that exists "
+            "(`vault ls` alone searches the current one)",
+            EXIT_NOT_FOUND,
+        )
     if folder is not None and not folder.is_dir():
-        fail(f"{directory}: not a directory", EXIT_NOT_FOUND)
+        fail(
+            f"{directory} is a file, not a folder; `vault ls` searches a folder "
+            "(pass the folder that holds your vaults)",
+            EXIT_NOT_FOUND,
+        )
     entries: list[dict[str, Any]] = []
     for found in find_vaults(directory):
         if found.problem is not None:
@@ -60,35 +69,62 @@ def ls(
     _ls_table(entries, directory)
 
 
-def _ls_table(entries: list[dict[str, Any]], directory: str) -> None:
-    from rich.table import Table
+# ``vault ls`` columns, most important first: (header, cell of an entry, right-justified).
+# On a narrow terminal the last ones are left out, so that no cell wraps; a wide one shows all.
+_LS_COLUMNS: list[tuple[str, Any, bool]] = [
+    ("path", None, False),
+    ("rows", lambda e: str(e["rows"]), True),
+    ("committed", lambda e: str(e["committed"]), True),
+    ("episodes", lambda e: "-" if e["episodes"] is None else str(e["episodes"]), True),
+    ("disk", lambda e: human_bytes(e["disk_bytes"]), True),
+    ("raw", lambda e: human_bytes(e["raw_bytes"]), True),
+    ("created", lambda e: str(e["created"])[:16].replace("T", " "), False),
+    ("format", lambda e: str(e["format_version"]), True),
+    ("leaves", lambda e: str(e["leaf_count"]), True),
+    ("ratio", lambda e: "-" if e["ratio"] is None else f"{e['ratio']:.2f}x", True),
+    ("rlvault", lambda e: str(e["rlvault_version"]), False),
+]
 
+
+def _ls_table(entries: list[dict[str, Any]], directory: str) -> None:
     console = stdout()
     if not entries:
         console.print(f"no vaults under {directory}")
         return
-    table = Table(title=f"vaults under {directory}", title_justify="left")
-    columns = ["path", "rows", "committed", "episodes", "raw", "disk", "format", "created"]
+    for n in range(len(_LS_COLUMNS), 1, -1):  # as many columns as fit without wrapping
+        table = _ls_build(entries, directory, _LS_COLUMNS[:n])
+        if natural_width(console, table) <= console.width:
+            break
+    console.print(table)
+    left_out = [name for name, _, _ in _LS_COLUMNS[n:]]
+    if left_out:
+        console.print(f"(hidden to fit: {', '.join(left_out)}; see --json)", style="dim")
+
+
+def _ls_build(entries: list[dict[str, Any]], directory: str, columns: list[Any]) -> Any:
+    from rich import box
+    from rich.table import Table
+
+    table = Table(
+        title=f"vaults under {directory}",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+    )
     broken = any("error" in e for e in entries)
-    for name in [*columns, "error"] if broken else columns:
-        numeric = name in ("rows", "committed", "episodes", "raw", "disk", "format")
-        table.add_column(name, justify="right" if numeric else "left", overflow="fold")
+    for name, _, right in columns:
+        table.add_column(name, justify="right" if right else "left", no_wrap=name != "path")
+    if broken:
+        table.add_column("error", overflow="fold")
     for e in entries:
         path = _escape(_relative(e["path"], directory))
         if "error" in e:
-            table.add_row(path, *[""] * (len(columns) - 1), f"[red]{_escape(e['error'])}[/red]")
+            cells = [""] * (len(columns) - 1)
+            table.add_row(path, *cells, f"[red]{_escape(e['error'])}[/red]")
             continue
-        cells = [
-            str(e["rows"]),
-            str(e["committed"]),
-            "-" if e["episodes"] is None else str(e["episodes"]),
-            human_bytes(e["raw_bytes"]),
-            human_bytes(e["disk_bytes"]),
-            str(e["format_version"]),
-            str(e["created"])[:19].replace("T", " "),
-        ]
+        cells = [cell(e) for _, cell, _ in columns[1:]]
         table.add_row(path, *cells, *([""] if broken else []))
-    console.print(table)
+    return table
 
 
 def _relative(location: str, under: str) -> str:
@@ -132,7 +168,7 @@ def info(
         }
         for leaf in manifest.leaves
     ]
-    doc["gaps"] = [seam.to_json() for seam in vault.seams]  # the seams; key kept for scripts
+    doc["seams"] = [seam.to_json() for seam in vault.seams]
     doc["user_metadata"] = vault.metadata
     doc["writer"] = _facts.writer(vault)
     doc["episode_leaves"] = vault.episode_leaves if vault.has_episodes else None
@@ -149,7 +185,7 @@ def _render_info(doc: dict[str, Any], structure: dict[str, Any]) -> None:
 
     console = stdout()
     tree = Tree(f"[bold]{escape(doc['path'])}[/bold]  experience")
-    _add_nodes(tree, structure, iter(doc["leaves"]))
+    _add_nodes(tree, structure, iter(doc["leaves"]), console.width, 1)
     console.print(tree)
     facts = Table.grid(padding=(0, 2))
     facts.add_column(style="bold")
@@ -158,7 +194,7 @@ def _render_info(doc: dict[str, Any], structure: dict[str, Any]) -> None:
     rows = [
         ("rows", str(doc["rows"])),
         ("committed timesteps", str(doc["committed"])),
-        ("episodes", "no episode index" if doc["episodes"] is None else str(doc["episodes"])),
+        ("episodes", _episodes_text(doc)),
         ("raw size", human_bytes(doc["raw_bytes"])),
         ("disk size", human_bytes(doc["disk_bytes"])),
         ("compression", ratio),
@@ -167,10 +203,10 @@ def _render_info(doc: dict[str, Any], structure: dict[str, Any]) -> None:
         ("created", str(doc["created"])),
         ("writer holds it", _facts.describe_holder(doc["writer"])),
     ]
-    if doc["gaps"]:
+    if doc["seams"]:
         seams = ", ".join(
             f"{s['lost']} lost at t={s['at']}" if s["lost"] else f"restart at t={s['at']}"
-            for s in doc["gaps"]
+            for s in doc["seams"]
         )
         rows.append(("seams", seams))
     if doc["episode_leaves"]:
@@ -188,15 +224,25 @@ def _render_info(doc: dict[str, Any], structure: dict[str, Any]) -> None:
         console.print("[bold]user metadata[/bold]  (none)")
 
 
-def _add_nodes(parent: Any, node: dict[str, Any], leaves: Iterator[dict[str, Any]]) -> None:
-    """Add ``node``'s children under ``parent``. ``leaves`` yields the leaves' facts in the
-    manifest's order, which is the structure's depth-first leaf order."""
+def _episodes_text(doc: dict[str, Any]) -> str:
+    if doc["episodes"] is None:
+        return "no episode index"
+    return f"{doc['episodes']} complete, {doc['open_episodes']} open"
+
+
+def _add_nodes(
+    parent: Any, node: dict[str, Any], leaves: Iterator[dict[str, Any]], width: int, depth: int
+) -> None:
+    """Add ``node``'s children under ``parent`` (at tree ``depth``, each level indented by 4
+    columns). ``leaves`` yields the leaves' facts in the manifest's order, which is the
+    structure's depth-first leaf order."""
     from rich.markup import escape
 
     kind = node["kind"]
     children = node.get("children", [])
+    room = width - 4 * depth
     if kind == "leaf":  # the whole structure is one leaf
-        parent.add(_leaf_label("", next(leaves)))
+        parent.add(_leaf_label("", next(leaves), room))
         return
     if kind == "dict":
         labels = [str(k) for k in node["keys"]]
@@ -206,21 +252,28 @@ def _add_nodes(parent: Any, node: dict[str, Any], leaves: Iterator[dict[str, Any
         labels = [f"[{i}]" for i in range(len(children))]
     for label, child in zip(labels, children, strict=True):
         if child["kind"] == "leaf":
-            parent.add(_leaf_label(label, next(leaves)))
+            parent.add(_leaf_label(label, next(leaves), room))
         elif child["kind"] == "none":
             parent.add(f"{escape(label)}  None")
         else:
             cls = child.get("class", child["kind"]).rpartition(":")[2]
             branch = parent.add(f"[bold]{escape(label)}[/bold]  ({escape(cls)})")
-            _add_nodes(branch, child, leaves)
+            _add_nodes(branch, child, leaves, width, depth + 1)
 
 
-def _leaf_label(label: str, leaf: dict[str, Any]) -> str:
-    from rich.markup import escape
+def _leaf_label(label: str, leaf: dict[str, Any], room: int) -> Any:
+    """One line per leaf where it fits in ``room`` columns, else two (what it holds; how it
+    is stored), so that nothing wraps mid-word on a narrow terminal."""
+    from rich.text import Text
 
     shape = ", ".join(map(str, leaf["shape"]))
-    return (
-        f"[cyan]{escape(label)}[/cyan]  {leaf['dtype']} [{shape}]  "
-        f"chunk {leaf['chunk']}  {escape(leaf['codecs'])}  "
-        f"raw {human_bytes(leaf['raw_bytes'])}, disk {human_bytes(leaf['disk_bytes'])}"
-    )
+    holds = f"{leaf['dtype']} [{shape}]"
+    sizes = f"raw {human_bytes(leaf['raw_bytes'])}, disk {human_bytes(leaf['disk_bytes'])}"
+    stored = f"chunk {leaf['chunk']}  {leaf['codecs']}"
+    text = Text(label, style="cyan")
+    one_line = f"{label}  {holds}  {stored}  {sizes}"
+    if len(one_line) <= room:
+        text.append(f"  {holds}  {stored}  {sizes}")
+    else:
+        text.append(f"  {holds}  {sizes}\n{stored}")
+    return text

@@ -1,8 +1,11 @@
 """The figure of ``vault plot`` (matplotlib's Agg canvas, no pyplot, imported lazily).
 
-Top: histograms of complete episodes' returns and lengths. Bottom: reward over time, one line
-per row (up to ``max_rows``) and the mean over all rows, each averaged over bins of time so
-that at most ``MAX_POINTS`` points are drawn; the rewards are streamed a block at a time.
+Top: histograms of complete episodes' returns and lengths. Bottom: reward over time, averaged
+over bins of time so that at most ``MAX_POINTS`` points are drawn (the rewards are streamed a
+block at a time). Up to ``max_rows`` rows, each row is its own line (with their mean when
+there are several); more rows would pile up into an unreadable tangle, so they are drawn as
+the mean over rows with a band (the middle half of the rows and their full range) above a heat
+map of every row over time.
 """
 
 from __future__ import annotations
@@ -19,8 +22,14 @@ from vault.cli._common import ProgressFn, fail
 if TYPE_CHECKING:
     from vault import EpisodeTable, Vault
 
-MAX_POINTS = 600
+MAX_POINTS = 300
+HEAT_BINS = 120  # time bins of the many-rows panels: each bin averages enough steps to read
 BLOCK_BYTES = 64 << 20
+
+
+def panel_kind(rows: int, max_rows: int) -> str:
+    """``"lines"`` (one per row) or ``"heat map"`` (more than ``max_rows`` rows)."""
+    return "lines" if rows <= max_rows else "heat map"
 
 
 def reward_leaf(vault: Vault, wanted: str | None) -> str | None:
@@ -63,6 +72,29 @@ def reward_curve(vault: Vault, leaf: str, progress: ProgressFn | None = None) ->
         "t": np.arange(bins) * width + (counts - 1) / 2,
         "rows": sums / counts,
         "width": width,
+        "counts": counts,
+    }
+
+
+def coarser(curve: dict[str, Any], bins: int) -> dict[str, Any]:
+    """``curve`` with neighbouring bins merged (weighted by their timesteps) into at most
+    ``bins`` bins."""
+    n = curve["rows"].shape[1]
+    k = max(1, math.ceil(n / bins))
+    if k == 1:
+        return curve
+    counts = curve["counts"]
+    groups = np.arange(n) // k
+    merged = np.bincount(groups, weights=counts)
+    rows = np.stack(
+        [np.bincount(groups, weights=r * counts) / merged for r in curve["rows"]], axis=0
+    )
+    width = curve["width"] * k
+    return {
+        "t": np.arange(merged.size) * width + (merged - 1) / 2,
+        "rows": rows,
+        "width": width,
+        "counts": merged,
     }
 
 
@@ -73,7 +105,7 @@ def draw(
     curve: dict[str, Any] | None,
     out: Path,
     *,
-    max_rows: int = 8,
+    max_rows: int = 3,
 ) -> tuple[int, int]:
     """Write the figure to ``out`` (PNG, atomically); return its size in pixels."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -81,15 +113,21 @@ def draw(
 
     fig = Figure(figsize=(12, 8), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
-    grid = fig.add_gridspec(2, 2, height_ratios=[1, 1.1])
+    heat = curve is not None and panel_kind(curve["rows"].shape[0], max_rows) == "heat map"
+    grid = fig.add_gridspec(3 if heat else 2, 2, height_ratios=[1, 0.6, 0.8] if heat else [1, 1.1])
     ax_ret, ax_len = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
-    ax_rew = fig.add_subplot(grid[1, :])
     complete = None
     if table is not None:
         complete = table[np.asarray(table.complete, bool)]
     _returns(ax_ret, complete)
     _lengths(ax_len, complete)
-    _rewards(ax_rew, leaf, curve, max_rows)
+    if heat and leaf is not None and curve is not None and curve["rows"].shape[1] > 0:
+        ax_mean = fig.add_subplot(grid[1, :])
+        wide = coarser(curve, HEAT_BINS)
+        _reward_band(ax_mean, leaf, wide)
+        _reward_heat(fig, fig.add_subplot(grid[2, :], sharex=ax_mean), wide)
+    else:
+        _rewards(fig.add_subplot(grid[1, :]), leaf, curve)
     episodes = "no episode index" if complete is None else f"{len(complete)} complete episodes"
     fig.suptitle(
         f"{vault.location}\n{vault.rows} rows x {vault.committed_length} timesteps, {episodes}",
@@ -154,7 +192,13 @@ def _lengths(ax: Any, complete: Any) -> None:
     ax.legend(loc="upper right")
 
 
-def _rewards(ax: Any, leaf: str | None, curve: dict[str, Any] | None, max_rows: int) -> None:
+def _per(curve: dict[str, Any]) -> str:
+    width = curve["width"]
+    return "per timestep" if width == 1 else f"mean over bins of {width} timesteps"
+
+
+def _rewards(ax: Any, leaf: str | None, curve: dict[str, Any] | None) -> None:
+    """One line per row (and their mean when there are several)."""
     title = "Reward over time"
     if leaf is None or curve is None:
         _empty(ax, title, "no reward leaf (name one with --reward)")
@@ -163,16 +207,44 @@ def _rewards(ax: Any, leaf: str | None, curve: dict[str, Any] | None, max_rows: 
     if rows.shape[1] == 0:
         _empty(ax, title, "no committed timesteps")
         return
-    shown = min(max_rows, rows.shape[0])
-    for r in range(shown):
+    for r in range(rows.shape[0]):
         ax.plot(curve["t"], rows[r], linewidth=0.9, alpha=0.75, label=f"row {r}")
     if rows.shape[0] > 1:
         ax.plot(curve["t"], rows.mean(axis=0), color="black", linewidth=2, label="mean of rows")
-    width = curve["width"]
-    per = "per timestep" if width == 1 else f"mean over bins of {width} timesteps"
-    more = "" if shown == rows.shape[0] else f"; {shown} of {rows.shape[0]} rows drawn"
-    ax.set_title(f"{title}: leaf '{leaf}', {per}{more}")
+    ax.set_title(f"{title}: leaf '{leaf}', {_per(curve)}")
     ax.set_xlabel("time (timestep)")
     ax.set_ylabel("reward")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
+
+
+def _reward_band(ax: Any, leaf: str, curve: dict[str, Any]) -> None:
+    """The mean over rows, the middle half of the rows (25th to 75th percentile) and their
+    full range, per bin of time."""
+    rows, t = curve["rows"], curve["t"]
+    low, q1, q3, high = np.percentile(rows, [0, 25, 75, 100], axis=0)
+    ax.fill_between(t, low, high, color="tab:blue", alpha=0.12, linewidth=0, label="min-max")
+    ax.fill_between(t, q1, q3, color="tab:blue", alpha=0.35, linewidth=0, label="middle half")
+    ax.plot(t, rows.mean(axis=0), color="black", linewidth=1.5, label="mean")
+    ax.set_title(f"Reward over time: leaf '{leaf}', {_per(curve)}, across {rows.shape[0]} rows")
+    ax.set_ylabel("reward")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper right", fontsize="small", ncols=3, framealpha=0.8)
+    ax.tick_params(labelbottom=False)
+    ax.margins(x=0)
+
+
+def _reward_heat(fig: Any, ax: Any, curve: dict[str, Any]) -> None:
+    """Every row over time as a heat map (rows top to bottom, colour = mean reward)."""
+    rows, t, width = curve["rows"], curve["t"], curve["width"]
+    left, right = t[0] - (width - 1) / 2 - 0.5, t[-1] + (width - 1) / 2 + 0.5
+    image = ax.imshow(
+        rows,
+        aspect="auto",
+        interpolation="nearest",
+        cmap="viridis",
+        extent=(left, right, rows.shape[0] - 0.5, -0.5),
+    )
+    ax.set_xlabel("time (timestep)")
+    ax.set_ylabel("row")
+    fig.colorbar(image, ax=ax, label="mean reward", pad=0.005, aspect=10)

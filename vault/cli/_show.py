@@ -113,11 +113,16 @@ def _show_json(vault: Vault, names: list[str], rows: list[int], lo: int, hi: int
     emit_json(
         {
             "path": vault.location,
-            "rows": rows,
+            "rows_selected": rows,
             "time": [lo, hi],
-            "leaves": {
-                n: {"dtype": meta[n].dtype, "shape": list(data[n].shape), "values": data[n]}
+            "leaves": [
+                {
+                    "name": n,
+                    "dtype": meta[n].dtype,
+                    "shape": list(data[n].shape),
+                    "values": data[n],
+                }
                 for n in names
-            },
+            ],
         }
     )
