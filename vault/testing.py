@@ -85,7 +85,7 @@ class S3TestServer:
         start_timeout: float = 60.0,
         stop_timeout: float = 60.0,
     ) -> None:
-        self.directory = Path(directory)
+        self.directory = Path(directory).absolute()
         self.bucket = bucket
         self.start_timeout = start_timeout
         self.stop_timeout = stop_timeout

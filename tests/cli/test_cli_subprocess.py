@@ -69,11 +69,11 @@ def test_failures_are_one_line_with_their_exit_code(tmp_path: Path) -> None:
     assert "Traceback" not in verified.stderr + shown.stderr + missing.stderr
     usage = run("show", tmp_path / "v", "--nope")
     assert usage.returncode == 1
-    remote = run("info", "s3://bucket/x")
+    remote = run("info", "gs://bucket/x")
     assert remote.returncode == 1
     assert remote.stderr.count("\n") == 1
     assert remote.stderr.startswith(
-        "vault: unsupported vault location scheme 's3' in 's3://bucket/x'; supported: a path"
+        "vault: unsupported vault location scheme 'gs' in 'gs://bucket/x'; supported: a path"
     )
 
 

@@ -83,6 +83,7 @@ def test_every_command_speaks_the_readme_vocabulary(shared: Path) -> None:
         "subsample": cli.json("subsample", v, "--out", out / "b", "--top-k", "2"),
         "combine": cli.json("combine", v, out / "s", "--out", out / "c"),
         "export": cli.json("export", v, "--out", out / "e.npz"),
+        "tag": cli.json("tag", v, "schema-check"),
     }
     (listed,) = [e for e in docs.pop("ls") if e["path"] == str(v)]
     for doc in [listed, *docs.values()]:

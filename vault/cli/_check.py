@@ -18,22 +18,38 @@ from vault.cli._common import (
     progress_bar,
     stdout,
 )
+from vault.cli._tag import AtOpt, pin_of
 
 if TYPE_CHECKING:
     from vault import VerifyReport
 
 
-def verify(path: PathArg, json_out: JsonOpt = False) -> None:
+def verify(
+    path: PathArg,
+    at: AtOpt = None,
+    fingerprint: Annotated[
+        str | None,
+        typer.Option(
+            "--fingerprint",
+            metavar="F",
+            help="The content fingerprint the data must have (from `vault info --json`).",
+            show_default=False,
+        ),
+    ] = None,
+    json_out: JsonOpt = False,
+) -> None:
     """Check the manifest, commit record, every chunk's checksum and the episode index.
 
+    With --at, the data of that commit; with --fingerprint, the data must have that
+    fingerprint (the chunk problems then name the arrays and time ranges that differ).
     Exit 0 when the vault is sound, 3 when any problem was found (each one is listed with
-    its place), 2 when there is no vault at PATH.
+    its place), 2 when there is no vault at PATH (or no such commit).
     """
     from vault import verify as run_verify
 
     check_vault_path(path)
     with progress_bar("verifying chunks") as progress:
-        report = run_verify(path, progress=progress)
+        report = run_verify(path, progress=progress, at=pin_of(at), fingerprint=fingerprint)
     if json_out:
         doc = report.to_dict()
         emit_json(

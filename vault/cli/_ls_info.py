@@ -23,6 +23,7 @@ from vault.cli._common import (
     stdout,
     typed_storage_error,
 )
+from vault.cli._tag import AtOpt, pin_of
 
 
 def ls(
@@ -147,13 +148,19 @@ def _escape(text: str) -> str:
 
 def info(
     path: PathArg,
+    at: AtOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Structure (leaves, shapes, dtypes, codecs, chunks), sizes, episodes, metadata, writer."""
-    from vault import disk_usage
+    """Structure (leaves, shapes, dtypes, codecs, chunks), sizes, episodes, metadata, writer,
+    the commit (with --json its content fingerprint) and tags; --at shows an older commit."""
+    from vault import Vault, disk_usage
 
-    vault = open_vault(path)
+    vault = open_vault(path) if at is None else Vault.open(path, at=pin_of(at))
     doc = _facts.summary(vault)
+    doc["commit"] = vault.commit_id
+    doc["tags"] = vault.tags()
+    if json_out:
+        doc["fingerprint"] = vault.fingerprint()
     manifest = vault.manifest
     rows, committed = vault.rows, vault.committed_length
     doc["leaves"] = [
@@ -202,7 +209,10 @@ def _render_info(doc: dict[str, Any], structure: dict[str, Any]) -> None:
         ("rlvault version", str(doc["rlvault_version"])),
         ("created", str(doc["created"])),
         ("writer holds it", _facts.describe_holder(doc["writer"])),
+        ("commit", str(doc["commit"])),
     ]
+    if doc["tags"]:
+        rows.append(("tags", ", ".join(f"{k} ({v})" for k, v in doc["tags"].items())))
     if doc["seams"]:
         seams = ", ".join(
             f"{s['lost']} lost at t={s['at']}" if s["lost"] else f"restart at t={s['at']}"
