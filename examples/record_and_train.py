@@ -376,9 +376,9 @@ def record(path: str, cfg: Settings, seed: int) -> dict[str, Any]:
     return {"episodes_seen": episodes_seen, "timesteps": chunks * k}
 
 
-def train(path: str, cfg: Settings, seed: int) -> dict[str, Any]:
+def train(path: str, cfg: Settings, seed: int, at: str | None = None) -> dict[str, Any]:
     """Behaviour cloning and CQL from the vault, streamed; evaluated as they train."""
-    vault = Vault.open(path)
+    vault = Vault.open(path, at=at)  # pinned: exactly the data named in the output
     k_bc, k_q = jax.random.split(jax.random.key(seed + 1))
     sizes = [6, 128, 128, NUM_ACTIONS]
     eval_key = jax.random.key(seed + 2)  # the same evaluation episodes for every policy
@@ -502,8 +502,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     raw = vault.committed_length * vault.rows * vault.manifest.step_bytes
     print(f"dataset size on disk: {size / 2**20:.2f} MiB ({raw / max(size, 1):.1f}x compression)")
 
+    # what the run trained on, named exactly: Vault.open(path, at=commit) reads it back in
+    # any process, and `vault verify PATH --at COMMIT --fingerprint F` checks it is unchanged
+    data = {"commit": vault.commit_id, "fingerprint": vault.fingerprint()}
+    print(f"training data: commit {data['commit']}, fingerprint {data['fingerprint'][:23]}...")
+
     t1 = time.perf_counter()
-    result = train(path, cfg, args.seed)
+    result = train(path, cfg, args.seed, at=data["commit"])
+    result["data"] = data
     t_train = time.perf_counter() - t1
     print(f"offline training (streamed from the vault) took {t_train:.1f}s")
     print(f"mean return over {EVAL_EPISODES} evaluation episodes:")

@@ -24,6 +24,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import vault as vault_module
 from vault import Vault, verify
 from vault.cli import app
 
@@ -52,6 +53,7 @@ def test_main_job_end_to_end(tmp_path: Path) -> None:
     check_episode_index_matches_the_environment(run)
     check_prints_the_summary_and_the_commands(run)
     check_the_printed_commands_work(run)
+    check_the_training_data_is_named_exactly(run)
 
 
 def check_offline_policies_beat_random_and_behaviour(
@@ -105,6 +107,20 @@ def check_episode_index_matches_the_environment(
     assert result["recorded_mean_return"] == pytest.approx(table.returns.mean())
     data = vault.read_numpy(leaves=["reward", "done"])
     np.testing.assert_array_equal(data["reward"] == 1.0, data["done"])
+
+
+def check_the_training_data_is_named_exactly(run: tuple[ModuleType, dict[str, Any], str]) -> None:
+    """The run prints and returns the commit it trained on and its fingerprint: appending
+    afterwards changes neither what that commit reads nor its fingerprint."""
+    _, result, printed = run
+    data = result["data"]
+    assert f"training data: commit {data['commit']}, fingerprint {data['fingerprint'][:23]}" in (
+        printed
+    )
+    pinned = Vault.open(result["path"], at=data["commit"])
+    assert pinned.fingerprint() == data["fingerprint"]
+    report = vault_module.verify(result["path"], at=data["commit"], fingerprint=data["fingerprint"])
+    assert report.ok, report.problems
 
 
 def check_prints_the_summary_and_the_commands(run: tuple[ModuleType, dict[str, Any], str]) -> None:
