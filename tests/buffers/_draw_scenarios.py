@@ -15,6 +15,7 @@ reference").
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -22,8 +23,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+TABLE = Path(__file__).parent / "data" / "reference_draws.json"
 TIMESTEP = {"code": jnp.int32(0), "obs": jnp.zeros((2,), jnp.float32)}
 PRIORITISED = ("prioritised_trajectory", "prioritised_flat", "prioritised_item")
+
+
+def prng_probe() -> list[int]:
+    """Random bits that change exactly when jax's PRNG does (split and bits of one key)."""
+    key = jax.random.PRNGKey(0)
+    left, right = jax.random.split(key)
+    bits = [np.asarray(jax.random.bits(k, (2,), jnp.uint32)) for k in (key, left, right)]
+    return [int(b) for b in np.concatenate(bits)]
 
 
 def batch_of(shape: list[int], first_code: int) -> dict[str, jax.Array]:
@@ -119,7 +129,7 @@ def state_arrays(spec: dict[str, Any], state: Any) -> dict[str, np.ndarray]:
     if spec["kind"] in PRIORITISED:
         nodes = np.asarray(state.sum_tree_state.nodes)
         rows, t_len = out["experience['code']"].shape[:2]
-        period = spec["args"].get("period", 1)
+        period = spec.get("args", {}).get("period", 1)
         items = rows * (t_len // period)
         leaves_at = (len(nodes) + 1) // 2 - 1 if len(nodes) % 2 else len(nodes) // 2
         out["priorities"] = nodes[leaves_at : leaves_at + items]
@@ -305,6 +315,8 @@ def _scenarios() -> dict[str, dict[str, Any]]:
     }
     for name, spec in s.items():
         spec["name"] = name
+        for i, part in enumerate(spec.get("buffers", [])):
+            part["name"] = f"{name}[{i}]"
     return s
 
 
