@@ -315,8 +315,8 @@ def _scenarios() -> dict[str, dict[str, Any]]:
     }
     for name, spec in s.items():
         spec["name"] = name
-        for i, part in enumerate(spec.get("buffers", [])):
-            part["name"] = f"{name}[{i}]"
+        if "buffers" in spec:  # copies: a part may be another scenario
+            spec["buffers"] = [{**p, "name": f"{name}[{i}]"} for i, p in enumerate(spec["buffers"])]
     return s
 
 
