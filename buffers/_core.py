@@ -159,13 +159,19 @@ def sample_windows(
 
     Window starts are ``period`` apart, counted from the oldest timestep, so a window never
     straddles the write position and never includes unwritten slots.
+
+    The key is used as the reference's (Flashbax 0.1.3) trajectory sampler uses it: the item
+    draw takes the second half of ``split(rng_key)``, the row draw the second half of a split
+    of the first half. Since the candidate windows are the same too, the same key and state
+    give the reference's draws (``README``: "Same draws as the reference").
     """
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     max_time = jnp.where(state.is_full, t_len, state.current_index)
     head = jnp.where(state.is_full, state.current_index, 0)
     max_start = max_time - sequence_length
     num_items = jnp.where(max_start >= 0, max_start // period + 1, 0)
-    key_items, key_rows = jax.random.split(rng_key)
+    rest, key_items = jax.random.split(rng_key)
+    key_rows = jax.random.split(rest)[1]
     items = jax.random.randint(key_items, (batch_size,), 0, jnp.maximum(num_items, 1))
     rows = jax.random.randint(key_rows, (batch_size,), 0, b_size)
     starts = (head + items * period) % t_len

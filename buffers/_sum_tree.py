@@ -13,6 +13,7 @@ Layout: ``nodes[1]`` is the root, node ``i`` has children ``2i`` and ``2i + 1``,
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import jax
@@ -119,12 +120,29 @@ def probabilities(state: SumTreeState, indices: Array) -> Array:
     return jnp.where(tot > 0, get(state, indices) / jnp.where(tot > 0, tot, 1.0), 0.0)
 
 
+def stratified_uniform(rng_key: Array, batch_size: int) -> Array:
+    """One uniform draw in each of ``batch_size`` equal slices of ``[0, 1)``, float32.
+
+    Drawn as the reference (Flashbax 0.1.3) draws them, so that the same key gives the same
+    numbers: one key per slice (``split(rng_key, batch_size)``), each slice's bounds from
+    ``linspace(0, 1, batch_size + 1)``.
+    """
+    keys = jax.random.split(rng_key, batch_size)
+    bounds = jnp.linspace(0.0, 1.0, batch_size + 1, dtype=jnp.float32)
+    draw = functools.partial(jax.random.uniform, shape=(), dtype=jnp.float32)
+    return jax.vmap(lambda k, lo, hi: draw(k, minval=lo, maxval=hi))(keys, bounds[:-1], bounds[1:])
+
+
 def sample(state: SumTreeState, rng_key: Array, batch_size: int, capacity: int) -> Array:
-    """Stratified sampling: one draw in each of ``batch_size`` equal slices of the total."""
+    """Stratified sampling: one draw in each of ``batch_size`` equal slices of the total.
+
+    The descent is the reference's (left when the target is below the left sum) except that it
+    never enters a subtree whose sum is zero; so wherever the reference's draw has a positive
+    priority, the same key and sums give the same leaf.
+    """
     nodes = state.nodes
     leaves = nodes.shape[-1] // 2
-    u = jax.random.uniform(rng_key, (batch_size,), jnp.float32)
-    target = (jnp.arange(batch_size, dtype=jnp.float32) + u) * (total(state) / batch_size)
+    target = stratified_uniform(rng_key, batch_size) * total(state)
 
     def descend(_: Any, carry: tuple[Array, Array]) -> tuple[Array, Array]:
         node, target = carry
