@@ -28,6 +28,7 @@ from vault._format import (
     BOUNDS,
     COMMIT_KEY,
     EXPERIENCE,
+    HISTORY,
     RETURNS,
     ZARR_JSON,
     CommitRecord,
@@ -35,6 +36,7 @@ from vault._format import (
     EpisodeLeaves,
     EpisodeState,
     OpenEpisodes,
+    group_json,
     leaf_key,
     read_commit_bytes,
 )
@@ -69,6 +71,14 @@ def fence(snap: Snapshot, lock: WriterLock) -> Snapshot:
 
     raw = run_point("fence", {}, lambda: lock.fence(COMMIT_KEY, rewrite))
     return snap.with_commit(read_commit_bytes(raw, snap.where, snap.manifest))
+
+
+def mark_groups(snap: Snapshot) -> None:
+    """Make ``history/`` an empty Zarr group where it is not one yet (vaults made before
+    pins): zarr-python lists every folder of the hierarchy as a node."""
+    key = f"{HISTORY}/{ZARR_JSON}"
+    if snap.location.read(key) is None:
+        snap.location.kvstore().write(key, group_json()).result()
 
 
 def _apply(

@@ -7,6 +7,8 @@ A vault is a Zarr v3 hierarchy::
     experience/<leaf path>/   one array per pytree leaf, shape [rows, time, ...]
     episodes/bounds, returns  the episode index (when the vault names a done leaf)
     lock/, trash/             the writer's lock and old file versions (local vaults)
+    history/<n>, refs/<name>  replaced commit records (pins) and tags; each folder is an empty
+                              Zarr group (zarr.json) so that zarr-python lists the hierarchy
 
 The manifest (:class:`Manifest`: structure, leaves, rows, episode leaves, user metadata) is
 written once at creation; the commit record (:class:`CommitRecord`) is replaced atomically by

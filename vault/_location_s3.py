@@ -60,13 +60,14 @@ from vault._errors import (
     VaultNotFoundError,
     VaultStorageError,
 )
-from vault._format import LOCK_DIR
+from vault._format import LOCK_DIR, group_json
 from vault._location import Capabilities, Location, LockHolder
 from vault._writer_id import holder_record, locked_message
 
 _log = logging.getLogger(__name__)
 
 LEASE_KEY = f"{LOCK_DIR}/lease.json"
+LOCK_GROUP = f"{LOCK_DIR}/zarr.json"
 ABSENT = b"\x02"  # TensorStore's generation of a key that has no value (create if absent)
 
 STORAGE_KEYS = frozenset(
@@ -386,6 +387,8 @@ class S3Lease:
                 started = time.monotonic()
                 written = self._kv.write(LEASE_KEY, self._record(), if_equal=expect).result()
                 if written.generation:
+                    # lock/ as an empty Zarr group (zarr-python lists every folder as a node)
+                    self._kv.write(LOCK_GROUP, group_json(), if_equal=ABSENT).result()
                     self._deadline = started + self.seconds
                     return bytes(written.generation)
         raise VaultLockedError(locked_message(where, None))

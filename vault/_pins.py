@@ -34,7 +34,9 @@ from vault._format import (
     HISTORY,
     REFS,
     RETURNS,
+    ZARR_JSON,
     CommitRecord,
+    group_json,
     read_commit_bytes,
 )
 from vault._snapshot import Snapshot
@@ -163,6 +165,8 @@ def create_tag(snap: Snapshot, name: str) -> str:
     }
     kv = snap.location.kvstore()
     with snap.location.failures("write the tag"):
+        # refs/ is an empty Zarr group, so that zarr-python lists the hierarchy
+        kv.write(f"{REFS}/{ZARR_JSON}", group_json(), if_equal=b"\x02").result()
         written = kv.write(f"{REFS}/{name}", json.dumps(doc).encode(), if_equal=b"\x02").result()
     if not written.generation:
         existing = read_tag(snap, name)

@@ -39,6 +39,7 @@ class Writer:
 
     def __init__(self, snapshot: Snapshot, lock: WriterLock) -> None:
         snapshot = _commit.fence(snapshot, lock)  # no earlier holder of the lock commits now
+        _commit.mark_groups(snapshot)
         self.snapshot = snapshot  # the latest commit of this writer
         self.tip = Tip.of(snapshot.commit)
         self.closed = False
