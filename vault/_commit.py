@@ -78,7 +78,8 @@ def mark_groups(snap: Snapshot) -> None:
     pins): zarr-python lists every folder of the hierarchy as a node."""
     key = f"{HISTORY}/{ZARR_JSON}"
     if snap.location.read(key) is None:
-        snap.location.kvstore().write(key, group_json()).result()
+        with snap.location.failures("write the vault"):
+            snap.location.kvstore().write(key, group_json()).result()
 
 
 def _apply(

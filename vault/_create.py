@@ -40,6 +40,7 @@ from vault._format import (
     COMMIT_KEY,
     EPISODES,
     EXPERIENCE,
+    HISTORY,
     MANIFEST_ATTR,
     MANIFEST_KEY,
     RETURNS,
@@ -323,6 +324,7 @@ def materialise(location: Location, manifest: Manifest, publish: bool = True) ->
     for group in group_paths(manifest.leaf_names):
         kv.write(f"{EXPERIENCE}/{group}/{ZARR_JSON}", group_json()).result()
     kv.write(f"{EXPERIENCE}/{ZARR_JSON}", group_json()).result()
+    kv.write(f"{HISTORY}/{ZARR_JSON}", group_json()).result()  # pins' records (vault/_pins.py)
     commit = initial_commit(manifest)
     kv.write(COMMIT_KEY, commit.to_bytes()).result()
     if publish:

@@ -117,7 +117,7 @@ def _parse(snap: Snapshot, pin: Pin) -> tuple[int, str | None, str]:
 
 # ----------------------------------------------------------------------------------- tags
 def check_tag_name(name: Any) -> str:
-    if not isinstance(name, str) or not _TAG.match(name):
+    if not isinstance(name, str) or not _TAG.match(name) or name == ZARR_JSON:
         raise VaultArgumentError(
             "a tag name is 1-100 letters, digits, '.', '_' or '-', starting with a letter or "
             f"'_' (so that it never looks like a commit id), got {name!r}"
@@ -148,7 +148,7 @@ def list_tags(snap: Snapshot) -> dict[str, str]:
     out = {}
     for key in sorted(bytes(k).decode() for k in keys):
         name = key[len(REFS) + 1 :]
-        if _TAG.match(name):
+        if _TAG.match(name) and name != ZARR_JSON:  # refs/zarr.json: the folder's group
             out[name] = read_tag(snap, name)
     return out
 

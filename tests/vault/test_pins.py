@@ -172,7 +172,7 @@ def test_tags_name_commits_and_never_move(tmp_path: Path) -> None:
     assert at.commit_id == first
     with pytest.raises(VaultPinError, match="no tag 'nope'"):
         Vault.open(where, at="nope")
-    for bad in ("12", "3-abcdef", "", "a b", "x" * 101, "-x"):
+    for bad in ("12", "3-abcdef", "", "a b", "x" * 101, "-x", "zarr.json"):
         with pytest.raises(vault.VaultArgumentError, match="a tag name is"):
             reader.tag(bad)
     v.close()
