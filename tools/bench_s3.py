@@ -76,28 +76,24 @@ import jax
 import numpy as np
 import tensorstore as ts
 from _probes import MB, code_provenance, loadavg, machine_info, package_version
-from _report import fmt, log, write_json
+from _report import log, write_json
+from _s3_report import (
+    LABELS,
+    READERS,
+    STREAMERS,
+    WRITERS,
+    build_rows,
+    build_targets,
+    markdown,
+)
 from _workloads import VARIANTS, DataSource, example_timestep, make_frame_pool, step_nbytes
 
 from vault import Vault
 from vault.testing import ACCESS_KEY, REGION, SECRET_KEY, S3TestServer
 
-METHODS = ("rlvault_s3", "rlvault_local", "tensorstore_s3", "zarr_s3fs")
-LABELS = {
-    "rlvault_s3": "rlvault S3",
-    "rlvault_local": "rlvault local",
-    "tensorstore_s3": "TensorStore S3",
-    "zarr_s3fs": "zarr+s3fs S3",
-}
-WRITERS = ("rlvault_s3", "tensorstore_s3", "rlvault_local")
-READERS = ("rlvault_s3", "tensorstore_s3", "zarr_s3fs", "rlvault_local")
-STREAMERS = ("rlvault_s3", "rlvault_local")
-# The vault's defaults for s3:// locations (README: storage settings), used by raw TensorStore
 S3_RETRIES = 3
 S3_CONCURRENCY = 32
 BATCH = 256
-TARGETS = {"write_vs_tensorstore": 0.8, "read_vs_tensorstore": 0.8, "read_vs_zarr": 2.0}
-STREAM_TARGET = 0.7
 STOP_TIMEOUT = 10.0  # seconds from SIGTERM to SIGKILL (the data is thrown away anyway)
 
 
@@ -294,11 +290,6 @@ def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 def rotate(items: tuple[str, ...], k: int) -> list[str]:
     k %= len(items)
     return [*items[k:], *items[:k]]
-
-
-def paired(num: list[float], den: list[float]) -> float | None:
-    pairs = [a / b for a, b in zip(num, den, strict=True) if a and b]
-    return statistics.median(pairs) if pairs else None
 
 
 def summary(values: list[float]) -> dict[str, Any]:
@@ -539,130 +530,6 @@ def stream_epoch(loc: str) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------------------------
 # Report
-# --------------------------------------------------------------------------------------------
-
-
-def med(values: list[float]) -> float:
-    return statistics.median(values)
-
-
-def build_rows(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
-
-    def add(variant: str, metric: str, unit: str, values: dict[str, float | None]) -> None:
-        rows.append(
-            {
-                "variant": variant,
-                "metric": metric,
-                "unit": unit,
-                **{m: values.get(m) for m in METHODS},
-            }
-        )
-
-    for r in variants:
-        v = r["variant"]
-        add(v, "write", "MB/s", {m: med(x["mb_s"]) for m, x in r["writes"].items()})
-        add(v, "read all", "MB/s", {m: med(x["mb_s"]) for m, x in r["reads"].items()})
-        add(
-            v, "one-step append", "ms", {m: x["ms_median"] for m, x in r["one_step_append"].items()}
-        )
-        add(
-            v,
-            "streaming (256 x 1, shuffled, 1 epoch)",
-            "batches/s",
-            {m: med(x["batches_s"]) for m, x in r["streaming"].items()},
-        )
-        add(
-            v,
-            "streaming (256 x 1, shuffled, 1 epoch)",
-            "MB/s",
-            {m: med(x["mb_s"]) for m, x in r["streaming"].items()},
-        )
-        add(
-            v,
-            "streaming / read all",
-            "x",
-            {m: paired(r["streaming"][m]["mb_s"], r["reads"][m]["mb_s"]) for m in STREAMERS},
-        )
-    return rows
-
-
-def build_targets(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-
-    def add(variant: str, what: str, num: list[float], den: list[float], goal: float) -> None:
-        ratio = paired(num, den)
-        out.append(
-            {
-                "variant": variant,
-                "target": what,
-                "rlvault": med(num),
-                "reference": med(den),
-                "ratio": ratio,
-                "ratio_of_medians": med(num) / med(den),
-                "goal": goal,
-                "met": ratio is not None and ratio >= goal,
-            }
-        )
-
-    for r in variants:
-        v, w, rd, st = r["variant"], r["writes"], r["reads"], r["streaming"]
-        add(
-            v,
-            "S3 write MB/s vs raw TensorStore (>= 0.80)",
-            w["rlvault_s3"]["mb_s"],
-            w["tensorstore_s3"]["mb_s"],
-            TARGETS["write_vs_tensorstore"],
-        )
-        add(
-            v,
-            "S3 read all MB/s vs raw TensorStore (>= 0.80)",
-            rd["rlvault_s3"]["mb_s"],
-            rd["tensorstore_s3"]["mb_s"],
-            TARGETS["read_vs_tensorstore"],
-        )
-        add(
-            v,
-            "S3 read all MB/s vs zarr-python + s3fs (>= 2.0)",
-            rd["rlvault_s3"]["mb_s"],
-            rd["zarr_s3fs"]["mb_s"],
-            TARGETS["read_vs_zarr"],
-        )
-        add(
-            v,
-            "S3 streaming MB/s vs S3 read all (>= 0.70)",
-            st["rlvault_s3"]["mb_s"],
-            rd["rlvault_s3"]["mb_s"],
-            STREAM_TARGET,
-        )
-    return out
-
-
-def markdown(result: dict[str, Any]) -> Iterator[str]:
-    heads = [LABELS[m] for m in METHODS]
-    yield "| variant | metric | unit | " + " | ".join(heads) + " |"
-    yield "|---|---|---|" + "---:|" * len(heads)
-    for r in result["rows"]:
-        cells = [fmt(r[m], r["unit"]) for m in METHODS]
-        yield f"| {r['variant']} | {r['metric']} | {r['unit']} | " + " | ".join(cells) + " |"
-    yield ""
-    yield "| variant | target | rlvault S3 | reference | ratio | met |"
-    yield "|---|---|---:|---:|---:|---|"
-    for t in result["targets"]:
-        met = "yes" if t["met"] else "**no**"
-        yield (
-            f"| {t['variant']} | {t['target']} | {fmt(t['rlvault'])} | "
-            f"{fmt(t['reference'])} | {fmt(t['ratio'], 'x')} | {met} |"
-        )
-    yield ""
-    yield (
-        f"load average (1/5/15 min): start {result['loadavg']['start']}, "
-        f"end {result['loadavg']['end']}"
-    )
-
-
-# --------------------------------------------------------------------------------------------
-# Main
 # --------------------------------------------------------------------------------------------
 
 
