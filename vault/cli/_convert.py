@@ -16,6 +16,7 @@ import typer
 
 from vault.cli import _export
 from vault.cli._common import JsonOpt, PathArg, emit_json, fail, local_path, progress_bar, stdout
+from vault.cli._export import CompressOpt, LeafOpt, RowsOpt, TimeOpt
 
 FORMATS = ("flashbax", "minari", "d4rl")
 
@@ -90,17 +91,10 @@ def export(
         ),
     ],
     fmt: Annotated[str, typer.Option("--format", "-f", help="npz, npy or minari.")] = "npz",
-    leaf: Annotated[
-        list[str] | None,
-        typer.Option("--leaf", "-l", help="Leaf path (repeatable); default: every leaf."),
-    ] = None,
-    rows: Annotated[
-        str | None, typer.Option("--rows", "-r", help="Rows: '0,2' or '0:4'; default: all.")
-    ] = None,
-    time: Annotated[
-        str | None, typer.Option("--time", "-t", help="Time range 'a:b' (negative: from the end).")
-    ] = None,
-    compress: Annotated[bool, typer.Option(help="Deflate the npz members.")] = False,
+    leaf: LeafOpt = None,
+    rows: RowsOpt = None,
+    time: TimeOpt = None,
+    compress: CompressOpt = False,
     minari_root: Annotated[
         Path | None,
         typer.Option(help="minari: datasets directory (default: MINARI_DATASETS_PATH)."),

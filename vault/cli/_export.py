@@ -43,6 +43,18 @@ if TYPE_CHECKING:
 
 FORMATS = ("npz", "npy")
 MANIFEST_NAME = "__manifest__"
+# the selection options, shared with `vault export --format minari` (cli/_convert.py)
+LeafOpt = Annotated[
+    list[str] | None,
+    typer.Option("--leaf", "-l", help="Leaf path (repeatable); default: every leaf."),
+]
+RowsOpt = Annotated[
+    str | None, typer.Option("--rows", "-r", help="Rows: '0,2' or '0:4'; default: all.")
+]
+TimeOpt = Annotated[
+    str | None, typer.Option("--time", "-t", help="Time range 'a:b' (negative: from the end).")
+]
+CompressOpt = Annotated[bool, typer.Option(help="Deflate the npz members.")]
 BLOCK_BYTES = 64 << 20
 
 
@@ -50,17 +62,10 @@ def export(
     path: PathArg,
     out: Annotated[Path, typer.Option("--out", "-o", help="File (npz) or folder (npy) to write.")],
     fmt: Annotated[str, typer.Option("--format", "-f", help="npz or npy.")] = "npz",
-    leaf: Annotated[
-        list[str] | None,
-        typer.Option("--leaf", "-l", help="Leaf path (repeatable); default: every leaf."),
-    ] = None,
-    rows: Annotated[
-        str | None, typer.Option("--rows", "-r", help="Rows: '0,2' or '0:4'; default: all.")
-    ] = None,
-    time: Annotated[
-        str | None, typer.Option("--time", "-t", help="Time range 'a:b' (negative: from the end).")
-    ] = None,
-    compress: Annotated[bool, typer.Option(help="Deflate the npz members.")] = False,
+    leaf: LeafOpt = None,
+    rows: RowsOpt = None,
+    time: TimeOpt = None,
+    compress: CompressOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Export a selection of a vault to numpy files (one array per leaf, rows x time x ...)."""
