@@ -63,6 +63,9 @@ def check_schema(doc: dict[str, Any], vocab: dict[str, tuple[type, ...]]) -> Non
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("ux")
     build(root / "v", writes=(13, 14, 15))
+    # a nested vault, so that `vault ls` of this folder has the same path column whichever
+    # tests ran before in this worker (the schema test adds vaults under json-out/)
+    build(root / "json-out" / "n", writes=(4,))
     return root
 
 
