@@ -151,28 +151,46 @@ def _append(
 def _bind_places(
     snap: Snapshot, job: AppendJob, added: list[tuple[str, int, np.ndarray]]
 ) -> dict[str, Edge]:
-    """Tag the chunks this append completed and record the new edges (``vault/_tags.py``)."""
+    """Tag the chunks this append completed and record the new edges (``vault/_tags.py``):
+    the stored checksums of every array are read in one batch and the tag arrays written
+    together."""
     edges = dict(snap.commit.edges or {})
     appends = [
         (leaf_key(name), job.begin, part)
         for name, part in zip(snap.names, job.parts, strict=bool(job.parts))
     ]
     appends += [(key, begin, values[None]) for key, begin, values in added if len(values)]
+    plans = []
+    keys: list[str] = []
     for key, begin, part in appends:
         grid = snap.grids[key]
         end = begin + int(part.shape[1])
-        _tags.record_tags(snap, grid, begin // grid.step, end // grid.step)
         array = _array_of(snap, key)
 
         def read_prefix(e0: int, array: Any = array, begin: int = begin, key: str = key) -> Any:
             region = array[:, e0:begin] if key.startswith(EXPERIENCE) else array[e0:begin][None]
             return np.asarray(region.read().result())
 
+        k0, k1 = begin // grid.step, end // grid.step
         edge = _tags.edge_after(grid, edges.get(key), begin, end, part, read_prefix)
+        tagged = _tags.tag_keys(grid, k0, k1)
+        bound = [] if edge is None else _tags.edge_keys(grid, edge)
+        plans.append((key, grid, k0, k1, edge, len(tagged), len(bound)))
+        keys += tagged + bound
+    tails = snap.location.read_tails(keys)
+    futures = []
+    at = 0
+    for key, grid, k0, k1, edge, n_tagged, n_bound in plans:
+        futures.append(_tags.write_tags(snap, grid, k0, k1, tails[at : at + n_tagged]))
+        at += n_tagged
         if edge is None:
             edges.pop(key, None)
         else:
-            edges[key] = _tags.edge_tails(snap, grid, edge)
+            edges[key] = _tags.with_tails(edge, tails[at : at + n_bound])
+        at += n_bound
+    for future in futures:
+        if future is not None:
+            future.result()
     return edges
 
 

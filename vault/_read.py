@@ -13,7 +13,7 @@ import math
 import re
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -294,7 +294,11 @@ def result(snap: Snapshot, future: Any, name: str, group: str = EXPERIENCE) -> A
         ) from None
 
 
-def fetch(snap: Snapshot, items: list[tuple[Any, str, int, int]]) -> list[np.ndarray]:
+def fetch(
+    snap: Snapshot,
+    items: list[tuple[Any, str, int, int]],
+    during: Callable[[], None] | None = None,
+) -> list[np.ndarray]:
     """For each ``(view, name, capacity, offset)`` (``offset``: the array's time index of the
     view's time 0): the view as an aligned numpy array ``[rows, capacity, ...]`` (data first,
     then the fill value).
@@ -304,6 +308,9 @@ def fetch(snap: Snapshot, items: list[tuple[Any, str, int, int]]) -> list[np.nda
     that no chunk is decoded twice), across leaves, with at least two pieces and at most an
     eighth of the read (8 to 64 MiB) in flight: decoding and disk reads stay parallel while
     the encoded bytes in flight at once stay a small share of the data.
+
+    ``during``: called once, on this thread, when the first reads are in flight (before
+    waiting for any); what it raises is raised once every read has stopped.
     """
     import tensorstore as ts
 
@@ -325,13 +332,28 @@ def fetch(snap: Snapshot, items: list[tuple[Any, str, int, int]]) -> list[np.nda
     budget = min(READ_INFLIGHT_MAX, max(READ_INFLIGHT_MIN, sum(p[3] for p in pieces) // 8))
     inflight: collections.deque[tuple[Any, str, int]] = collections.deque()
     in_flight_bytes = 0
+
+    def run_during() -> None:
+        nonlocal during
+        work, during = during, None
+        if work is not None:
+            try:
+                work()
+            except BaseException:
+                for future, _, _ in inflight:  # nothing writes into the arrays after this
+                    with contextlib.suppress(Exception):
+                        future.result()
+                raise
+
     for out, source, name, nbytes in pieces:
         while len(inflight) >= 2 and in_flight_bytes + nbytes > budget:
+            run_during()
             future, done_name, done_bytes = inflight.popleft()
             result(snap, future, done_name)
             in_flight_bytes -= done_bytes
         inflight.append((ts.array(out).write(source), name, nbytes))
         in_flight_bytes += nbytes
+    run_during()
     for future, name, _ in inflight:
         result(snap, future, name)
     return outs
@@ -341,41 +363,10 @@ def fetch_checked(
     snap: Snapshot, items: list[Any], names: Sequence[str], rows: Rows, lo: int, hi: int
 ) -> list[np.ndarray]:
     """:func:`fetch`, with the place checks of its complete chunks (nothing is returned
-    before they pass). Locally they run after the read: the chunk files are in the page cache
-    by then, so comparing their stored checksums costs no disk access. Where every request is
-    a network round trip (``Location.remote``) they run while the data is read."""
+    before they pass). They run while the first reads are in flight: their four-byte reads
+    (a round trip each on an object store, batched) overlap the data's."""
     row_sel = row_selection(snap, rows)
-    if not snap.location.remote:
-        out = fetch(snap, items)
-        check_places(snap, names, row_sel, lo, hi, edge=False)
-        return out
-    checking = _Background(lambda: check_places(snap, names, row_sel, lo, hi, edge=False))
-    try:
-        out = fetch(snap, items)
-    finally:
-        checking.join()
-    return out
-
-
-class _Background(threading.Thread):
-    """``work`` on a thread; :meth:`join` waits and raises what it raised."""
-
-    def __init__(self, work: Any) -> None:
-        super().__init__(name="rlvault-checks", daemon=True)
-        self._work = work
-        self._error: BaseException | None = None
-        self.start()
-
-    def run(self) -> None:
-        try:
-            self._work()
-        except BaseException as err:  # raised in the caller by join()
-            self._error = err
-
-    def join(self, timeout: float | None = None) -> None:
-        super().join(timeout)
-        if self._error is not None:
-            raise self._error
+    return fetch(snap, items, lambda: check_places(snap, names, row_sel, lo, hi, edge=False))
 
 
 def read_numpy(snap: Snapshot, rows: Rows, lo: int, hi: int, leaves: Sequence[str] | None) -> Any:

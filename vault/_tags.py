@@ -126,12 +126,20 @@ def tag_array(snap: Any, grid: Grid, at_least: int, create: bool = False) -> Any
 
 
 # ------------------------------------------------------------------------------- writing
-def record_tags(snap: Any, grid: Grid, k0: int, k1: int) -> None:
-    """Tag chunks ``[k0, k1)`` of every row block (just completed and written)."""
+def tag_keys(grid: Grid, k0: int, k1: int) -> list[str]:
+    """The chunk keys of time chunks ``[k0, k1)`` of every row block."""
+    return [grid.chunk(b, k) for b in range(grid.row_blocks) for k in range(k0, k1)]
+
+
+def write_tags(
+    snap: Any, grid: Grid, k0: int, k1: int, tails: Sequence[bytes | None]
+) -> Any | None:
+    """Start tagging chunks ``[k0, k1)`` of every row block (just completed and written) with
+    their stored checksums ``tails`` (read for :func:`tag_keys`); the write's future, or None
+    when there is nothing to tag."""
     if k1 <= k0:
-        return
-    keys = [grid.chunk(b, k) for b in range(grid.row_blocks) for k in range(k0, k1)]
-    tails = snap.location.read_tails(keys)
+        return None
+    keys = tag_keys(grid, k0, k1)
     missing = [key for key, tail in zip(keys, tails, strict=True) if tail is None or len(tail) < 4]
     if missing:
         raise VaultCorruptError(f"{snap.where}: chunks just written are missing: {missing[:4]}")
@@ -143,20 +151,26 @@ def record_tags(snap: Any, grid: Grid, k0: int, k1: int) -> None:
             exclusive_max=[None, target], expand_only=True, resize_metadata_only=True
         ).result()
         snap.cache[("tags", grid.key)] = handle
-    handle[:, k0:k1].write(values).result()
+    return handle[:, k0:k1].write(values)
 
 
 def _tails(tails: Sequence[bytes | None]) -> list[int | None]:
     return [None if t is None or len(t) < 4 else int(np.frombuffer(t, "<u4")[0]) for t in tails]
 
 
-def edge_tails(snap: Any, grid: Grid, edge: Edge) -> Edge:
-    """``edge`` with the stored checksums of its chunk (just written), per row block."""
+def edge_keys(grid: Grid, edge: Edge) -> list[str]:
+    """The chunk keys (one per row block) of the partly filled chunk ``edge`` is in."""
     k = edge.start // grid.step
-    tails = _tails(snap.location.read_tails([grid.chunk(b, k) for b in range(grid.row_blocks)]))
-    if any(t is None for t in tails):
+    return [grid.chunk(b, k) for b in range(grid.row_blocks)]
+
+
+def with_tails(edge: Edge, tails: Sequence[bytes | None]) -> Edge:
+    """``edge`` with the stored checksums of its chunk (just written; ``tails`` read for
+    :func:`edge_keys`), per row block."""
+    values = _tails(tails)
+    if any(t is None for t in values):
         return edge  # not readable now: readers check the committed part instead
-    return dataclasses.replace(edge, tails=tuple(int(t) for t in tails if t is not None))
+    return dataclasses.replace(edge, tails=tuple(int(t) for t in values if t is not None))
 
 
 def edge_after(
