@@ -32,6 +32,7 @@ from vault._errors import (
 from vault._faults import FAULT_POINTS, FaultHook, set_fault_hook
 
 if TYPE_CHECKING:
+    from vault._dataset import Dataset, is_dataset
     from vault._derive import combine, derive_episodes, derive_slice
     from vault._episodes import EpisodeTable
     from vault._format import CommitRecord, EpisodeLeaves, LeafSpec, Manifest, Seam
@@ -48,6 +49,8 @@ if TYPE_CHECKING:
 
 _LAZY = {
     "Vault": "vault._vault",
+    "Dataset": "vault._dataset",
+    "is_dataset": "vault._dataset",
     "EpisodeTable": "vault._episodes",
     "DatasetStream": "vault._stream",
     "StreamBatch": "vault._stream",
@@ -85,6 +88,7 @@ __all__ = [
     "FAULT_POINTS",
     "Capabilities",
     "CommitRecord",
+    "Dataset",
     "DatasetStream",
     "EpisodeLeaves",
     "EpisodeTable",
@@ -126,6 +130,7 @@ __all__ = [
     "disk_usage",
     "episode_stats",
     "find_vaults",
+    "is_dataset",
     "leaf_stats",
     "lock_holder",
     "parse_location",

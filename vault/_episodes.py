@@ -36,7 +36,8 @@ class EpisodeTable:
     episode (NaN when the vault has no reward leaf); ``truncated`` tells how a complete
     episode ended; ``complete`` is false for the open (unfinished) last episode of a row
     (included only with ``vault.episodes(include_open=True)``); ``start_known`` is false for an
-    episode whose beginning was lost (it starts at a recorded gap).
+    episode whose beginning was lost (it starts at a recorded gap). ``shard`` names the shard
+    of a :class:`~vault.Dataset` each episode is in (None for a single vault's table).
     """
 
     row: np.ndarray
@@ -46,6 +47,7 @@ class EpisodeTable:
     truncated: np.ndarray
     complete: np.ndarray
     start_known: np.ndarray
+    shard: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.row.shape[0])
@@ -53,7 +55,8 @@ class EpisodeTable:
     def __getitem__(self, index: Any) -> EpisodeTable:
         if isinstance(index, (int, np.integer)):
             index = [int(index)]
-        return EpisodeTable(**{f.name: getattr(self, f.name)[index] for f in _FIELDS})
+        columns: dict[str, Any] = {f.name: _pick(getattr(self, f.name), index) for f in _FIELDS}
+        return EpisodeTable(**columns)
 
     def __iter__(self) -> Any:
         return iter(self.to_records())
@@ -67,6 +70,7 @@ class EpisodeTable:
         """One dict per episode (JSON-ready; a missing return is ``None``)."""
         return [
             {
+                **({} if self.shard is None else {"shard": str(self.shard[i])}),
                 "row": int(self.row[i]),
                 "start": int(self.start[i]),
                 "length": int(self.length[i]),
@@ -164,9 +168,18 @@ class EpisodeTable:
 
     @classmethod
     def concat(cls, tables: Sequence[EpisodeTable]) -> EpisodeTable:
-        return cls(
-            **{f.name: np.concatenate([getattr(t, f.name) for t in tables]) for f in _FIELDS}
-        )
+        """One table of ``tables`` in order (a shard column only when every one has it)."""
+        columns: dict[str, Any] = {}
+        for f in _FIELDS:
+            parts = [getattr(t, f.name) for t in tables]
+            if any(p is None for p in parts) or (not parts and f.name == "shard"):
+                continue
+            columns[f.name] = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        return cls(**columns)
+
+
+def _pick(column: np.ndarray | None, index: Any) -> np.ndarray | None:
+    return None if column is None else column[index]
 
 
 _FIELDS = dataclasses.fields(EpisodeTable)

@@ -141,22 +141,24 @@ def leaf_stats(
 ) -> list[LeafStats]:
     """Statistics of every leaf (or of ``leaves``, by path) over the committed timesteps.
 
-    ``vault`` is an open :class:`Vault` (its current snapshot is read). Memory is bounded by
-    ``block_bytes`` (raised to one time-chunk of all rows when a chunk is larger).
+    ``vault`` is an open :class:`Vault` (its current snapshot is read) or a
+    :class:`~vault.Dataset` (every shard's). Memory is bounded by ``block_bytes`` (raised to
+    one time-chunk of all rows when a chunk is larger).
     """
-    if not isinstance(vault, Vault):
+    if isinstance(vault, Vault):
+        snaps = [vault.snapshot]
+    elif isinstance(getattr(vault, "snapshots", None), list) and hasattr(vault, "template"):
+        snaps = list(vault.snapshots)  # a Dataset
+    else:
         raise VaultArgumentError(
-            f"leaf_stats takes an open Vault, got {kind(vault)}: pass Vault.open(path)"
+            f"leaf_stats takes an open Vault or Dataset, got {kind(vault)}: pass Vault.open(path)"
         )
     block_bytes = int_arg("block_bytes", block_bytes, 1, VaultReadError)
     callable_arg("progress", progress)
-    snap = vault.snapshot
-    manifest = snap.manifest
+    manifest = vault.snapshot.manifest if isinstance(vault, Vault) else vault.template
     meta = {leaf.name: leaf for leaf in manifest.leaves}
-    wanted = _read.leaf_selection(snap, leaves)
-    length, rows = snap.length, snap.rows
-    step = {n: rows * meta[n].step_bytes for n in wanted}
-    total = sum(step[n] * length for n in wanted)
+    wanted = _read.leaf_selection(snaps[0], leaves) if snaps else manifest.leaf_names
+    total = sum(s.rows * meta[n].step_bytes * s.length for s in snaps for n in wanted)
     done = 0
     if progress is not None:
         progress(done, total)
@@ -164,13 +166,15 @@ def leaf_stats(
     for name in wanted:
         leaf = meta[name]
         acc = _Accumulator(np.dtype(leaf.dtype))
-        edges = time_blocks(length, leaf.chunk_time, step[name], block_bytes)
-        for t0, t1 in itertools.pairwise(edges):
-            block = _read.read_numpy(snap, None, t0, t1, [name])[name]
-            acc.update(block)
-            done += step[name] * (t1 - t0)
-            if progress is not None:
-                progress(done, total)
+        for snap in snaps:
+            step = snap.rows * leaf.step_bytes
+            edges = time_blocks(snap.length, leaf.chunk_time, step, block_bytes)
+            for t0, t1 in itertools.pairwise(edges):
+                block = _read.read_numpy(snap, None, t0, t1, [name])[name]
+                acc.update(block)
+                done += step * (t1 - t0)
+                if progress is not None:
+                    progress(done, total)
         out.append(acc.result(name, leaf.shape))
     return out
 

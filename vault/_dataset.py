@@ -1,0 +1,386 @@
+"""Datasets of shards: many writers, one dataset, no coordinator.
+
+A dataset is a root (a local path or ``s3://bucket/prefix``) whose ``zarr.json`` fixes the
+structure once (leaves, shapes, dtypes, codecs, chunking, episode leaves: a manifest
+*template*), and a folder ``shards/`` of vaults, one per writer. Any process on any machine
+adds its shard under a unique name (:meth:`Dataset.shard`) and writes it with a vault's usual
+guarantees (its own writer lock, commit record and checksums); writers never wait for each
+other and need no lock server: the only shared object is the root's ``zarr.json``, written
+once by a create-if-absent (a conditional write the store enforces).
+
+Readers (:meth:`Dataset.open`) see every shard's committed data as one: reads by shard, the
+episode table across shards (with a ``shard`` column), statistics, verification and streams
+over every shard; :meth:`Dataset.refresh` picks up new shards and new commits. A shard whose
+manifest does not match the template is refused (:class:`VaultStructureError` naming it);
+one still being created (no manifest yet) is not shown until it is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import re
+import socket
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from vault._create import create_vault, plan_manifest
+from vault._episodes import EpisodeTable
+from vault._errors import (
+    VaultArgumentError,
+    VaultExistsError,
+    VaultNotFoundError,
+    VaultStructureError,
+)
+from vault._format import MANIFEST_KEY, Manifest, group_json, parse_json
+from vault._location import Location
+from vault._locations import LocationLike, parse_location
+from vault._vault import Vault, vault_of_writer
+
+DATASET_ATTR = "rlvault_dataset"
+DATASET_FORMAT = 1
+SHARDS = "shards"
+_ABSENT = b"\x02"  # TensorStore's generation of a key that does not exist
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def is_dataset(location: LocationLike, storage: dict[str, Any] | None = None) -> bool:
+    """Whether a dataset's root is at ``location``."""
+    where = parse_location(location, storage)
+    return _read_root(where) is not None
+
+
+def _read_root(where: Location) -> dict[str, Any] | None:
+    raw = where.read(MANIFEST_KEY)
+    if raw is None:
+        return None
+    doc = parse_json(raw, f"{where}/{MANIFEST_KEY}")
+    attrs = doc.get("attributes") if isinstance(doc, dict) else None
+    if not isinstance(attrs, dict) or not isinstance(attrs.get(DATASET_ATTR), dict):
+        return None
+    return dict(attrs[DATASET_ATTR])
+
+
+def _template_of(doc: dict[str, Any], where: Location) -> Manifest:
+    version = doc.get("format")
+    if version != DATASET_FORMAT:
+        raise VaultStructureError(
+            f"{where}: dataset format {version!r}; this rlvault reads format {DATASET_FORMAT}"
+        )
+    return Manifest.from_json(doc.get("template"), f"{where} (dataset template)")
+
+
+def structure_problems(template: Manifest, manifest: Manifest) -> list[str]:
+    """How ``manifest`` (a shard's) departs from the dataset's ``template``: leaf names,
+    shapes, dtypes, pytree structure and episode leaves must be the same."""
+    out = []
+    if manifest.structure != template.structure:
+        out.append("its pytree structure differs")
+    want = {leaf.name: (leaf.shape, leaf.dtype) for leaf in template.leaves}
+    got = {leaf.name: (leaf.shape, leaf.dtype) for leaf in manifest.leaves}
+    for name in sorted(set(want) | set(got)):
+        if name not in got:
+            out.append(f"leaf {name!r} is missing")
+        elif name not in want:
+            out.append(f"leaf {name!r} is not in the dataset")
+        elif want[name] != got[name]:
+            out.append(
+                f"leaf {name!r} is {got[name][1]} {list(got[name][0])}, "
+                f"expected {want[name][1]} {list(want[name][0])}"
+            )
+    if manifest.episodes != template.episodes:
+        out.append("its episode leaves differ")
+    return out
+
+
+def default_shard_name() -> str:
+    """``<host>-<pid>-<random>``: unique across processes and machines."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:40] or "host"
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class Dataset:
+    """A dataset of shards: open one with :meth:`open` (reading) or :meth:`create`."""
+
+    def __init__(self, location: Location, template: Manifest) -> None:
+        self._where = location
+        self._template = template
+        self._shards: dict[str, Vault] = {}
+        self._closed = False
+
+    # ------------------------------------------------------------------------ entry points
+    @classmethod
+    def create(
+        cls,
+        location: LocationLike,
+        structure_or_state: Any,
+        *,
+        rows: int | None = None,
+        codec: str | None = "auto",
+        level: int | None = None,
+        chunk: dict[str, Sequence[int]] | None = None,
+        metadata: dict[str, Any] | None = None,
+        done_leaf: str | None = None,
+        truncated_leaf: str | None = None,
+        reward_leaf: str | None = None,
+        exist_ok: bool = False,
+        storage: dict[str, Any] | None = None,
+    ) -> Dataset:
+        """Create a dataset at ``location`` whose shards are shaped like
+        ``structure_or_state`` (the arguments are :meth:`Vault.create`'s; ``rows`` is each
+        shard's default). With ``exist_ok``, a dataset already there with the same structure
+        is opened instead (every actor can call this at start; exactly one creates it), and
+        one with a different structure is :class:`VaultStructureError`."""
+        where = parse_location(location, storage)
+        episodes = {"done": done_leaf, "truncated": truncated_leaf, "reward": reward_leaf}
+        template = plan_manifest(
+            structure_or_state, rows=rows, codec=codec, level=level, chunk=chunk,
+            metadata=metadata, episodes=episodes,
+        )  # fmt: skip
+        doc = {"format": DATASET_FORMAT, "template": template.to_json()}
+        existing = _read_root(where)
+        if existing is None:
+            if where.read(MANIFEST_KEY) is not None:
+                raise VaultExistsError(
+                    f"{where} holds a Zarr node that is not a dataset: choose another location"
+                )
+            where.prepare()
+            with where.failures("create the dataset"):
+                kv = where.kvstore()
+                written = kv.write(
+                    MANIFEST_KEY, group_json({DATASET_ATTR: doc}), if_equal=_ABSENT
+                ).result()
+            if written.generation:
+                return cls(where, template)
+            existing = _read_root(where)  # another process created it first
+            if existing is None:
+                raise VaultExistsError(f"{where}: something else was created there meanwhile")
+        if not exist_ok:
+            raise VaultExistsError(
+                f"a dataset already exists at {where}: open it with Dataset.open, or pass "
+                "exist_ok=True"
+            )
+        theirs = _template_of(existing, where)
+        problems = structure_problems(theirs, template)
+        if problems:
+            raise VaultStructureError(
+                f"{where}: the dataset there has another structure: " + "; ".join(problems)
+            )
+        return cls(where, theirs)
+
+    @classmethod
+    def open(cls, location: LocationLike, *, storage: dict[str, Any] | None = None) -> Dataset:
+        """The dataset at ``location``, with every shard's committed data as of now."""
+        where = parse_location(location, storage)
+        doc = _read_root(where)
+        if doc is None:
+            raise VaultNotFoundError(f"no dataset at {where} (no dataset {MANIFEST_KEY})")
+        dataset = cls(where, _template_of(doc, where))
+        dataset.refresh()
+        return dataset
+
+    # ------------------------------------------------------------------------- writing
+    def shard(self, name: str | None = None, *, rows: int | None = None) -> Vault:
+        """A writer (a :class:`Vault` in mode ``"a"``) for this process's shard ``name``
+        (default: host, process id and a random part). A new shard is created with the
+        dataset's structure (``rows`` overrides the template's); an existing one is opened
+        for appending when its structure matches (its writer lock keeps it to one writer)."""
+        name = default_shard_name() if name is None else name
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise VaultArgumentError(
+                "a shard name is 1 to 128 letters, digits, '.', '_' or '-' (not starting with "
+                f"'.', '_' or '-'), got {name!r}"
+            )
+        where = self._where.child(f"{SHARDS}/{name}")
+        if where.read(MANIFEST_KEY) is not None:
+            vault = Vault.open(where, mode="a")
+            self._check_shard(name, vault.manifest)
+            return vault
+        manifest = self._shard_manifest(rows)
+        return vault_of_writer(create_vault(where, manifest))
+
+    def _shard_manifest(self, rows: int | None) -> Manifest:
+        template = self._template
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        if rows is None or rows == template.rows:
+            return dataclasses.replace(template, created=now)
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise VaultArgumentError(f"rows must be a positive int, got {rows!r}")
+        leaves = tuple(
+            dataclasses.replace(leaf, chunk=(min(leaf.chunk[0], rows), *leaf.chunk[1:]))
+            for leaf in template.leaves
+        )
+        return dataclasses.replace(template, rows=rows, leaves=leaves, created=now)
+
+    def _check_shard(self, name: str, manifest: Manifest) -> None:
+        problems = structure_problems(self._template, manifest)
+        if problems:
+            raise VaultStructureError(
+                f"{self._where}: shard {name!r} does not match the dataset: " + "; ".join(problems)
+            )
+
+    # ------------------------------------------------------------------------- reading
+    def refresh(self) -> int:
+        """See new shards and new commits; returns how many timesteps (all rows) became
+        visible."""
+        before = self.timesteps
+        for vault in self._shards.values():
+            vault.refresh()
+        for name in self._list_names():
+            if name in self._shards:
+                continue
+            try:
+                vault = Vault.open(self._where.child(f"{SHARDS}/{name}"))
+            except VaultNotFoundError:
+                continue  # being created: shown once its manifest is there
+            self._check_shard(name, vault.manifest)
+            self._shards[name] = vault
+        self._shards = dict(sorted(self._shards.items()))
+        return self.timesteps - before
+
+    def _list_names(self) -> list[str]:
+        shards = self._where.child(SHARDS)
+        names = set()
+        for loc, problem in shards.find_vaults():
+            if problem is not None:
+                continue
+            rel = str(loc)[len(str(shards)) :].strip("/")
+            if _NAME.fullmatch(rel):
+                names.add(rel)
+        return sorted(names)
+
+    @property
+    def location(self) -> str:
+        return str(self._where)
+
+    @property
+    def template(self) -> Manifest:
+        """The structure every shard has (a manifest; ``rows`` is the default)."""
+        return self._template
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._template
+
+    @property
+    def shards(self) -> list[str]:
+        """The visible shards' names, sorted."""
+        return list(self._shards)
+
+    def vault(self, shard: str) -> Vault:
+        """The read-only vault of ``shard``."""
+        try:
+            return self._shards[shard]
+        except KeyError:
+            raise VaultArgumentError(
+                f"{self._where}: no shard {shard!r}; the dataset has {self.shards}"
+            ) from None
+
+    def vaults(self) -> Iterator[tuple[str, Vault]]:
+        return iter(list(self._shards.items()))
+
+    @property
+    def snapshots(self) -> list[Any]:
+        """Every shard's current snapshot, in shard order."""
+        return [v.snapshot for v in self._shards.values()]
+
+    @property
+    def committed_lengths(self) -> dict[str, int]:
+        return {name: v.committed_length for name, v in self._shards.items()}
+
+    @property
+    def commit_ids(self) -> dict[str, str]:
+        return {name: v.commit_id for name, v in self._shards.items()}
+
+    @property
+    def timesteps(self) -> int:
+        """Committed timesteps of every row of every shard."""
+        return sum(v.rows * v.committed_length for v in self._shards.values())
+
+    @property
+    def leaf_names(self) -> list[str]:
+        return self._template.leaf_names
+
+    def has_episodes(self) -> bool:
+        return self._template.episodes is not None
+
+    def read_numpy(self, shard: str, **options: Any) -> Any:
+        """:meth:`Vault.read_numpy` of one shard."""
+        return self.vault(shard).read_numpy(**options)
+
+    def read(self, shard: str, **options: Any) -> Any:
+        """:meth:`Vault.read` of one shard."""
+        return self.vault(shard).read(**options)
+
+    def episodes(self, include_open: bool = False) -> EpisodeTable:
+        """Every shard's episodes in one table, shard by shard, with a ``shard`` column."""
+        import numpy as np
+
+        tables = []
+        for name, vault in self._shards.items():
+            table = vault.episodes(include_open=include_open)
+            tables.append(dataclasses.replace(table, shard=np.full(len(table), name)))
+        if not tables:
+            return dataclasses.replace(EpisodeTable.empty(), shard=np.zeros(0, str))
+        return EpisodeTable.concat(tables)
+
+    def leaf_stats(self, **options: Any) -> Any:
+        """:func:`vault.leaf_stats` over every shard's committed data."""
+        from vault._stats import leaf_stats
+
+        return leaf_stats(self, **options)
+
+    def as_dataset(self, sample_batch_size: int, sequence_length: int, **options: Any) -> Any:
+        """:meth:`Vault.as_dataset` over every shard: an epoch visits every valid start of
+        every shard exactly once (``StreamBatch.source`` indexes :attr:`shards`)."""
+        from vault._stream import as_dataset
+
+        self._check_open()
+        return as_dataset(self.snapshots, sample_batch_size, sequence_length, **options)
+
+    def iter_windows(self, window: int, **options: Any) -> Any:
+        """:meth:`Vault.iter_windows` over every shard."""
+        from vault._windows import iter_windows
+
+        self._check_open()
+        return iter_windows(self.snapshots, window, **options)
+
+    def _check_open(self) -> None:
+        if not self._shards:
+            raise VaultNotFoundError(f"{self._where}: the dataset has no shard with data yet")
+
+    # ------------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        for vault in self._shards.values():
+            vault.close()
+        self._closed = True
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Dataset({self._where}, shards={len(self._shards)})"
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready summary: location, shards with their rows, committed length and
+        commit id, and totals."""
+        return {
+            "path": self.location,
+            "kind": "dataset",
+            "shards": [
+                {
+                    "shard": name,
+                    "rows": v.rows,
+                    "committed": v.committed_length,
+                    "commit": v.commit_id,
+                }
+                for name, v in self._shards.items()
+            ],
+            "timesteps": self.timesteps,
+            "leaves": [leaf.name for leaf in self._template.leaves],
+        }
