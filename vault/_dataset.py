@@ -53,7 +53,11 @@ def is_dataset(location: LocationLike, storage: dict[str, Any] | None = None) ->
 
 
 def _read_root(where: Location) -> dict[str, Any] | None:
-    raw = where.read(MANIFEST_KEY)
+    return _root_doc(where, where.read(MANIFEST_KEY))
+
+
+def _root_doc(where: Location, raw: bytes | None) -> dict[str, Any] | None:
+    """The dataset attributes of a root ``zarr.json`` (None: absent, or not a dataset)."""
     if raw is None:
         return None
     doc = parse_json(raw, f"{where}/{MANIFEST_KEY}")
@@ -140,12 +144,13 @@ class Dataset:
             metadata=metadata, episodes=episodes,
         )  # fmt: skip
         doc = {"format": DATASET_FORMAT, "template": template.to_json()}
-        existing = _read_root(where)
+        raw = where.read(MANIFEST_KEY)
+        existing = _root_doc(where, raw)
+        if existing is None and raw is not None:
+            raise VaultExistsError(
+                f"{where} holds a Zarr node that is not a dataset: choose another location"
+            )
         if existing is None:
-            if where.read(MANIFEST_KEY) is not None:
-                raise VaultExistsError(
-                    f"{where} holds a Zarr node that is not a dataset: choose another location"
-                )
             where.prepare()
             with where.failures("create the dataset"):
                 kv = where.kvstore()
