@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from vault.cli import _dataset_cmds
 from vault.cli._common import (
     EXIT_CORRUPT,
     JsonOpt,
@@ -13,6 +14,7 @@ from vault.cli._common import (
     check_vault_path,
     emit_json,
     exit_with,
+    fail,
     number,
     open_vault,
     progress_bar,
@@ -45,9 +47,14 @@ def verify(
     Exit 0 when the vault is sound, 3 when any problem was found (each one is listed with
     its place), 2 when there is no vault at PATH (or no such commit).
     """
+    from vault import is_dataset
     from vault import verify as run_verify
 
     check_vault_path(path)
+    if is_dataset(path):
+        _no_pins_for_datasets(at, fingerprint)
+        _dataset_cmds.verify(path, json_out)
+        return
     with progress_bar("verifying chunks") as progress:
         report = run_verify(path, progress=progress, at=pin_of(at), fingerprint=fingerprint)
     if json_out:
@@ -64,6 +71,14 @@ def verify(
         _render_report(report, path)
     if not report.ok:
         exit_with(EXIT_CORRUPT)
+
+
+def _no_pins_for_datasets(*given: str | None) -> None:
+    if any(g is not None for g in given):
+        fail(
+            "--at and --fingerprint name one vault's commit: pass a shard "
+            "(DATASET/shards/NAME) rather than the dataset"
+        )
 
 
 def _render_report(report: VerifyReport, shown: str) -> None:
@@ -106,8 +121,13 @@ def stats(
 ) -> None:
     """Per-leaf min / max / mean / std and NaN / Inf counts, streamed chunk by chunk; episode
     return and length statistics when the vault keeps an episode index."""
-    from vault import episode_stats, leaf_stats
+    from vault import episode_stats, is_dataset, leaf_stats
 
+    check_vault_path(path)
+    if is_dataset(path):
+        with progress_bar("computing statistics", bytes_unit=True) as progress:
+            _dataset_cmds.stats(path, leaf, json_out, progress)
+            return
     vault = open_vault(path)
     with progress_bar("computing statistics", bytes_unit=True) as progress:
         leaves = leaf_stats(vault, leaves=leaf, progress=progress)

@@ -7,9 +7,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from vault.cli import _dataset_cmds
 from vault.cli._common import (
     JsonOpt,
     PathArg,
+    check_vault_path,
     emit_json,
     fail,
     natural_width,
@@ -54,6 +56,12 @@ def episodes(
     """The episode table: row, start, length, return, truncated, complete."""
     if sort is not None and sort not in SORT_KEYS:
         fail(f"--sort must be one of {', '.join(SORT_KEYS)}, got {sort!r}")
+    from vault import is_dataset
+
+    check_vault_path(path)
+    if is_dataset(path):
+        _dataset_cmds.episodes(path, sort, ascending, head, include_open, json_out)
+        return
     vault = open_vault(path)
     require_episodes(vault)
     table = vault.episodes(include_open=include_open)

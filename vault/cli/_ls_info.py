@@ -8,11 +8,12 @@ from typing import Annotated, Any
 
 import typer
 
-from vault.cli import _facts
+from vault.cli import _dataset_cmds, _facts
 from vault.cli._common import (
     EXIT_NOT_FOUND,
     JsonOpt,
     PathArg,
+    check_vault_path,
     emit_json,
     fail,
     human_bytes,
@@ -153,8 +154,14 @@ def info(
 ) -> None:
     """Structure (leaves, shapes, dtypes, codecs, chunks), sizes, episodes, metadata, writer,
     the commit (with --json its content fingerprint) and tags; --at shows an older commit."""
-    from vault import Vault, disk_usage
+    from vault import Vault, disk_usage, is_dataset
 
+    check_vault_path(path)
+    if is_dataset(path):
+        if at is not None:
+            fail("--at names one vault's commit: pass a shard (DATASET/shards/NAME)")
+        _dataset_cmds.info(path, json_out)
+        return
     vault = open_vault(path) if at is None else Vault.open(path, at=pin_of(at))
     doc = _facts.summary(vault)
     doc["commit"] = vault.commit_id

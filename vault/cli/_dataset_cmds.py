@@ -1,0 +1,187 @@
+"""``vault info``, ``verify``, ``stats`` and ``episodes`` of a dataset of shards (a root
+made by ``vault.Dataset.create``): the commands call these when PATH is a dataset."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from vault.cli._common import EXIT_CORRUPT, emit_json, exit_with, number, stdout
+
+
+def _open(path: str) -> Any:
+    from vault import Dataset
+
+    return Dataset.open(path)
+
+
+def _shard_rows(dataset: Any) -> list[dict[str, Any]]:
+    return list(dataset.describe()["shards"])
+
+
+def info(path: str, json_out: bool) -> None:
+    dataset = _open(path)
+    doc = dataset.describe()
+    template = dataset.template
+    doc["leaves"] = [
+        {"name": leaf.name, "shape": list(leaf.shape), "dtype": leaf.dtype}
+        for leaf in template.leaves
+    ]
+    doc["episode_leaves"] = None if template.episodes is None else dict(template.episodes.to_json())
+    if json_out:
+        emit_json(doc)
+        return
+    _render_shards(path, doc, "dataset")
+    leaves = ", ".join(f"{leaf['name']} {leaf['dtype']} {leaf['shape']}" for leaf in doc["leaves"])
+    stdout().print(f"leaves (per row and timestep): {leaves}", highlight=False)
+
+
+def _render_shards(shown: str, doc: dict[str, Any], what: str) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    shards = doc["shards"]
+    table = Table(
+        title=f"{escape(shown)}: {what} of {len(shards)} shards, {doc['timesteps']} timesteps",
+        title_justify="left",
+    )
+    for col in ("shard", "rows", "committed", "commit"):
+        table.add_column(col, justify="left" if col in ("shard", "commit") else "right")
+    for shard in shards:
+        table.add_row(
+            escape(shard["shard"]), str(shard["rows"]), str(shard["committed"]), shard["commit"]
+        )
+    stdout().print(table)
+
+
+def verify(path: str, json_out: bool) -> None:
+    """Every shard verified; exit 3 when any has a problem."""
+    from vault import verify as run_verify
+
+    dataset = _open(path)
+    shards = []
+    for name, vault in dataset.vaults():
+        report = run_verify(vault)
+        shards.append(
+            {
+                "shard": name,
+                "ok": report.ok,
+                "committed": report.committed_length,
+                "chunks_checked": report.chunks_checked,
+                "problems": [{"place": p.place, "message": p.message} for p in report.problems],
+            }
+        )
+    ok = all(s["ok"] for s in shards)
+    if json_out:
+        emit_json({"path": dataset.location, "ok": ok, "shards": shards})
+    else:
+        _render_verify(path, shards, ok)
+    if not ok:
+        exit_with(EXIT_CORRUPT)
+
+
+def _render_verify(shown: str, shards: list[dict[str, Any]], ok: bool) -> None:
+    from rich.markup import escape
+
+    console = stdout()
+    for shard in shards:
+        for problem in shard["problems"]:
+            console.print(
+                f"[red]{escape(shard['shard'])}[/red] {escape(problem['place'])}: "
+                f"{escape(problem['message'])}"
+            )
+    bad = sum(not s["ok"] for s in shards)
+    chunks = sum(s["chunks_checked"] for s in shards)
+    head = f"{escape(shown)}: {len(shards)} shards; checked {chunks} chunks"
+    if ok:
+        console.print(f"[green]sound[/green]: {head}")
+    else:
+        console.print(f"[red]corrupt[/red]: {head}; {bad} shards with problems")
+
+
+def stats(path: str, leaves: list[str] | None, json_out: bool, progress: Any) -> None:
+    from vault import episode_stats, leaf_stats
+
+    dataset = _open(path)
+    found = leaf_stats(dataset, leaves=leaves, progress=progress)
+    doc: dict[str, Any] = {
+        "path": dataset.location,
+        "shards": _shard_rows(dataset),
+        "timesteps": dataset.timesteps,
+        "leaves": [s.to_dict() for s in found],
+        "episodes": None,
+        "open_episodes": None,
+        "truncated_episodes": None,
+        "episode_return": None,
+        "episode_length": None,
+    }
+    if dataset.has_episodes():
+        counted = episode_stats(dataset.episodes(include_open=True))
+        doc["episodes"] = counted["complete"]
+        doc["open_episodes"] = counted["open"]
+        doc["truncated_episodes"] = counted["truncated"]
+        doc["episode_return"] = counted["return"]
+        doc["episode_length"] = counted["length"]
+    if json_out:
+        emit_json(doc)
+        return
+    from rich.table import Table
+
+    console = stdout()
+    table = Table(
+        title=f"{path}: {len(doc['shards'])} shards, {doc['timesteps']} timesteps",
+        title_justify="left",
+    )
+    for col in ("leaf", "dtype", "count", "min", "max", "mean", "std", "NaN", "Inf"):
+        table.add_column(col, justify="left" if col in ("leaf", "dtype") else "right")
+    for s in doc["leaves"]:
+        table.add_row(
+            s["name"], s["dtype"], str(s["count"]),
+            *(number(s[k]) for k in ("min", "max", "mean", "std")),
+            str(s["nan"]), str(s["inf"]),
+        )  # fmt: skip
+    console.print(table)
+    if doc["episodes"] is not None:
+        console.print(
+            f"episodes: {doc['episodes']} complete ({doc['truncated_episodes']} truncated), "
+            f"{doc['open_episodes']} open"
+        )
+
+
+def episodes(
+    path: str, sort: str | None, ascending: bool, head: int, include_open: bool, json_out: bool
+) -> None:
+    from vault import episode_stats
+    from vault.cli._common import fail
+
+    dataset = _open(path)
+    if not dataset.has_episodes():
+        fail(f"{path} keeps no episode index (its shards were created without done_leaf)")
+    table = dataset.episodes(include_open=include_open)
+    total = len(table)
+    if sort is not None:
+        table = table.sort(by=sort, descending=not ascending)
+    shown = table if head == 0 else table[: min(head, total)]
+    records = shown.to_records()
+    counted = episode_stats(dataset.episodes(include_open=True))
+    counts = {"episodes": counted["complete"], "open_episodes": counted["open"]}
+    if json_out:
+        emit_json({"path": dataset.location, **counts, "records": records})
+        return
+    from rich.markup import escape
+    from rich.table import Table
+
+    table_out = Table(
+        title=f"{escape(path)}: {counts['episodes']} complete episodes in "
+        f"{len(dataset.shards)} shards",
+        title_justify="left",
+    )
+    for col in ("shard", "row", "start", "length", "return", "truncated"):
+        table_out.add_column(col, justify="left" if col == "shard" else "right", no_wrap=True)
+    for r in records:
+        table_out.add_row(
+            escape(r["shard"]), str(r["row"]), str(r["start"]), str(r["length"]),
+            number(r["return"], 6), "yes" if r["truncated"] else "no",
+        )  # fmt: skip
+    stdout().print(table_out)
+    if len(records) < total:
+        stdout().print(f"... {total - len(records)} more (--head 0 shows all)")
