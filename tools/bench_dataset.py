@@ -1,0 +1,228 @@
+"""Benchmark datasets of shards (``vault.Dataset``): many writers, and many small shards.
+
+Measured, in one run:
+
+* **aggregate write throughput** with 1, 2 and 4 writer processes, each appending to its own
+  shard of one dataset (vector workload: ``obs`` float32 (64,), action, reward, done; each
+  writer 16 rows, appends of ``--steps`` timesteps), on the local disk and, with ``--s3``, on
+  a SeaweedFS server on loopback (``vault.testing.S3TestServer``). The clock runs from a
+  common start time (every writer has imported and created its shard) to the last writer's
+  last commit; MB = 10**6 bytes of raw experience;
+* **overhead of many small shards**: the same data as one vault of 64 x R rows and as a
+  dataset of 64 shards of R rows each: open time (``Vault.open`` vs ``Dataset.open``), the
+  episode table (``episodes()``) and one epoch of a shuffled stream (``as_dataset``, batches
+  of 256 sequences of 2), each the median of ``--repeats`` runs, page cache warm. The target is
+  a dataset at most 2x the single vault's time.
+
+Usage::
+
+    python tools/bench_dataset.py --quick          # smoke test, well under a minute
+    python tools/bench_dataset.py --s3 --out results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from _probes import loadavg, machine_info
+from _report import fmt, log, write_json
+
+ROWS = 16
+
+
+def example() -> dict[str, Any]:
+    return {
+        "obs": np.zeros((64,), np.float32),
+        "action": np.int32(0),
+        "reward": np.float32(0),
+        "done": np.bool_(False),
+    }
+
+
+def block(rng: np.random.Generator, rows: int, steps: int) -> dict[str, np.ndarray]:
+    return {
+        "obs": rng.standard_normal((rows, steps, 64), dtype=np.float32),
+        "action": rng.integers(0, 18, (rows, steps), dtype=np.int32),
+        "reward": (rng.random((rows, steps)) < 0.02).astype(np.float32),
+        "done": rng.random((rows, steps)) < 0.01,
+    }
+
+
+def step_bytes() -> int:
+    return 64 * 4 + 4 + 4 + 1
+
+
+# ---------------------------------------------------------------------------------- writers
+def writer_child(root: str, shard: str, appends: int, steps: int, start_at: float) -> None:
+    """One writer process: create (or join) the dataset, make its shard, wait for the common
+    start, append, print its finish time."""
+    from vault import Dataset
+
+    dataset = Dataset.create(root, example(), rows=ROWS, done_leaf="done", exist_ok=True)
+    rng = np.random.default_rng(abs(hash(shard)) % 2**32)
+    blocks = [block(rng, ROWS, steps) for _ in range(min(appends, 4))]
+    with dataset.shard(shard) as writer:
+        print("ready", flush=True)
+        while time.time() < start_at:
+            time.sleep(0.001)
+        for k in range(appends):
+            writer.append(blocks[k % len(blocks)])
+        done = time.time()
+    print(f"done {done}", flush=True)
+
+
+def run_writers(root: str, writers: int, appends: int, steps: int) -> dict[str, Any]:
+    start_at = time.time() + 4.0 + writers  # every child imports and creates its shard first
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                root,
+                f"w{i}",
+                str(appends),
+                str(steps),
+                str(start_at),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(writers)
+    ]
+    ends = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=600)
+        if proc.returncode != 0:
+            raise SystemExit(f"writer failed: {out}")
+        ends.append(float(out.split("done ")[1]))
+    wall = max(ends) - start_at
+    raw = writers * appends * steps * ROWS * step_bytes()
+    return {"writers": writers, "seconds": wall, "mb": raw / 1e6, "mb_s": raw / 1e6 / wall}
+
+
+# ------------------------------------------------------------------------- many small shards
+def build_pair(where: Path, shards: int, rows: int, steps: int) -> tuple[str, str]:
+    from vault import Dataset, Vault
+
+    rng = np.random.default_rng(0)
+    data = [block(rng, rows, steps) for _ in range(shards)]
+    one = str(where / "one")
+    with Vault.create(one, example(), rows=shards * rows, done_leaf="done") as vault:
+        vault.append({k: np.concatenate([d[k] for d in data]) for k in data[0]})
+    root = str(where / "dataset")
+    dataset = Dataset.create(root, example(), rows=rows, done_leaf="done")
+    for i, d in enumerate(data):
+        with dataset.shard(f"s{i:03d}") as shard:
+            shard.append(d)
+    return one, root
+
+
+def time_median(fn: Any, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def overhead(one: str, root: str, repeats: int) -> list[dict[str, Any]]:
+    from vault import Dataset, Vault
+
+    def stream(source: Any) -> int:
+        n = 0
+        with source.as_dataset(256, 2, shuffle=True, seed=0, epochs=1) as batches:
+            for _ in batches:
+                n += 1
+        return n
+
+    vault, dataset = Vault.open(one), Dataset.open(root)
+    stream(vault), stream(dataset)  # compile and warm both
+    rows = []
+    for name, fv, fd in (
+        ("open", lambda: Vault.open(one), lambda: Dataset.open(root)),
+        ("episode table", lambda: vault.episodes(), lambda: dataset.episodes()),
+        ("stream one epoch", lambda: stream(vault), lambda: stream(dataset)),
+    ):
+        tv, td = time_median(fv, repeats), time_median(fd, repeats)
+        rows.append({"metric": name, "vault_s": tv, "dataset_s": td, "ratio": td / tv})
+    counts = {"vault_s": stream(vault), "dataset_s": stream(dataset)}
+    rows.append({"metric": "batches per epoch", **counts, "ratio": None})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--s3", action="store_true", help="also write to a local S3 server")
+    parser.add_argument("--steps", type=int, default=500, help="timesteps per append")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        root, shard, appends, steps, start_at = args.child
+        writer_child(root, shard, int(appends), int(steps), float(start_at))
+        return
+    appends = 4 if args.quick else 40
+    shard_rows, shard_steps = (2, 200) if args.quick else (4, 2000)
+    result: dict[str, Any] = {"machine": machine_info(), "load_start": loadavg()}
+    with tempfile.TemporaryDirectory() as tmp:
+        places = {"local": lambda i: str(Path(tmp) / f"w{i}")}
+        server = None
+        if args.s3:
+            from vault.testing import S3TestServer
+
+            server = S3TestServer(Path(tmp) / "seaweedfs")
+            server.start()
+            os.environ.update(server.environment())
+            places["s3"] = lambda i: f"s3://{server.bucket}/bench-{os.getpid()}-{i}"
+        try:
+            writes = []
+            for kind, place in places.items():
+                for n in (1, 2, 4):
+                    log(f"{kind}: {n} writers x {appends} appends of {args.steps} steps")
+                    row = run_writers(place(n), n, appends, args.steps)
+                    writes.append({"store": kind, **row})
+            result["writes"] = writes
+        finally:
+            if server is not None:
+                server.stop()
+        log(f"64 shards of {shard_rows} rows x {shard_steps} steps vs one vault of the same data")
+        one, root = build_pair(Path(tmp), 64, shard_rows, shard_steps)
+        result["shards_64"] = overhead(one, root, args.repeats)
+    result["load_end"] = loadavg()
+    print("| store | writers | MB | seconds | MB/s | vs 1 writer |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for row in result["writes"]:
+        base = next(r for r in result["writes"] if r["store"] == row["store"] and r["writers"] == 1)
+        print(
+            f"| {row['store']} | {row['writers']} | {fmt(row['mb'])} | {fmt(row['seconds'])} "
+            f"| {fmt(row['mb_s'])} | {row['mb_s'] / base['mb_s']:.2f} |"
+        )
+    print()
+    print("| 64 shards vs one vault | one vault | dataset | dataset / vault (target <= 2) |")
+    print("|---|---:|---:|---:|")
+    for row in result["shards_64"]:
+        ratio = "" if row["ratio"] is None else f"{row['ratio']:.2f}"
+        print(f"| {row['metric']} | {fmt(row['vault_s'])} | {fmt(row['dataset_s'])} | {ratio} |")
+    print(f"\nload average at start {result['load_start']}, at end {result['load_end']}")
+    if args.out:
+        write_json(args.out, result)
+    else:
+        log(json.dumps(result)[:200] + " ...")
+
+
+if __name__ == "__main__":
+    main()
