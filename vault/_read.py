@@ -363,10 +363,20 @@ def fetch_checked(
     snap: Snapshot, items: list[Any], names: Sequence[str], rows: Rows, lo: int, hi: int
 ) -> list[np.ndarray]:
     """:func:`fetch`, with the place checks of its complete chunks (nothing is returned
-    before they pass). They run while the first reads are in flight: their four-byte reads
-    (a round trip each on an object store, batched) overlap the data's."""
+    before they pass). Locally they run after the read: the chunk files are in the page cache
+    by then, so comparing their stored checksums costs no disk access (run during a cold read,
+    they cost it 10 to 30 %). Where every request is a network round trip
+    (``Location.remote``) they run while the first reads are in flight."""
     row_sel = row_selection(snap, rows)
-    return fetch(snap, items, lambda: check_places(snap, names, row_sel, lo, hi, edge=False))
+
+    def check() -> None:
+        check_places(snap, names, row_sel, lo, hi, edge=False)
+
+    if not snap.location.remote:
+        out = fetch(snap, items)
+        check()
+        return out
+    return fetch(snap, items, check)
 
 
 def read_numpy(snap: Snapshot, rows: Rows, lo: int, hi: int, leaves: Sequence[str] | None) -> Any:
