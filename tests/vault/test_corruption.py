@@ -55,7 +55,8 @@ def _contents(path: str) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     vault = Vault.open(path)
     data = vault.read_numpy()
     table = vault.episodes(include_open=True)
-    episodes = {f.name: getattr(table, f.name) for f in dataclasses.fields(table)}
+    fields = [f.name for f in dataclasses.fields(table)]
+    episodes = {name: getattr(table, name) for name in fields if getattr(table, name) is not None}
     return data, episodes
 
 
