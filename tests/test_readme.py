@@ -133,7 +133,8 @@ def test_the_readme_runs_as_printed(tmp_path: Path) -> None:
         figure = re.escape(name) + r" +([-+][0-9.]+)"
         want = float(re.search(figure, shown.group(1)).group(1))  # type: ignore[union-attr]
         got = float(re.search(figure, job.stdout).group(1))  # type: ignore[union-attr]
-        assert abs(got - want) <= 0.05, (name, got, want)  # the README's stated spread
+        spread = 0.1 if name == "CQL (offline)" else 0.05  # the README's stated spreads
+        assert abs(got - want) <= spread, (name, got, want)
     assert "recorded 3000 steps x 64 environments" in job.output
     assert "runs/gridworld" in job.output
 

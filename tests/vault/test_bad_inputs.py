@@ -457,7 +457,7 @@ CASES = [
          VaultArgumentError, "iter_windows: unknown option 'windw'"),
     # ---------------------------------------------------------------- statistics
     Case("stats-not-a-vault", lambda c: leaf_stats(str(c.path)), VaultArgumentError,
-         "leaf_stats takes an open Vault, got"),
+         "leaf_stats takes an open Vault or Dataset, got"),
     Case("stats-leaves-string", lambda c: leaf_stats(c.r, leaves="obs"), VaultArgumentError,
          "leaves must be a list of leaf paths, got the string 'obs'"),
     Case("stats-unknown-leaf", lambda c: leaf_stats(c.r, leaves=["nope"]), VaultReadError,
