@@ -48,7 +48,7 @@ def check_same_structure(snaps: list[Snapshot]) -> None:
     per-timestep shapes, dtypes); else VaultStructureError listing every difference."""
     first = snaps[0].manifest
     want = {leaf.name: (leaf.shape, leaf.dtype) for leaf in first.leaves}
-    problems = []
+    problems: list[str] = []
     for i, snap in enumerate(snaps[1:], 1):
         got = {leaf.name: (leaf.shape, leaf.dtype) for leaf in snap.manifest.leaves}
         where = f"source {i} ({snap.where})"

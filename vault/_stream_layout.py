@@ -235,7 +235,7 @@ class Layout:
                     lo, hi = self.end_window(numbers[0])[0], self.end_window(numbers[-1])[1]
                     block = self.block_of(numbers[0])
                     rows = source.row_ids[block.first_row : block.first_row + block.rows]
-                    read = _read.read_numpy(source.snap, rows, lo, hi, self.end_leaves)
+                    read = _read.read_numpy(source.snap, rows.tolist(), lo, hi, self.end_leaves)
                     flags = end_flags([read[n] for n in self.end_leaves])
                     for b in numbers:
                         b_lo, b_hi = self.end_window(b)
