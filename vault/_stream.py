@@ -47,6 +47,7 @@ from vault._snapshot import Snapshot
 from vault._stream_args import bool_arg, check_memory, end_leaves_of, int_arg, sources_arg
 from vault._stream_hosts import local_batch_size, process_arg, to_global
 from vault._stream_layout import Layout, end_flags, end_free
+from vault._stream_state import state_of
 
 BATCH_QUEUE_BYTES = 4 << 20  # batches cut ahead of the consumer: 2 to 16, about this much
 ZERO_COPY_BYTES = 256 << 10  # batch leaves this large are handed to JAX without a copy
@@ -507,8 +508,6 @@ class DatasetStream(Stream[StreamBatch]):
         exactly there, in any process. Every process of a multi-process stream is at the same
         position after the same number of batches, so one state (any process's) resumes
         them all."""
-        from vault._stream_state import state_of
-
         return state_of(self._pins, self._args, self._position)
 
 

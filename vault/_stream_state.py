@@ -1,4 +1,5 @@
-"""Checkpointable stream positions: :meth:`DatasetStream.state` and :func:`resume_stream`.
+"""Checkpointable stream positions: the record that :meth:`DatasetStream.state` returns and
+:func:`~vault._stream_resume.resume_stream` reads.
 
 A state names every source of the stream (its location as shown, and the commit the stream
 reads: its id, a pin, so an epoch resumed after a preemption reads the same data however much
@@ -16,11 +17,13 @@ next epoch.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, NamedTuple
 
 from vault._errors import VaultArgumentError
 from vault._format import CommitRecord
-from vault._pins import commit_id
+from vault._locations import parse_location
+from vault._pins import at_pin, commit_id
+from vault._snapshot import Snapshot, load_snapshot
 
 STATE_FORMAT = "rlvault-stream/2"
 _FORMATS = ("rlvault-stream/1", STATE_FORMAT)  # 1: one vault, "location" and "commit"
@@ -48,25 +51,19 @@ def state_of(
     return state
 
 
-def resume_stream(
-    state: dict[str, Any],
-    *,
-    storage: dict[str, Any] | None = None,
-    sharding: Any = None,
-    process_index: int | None = None,
-) -> Any:
-    """The stream ``state`` (from :meth:`DatasetStream.state`, e.g. read back from a JSON
-    checkpoint) continued exactly where it stopped, every source at its pinned commit.
+class SavedStream(NamedTuple):
+    """A stream state, read back: the sources' ``(location, commit id)``, the arguments of
+    ``as_dataset`` (``process_count`` apart), the position and the number of processes."""
 
-    ``storage``: as in :meth:`Vault.open` (settings are never saved in a state). A stream
-    shared by several processes resumes in each of them from the same state, with the same
-    number of processes: ``process_index`` is JAX's when ``jax.distributed`` is initialised
-    (else give it); ``sharding`` as in ``as_dataset`` (not saved: it names this run's
-    devices)."""
-    from vault._stream import as_dataset
-    from vault._stream_hosts import process_arg
-    from vault._vault import Vault
+    pins: list[tuple[str, str]]
+    args: dict[str, Any]
+    epoch: int
+    batch: int
+    process_count: int
 
+
+def read_state(state: Any) -> SavedStream:
+    """``state`` checked and read (either format); VaultArgumentError names what is wrong."""
     if not isinstance(state, dict) or state.get("format") not in _FORMATS:
         raise VaultArgumentError(
             f"not a stream state (expected a dict with format {STATE_FORMAT!r}, as "
@@ -86,24 +83,21 @@ def resume_stream(
         args = dict(state["args"])
         epoch, batch = int(state["epoch"]), int(state["batch"])
         count = int(args.pop("process_count", 1))
+        missing = [n for n in ("sample_batch_size", "sequence_length") if n not in args]
+        if missing:
+            raise KeyError(f"args {missing[0]!r}")
     except (KeyError, TypeError, ValueError) as err:
         raise VaultArgumentError(f"a stream state is missing or has a bad {err}") from None
-    if process_index is not None:
-        process = process_arg(process_index, count)
-    else:
-        process = process_arg(None, None)
-        if process[1] != count:
-            raise VaultArgumentError(
-                f"the state is of a stream shared by {count} processes; this run has "
-                f"{process[1]} (jax.distributed): resume it in {count} processes, each with "
-                "its process_index (JAX's, or given)"
-            )
     rows = args.get("rows")
     if isinstance(rows, dict) and "slice" in rows:
         args["rows"] = slice(*rows["slice"])
-    snaps = [Vault.open(where, at=pin, storage=storage).snapshot for where, pin in pins]
-    size, length = args.pop("sample_batch_size"), args.pop("sequence_length")
-    return as_dataset(
-        snaps, size, length, resume_at=(epoch, batch), sharding=sharding,
-        process_index=process[0], process_count=process[1], **args,
-    )  # fmt: skip
+    return SavedStream(pins, args, epoch, batch, count)
+
+
+def open_pinned(pins: list[tuple[str, str]], storage: dict[str, Any] | None) -> list[Snapshot]:
+    """Snapshots of ``(location, commit id)`` pairs, each exactly at its commit (read-only, as
+    ``Vault.open(location, at=commit)``)."""
+    return [
+        at_pin(load_snapshot(parse_location(where, storage), writable=False), pin)
+        for where, pin in pins
+    ]
