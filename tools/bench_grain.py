@@ -130,26 +130,43 @@ def run_variant(variant: str, cfg: Config, workdir: Path) -> dict[str, Any]:
             row[f"native/{batch}"] = timed(native(path, batch), cfg)
             row[f"grain/{batch}/default"] = timed(with_grain(path, batch, None), cfg)
             row[f"grain/{batch}/eighth"] = timed(with_grain(path, batch, raw // 8), cfg)
-        log(f"{variant} round {r + 1}: " + ", ".join(
-            f"{k} {m['batches_per_s']:,.1f}/s" for k, m in row.items()
-        ))  # fmt: skip
+        log(
+            f"{variant} round {r + 1}: "
+            + ", ".join(f"{k} {m['batches_per_s']:,.1f}/s" for k, m in row.items())
+        )
         rounds.append(row)
     results = []
     for batch in cfg.batches:
         base = f"native/{batch}"
-        for key, what in ((base, "native as_dataset"),
-                          (f"grain/{batch}/default", "Grain, default cache (256 MiB)"),
-                          (f"grain/{batch}/eighth", "Grain, cache = 1/8 of the vault")):  # fmt: skip
+        pipelines = [
+            (base, "native as_dataset"),
+            (f"grain/{batch}/default", "Grain, default cache (256 MiB)"),
+            (f"grain/{batch}/eighth", "Grain, cache = 1/8 of the vault"),
+        ]
+        for key, what in pipelines:
             rate = statistics.median(x[key]["batches_per_s"] for x in rounds)
             ratio = statistics.median(
                 x[key]["batches_per_s"] / x[base]["batches_per_s"] for x in rounds
             )
-            results.append({
-                "variant": variant, "batch": batch, "what": what, "batches_per_s": rate,
-                "records_per_s": rate * batch, "ratio_to_native": ratio,
-            })  # fmt: skip
-    return {"variant": variant, "rows": cfg.rows, "timesteps": cfg.steps[variant],
-            "raw_bytes": raw, "records": records, "rounds": rounds, "results": results}  # fmt: skip
+            results.append(
+                {
+                    "variant": variant,
+                    "batch": batch,
+                    "what": what,
+                    "batches_per_s": rate,
+                    "records_per_s": rate * batch,
+                    "ratio_to_native": ratio,
+                }
+            )
+    return {
+        "variant": variant,
+        "rows": cfg.rows,
+        "timesteps": cfg.steps[variant],
+        "raw_bytes": raw,
+        "records": records,
+        "rounds": rounds,
+        "results": results,
+    }
 
 
 def table(results: list[dict[str, Any]]) -> list[str]:
@@ -186,12 +203,16 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     results = [r for v in variants for r in v["results"]]
     doc = {
-        "benchmark": "bench_grain", "config": dataclasses.asdict(cfg),
-        "sequence_length": SEQUENCE_LENGTH, "grain_version": package_version("grain"),
-        "machine": machine_info(), "loadavg_after": loadavg(),
+        "benchmark": "bench_grain",
+        "config": dataclasses.asdict(cfg),
+        "sequence_length": SEQUENCE_LENGTH,
+        "grain_version": package_version("grain"),
+        "machine": machine_info(),
+        "loadavg_after": loadavg(),
         "code": code_provenance("vault", ("vault/_grain.py", "vault/_stream.py")),
-        "variants": variants, "rows": results,
-    }  # fmt: skip
+        "variants": variants,
+        "rows": results,
+    }
     if args.out is not None:
         write_json(args.out, doc)
     else:
