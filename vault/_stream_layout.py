@@ -108,12 +108,13 @@ class Layout:
         self.names = selected[0][1]
         self.end_leaves = list(end_leaves)
         self.read_names = self.names + [n for n in self.end_leaves if n not in self.names]
-        if max(snap.length for snap in snaps) < seq:
+        self.max_length = max(snap.length for snap in snaps)
+        if self.max_length < seq:
             shown = snaps[0].where if len(snaps) == 1 else f"each of the {len(snaps)} sources"
-            have = snaps[0].length if len(snaps) == 1 else max(s.length for s in snaps)
+            have = "the vault has" if len(snaps) == 1 else "the longest has"
             raise VaultReadError(
                 f"{shown}: sequences of {seq} timesteps need at least {seq} committed "
-                f"timesteps per row; the vault has {have}"
+                f"timesteps per row; {have} {self.max_length}"
             )
         specs = [snaps[0].manifest.leaf(n) for n in self.read_names]
         self.items = [spec.shape for spec in specs]
@@ -124,7 +125,6 @@ class Layout:
         ]
         self.step_bytes = sum(self.row_bytes)  # one row, one timestep, every leaf read
         self.max_rows = max(ids.size for ids, _ in selected)
-        self.max_length = max(snap.length for snap in snaps)
         self._choose_blocks(block_timesteps, block_rows, run_blocks)
         self.sources: list[Source] = []
         first = 0

@@ -143,7 +143,13 @@ def test_sources_shorter_than_a_sequence_are_skipped(sources: list[Vault], tmp_p
     seen = origins(as_dataset(snaps, 4, 6, drop_remainder=False, device_put=False), 6)
     assert set(seen) == valid_starts([sources[0], short], 6)
     assert {s for s, _, _ in seen} == {0}
-    with pytest.raises(VaultReadError, match=re.escape("each of the 2 sources: sequences of 41")):
+    with pytest.raises(
+        VaultReadError,
+        match=re.escape(
+            "each of the 2 sources: sequences of 41 timesteps need at least 41 committed "
+            "timesteps per row; the longest has 40"
+        ),
+    ):
         as_dataset(snaps, 4, 41)
 
 
