@@ -445,3 +445,21 @@ def test_two_processes_split_each_epoch_and_resume_from_one_state(
     resumed = run_processes(config, "resume")
     for r, run in zip(resumed, ran, strict=True):
         assert run["taken"] + r["batches"] == run["batches"]
+
+
+def test_a_state_of_the_first_format_still_resumes(sources: list[Vault]) -> None:
+    """States saved before streams had several sources (format 1: one location and commit,
+    no process count) resume as they did."""
+    one = sources[0]
+    args: dict[str, Any] = {
+        "sample_batch_size": 4, "sequence_length": 3, "shuffle": True, "seed": 2, "prefetch": 1,
+        "episode_aware": False, "stride": 1, "block_timesteps": 8, "block_rows": None,
+        "interleave": 2, "run_blocks": None, "rows": None, "leaves": None, "epochs": 1,
+        "drop_remainder": True, "device_put": False,
+    }  # fmt: skip
+    old = {"format": "rlvault-stream/1", "location": one.location, "commit": one.commit_id}
+    old.update({"args": args, "epoch": 0, "batch": 5})
+    reference = [b.start.tolist() for b in one.as_dataset(**args)]
+    resumed = [b.start.tolist() for b in vault.resume_stream(old)]
+    assert resumed == reference[5:]
+    assert len(resumed) > 5
