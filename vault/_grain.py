@@ -206,19 +206,24 @@ def grain_source(
     storage: dict[str, Any] | None = None,
 ) -> VaultWindows:
     """A Grain random-access data source over ``vaults`` (a :class:`Vault`, a
-    :class:`Snapshot`, or a sequence of them of one structure, each read at the commit it
-    shows now): record ``i`` is one window of ``sequence_length`` timesteps, as the vault's
-    structure of numpy arrays ``[sequence_length, ...]`` (a dict ``{path: array}`` with
-    ``leaves``); ``len()`` is the number of valid starts (as :meth:`Vault.as_dataset` yields
-    per epoch: ``stride``, seams, ``episode_aware``), numbered source by source, row by row,
-    in time order; ``source.where(i)`` says ``(source, row, start)``.
+    :class:`Snapshot`, a sequence of them of one structure, or a dataset of shards; each
+    read at the commit it shows now): record ``i`` is one window of ``sequence_length``
+    timesteps, as the vault's structure of numpy arrays ``[sequence_length, ...]`` (a dict
+    ``{path: array}`` with ``leaves``); ``len()`` is the number of valid starts (as
+    :meth:`Vault.as_dataset` yields per epoch: ``stride``, seams, ``episode_aware``),
+    numbered source by source, row by row, in time order; ``source.where(i)`` says
+    ``(source, row, start)``; an index outside ``[0, len)`` is ``IndexError`` (the sequence
+    protocol).
 
     ``cache_bytes``: decoded chunks kept for later records (least recently used first out).
     ``storage``: the settings the vaults were opened with, for Grain's worker processes,
     which reopen the same commits (a pickled source holds locations and commit ids).
     ``episode_aware`` reads the done/truncated leaves of the selected rows once, here.
     """
-    listed = list(vaults) if isinstance(vaults, (list, tuple)) else [vaults]
+    if hasattr(vaults, "snapshots"):  # a dataset of shards: every shard
+        listed = list(vaults.snapshots)
+    else:
+        listed = list(vaults) if isinstance(vaults, (list, tuple)) else [vaults]
     # a Vault gives the snapshot it reads now; anything else is checked by sources_arg
     snaps = [v if isinstance(v, Snapshot) else getattr(v, "snapshot", v) for v in listed]
     seq = int_arg("sequence_length", sequence_length, 1, VaultReadError)

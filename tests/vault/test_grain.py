@@ -108,3 +108,19 @@ def test_errors(two: list[Vault], tmp_path: Path) -> None:
         vault.grain_source(two, 0)
     with pytest.raises(VaultArgumentError, match="must be Snapshots"):
         vault.grain_source([two[0], "nope"], 2)
+
+
+def test_a_source_over_a_dataset_of_shards(tmp_path: Path) -> None:
+    example = {"code": np.int32(0), "obs": np.zeros(2, np.float32)}
+    dataset = vault.Dataset.create(tmp_path / "ds", example, rows=2)
+    for name, length in (("a", 12), ("b", 7)):
+        shard = dataset.shard(name)
+        code = np.arange(2 * length, dtype=np.int32).reshape(2, length)
+        shard.append({"code": code, "obs": np.zeros((2, length, 2), np.float32)})
+        shard.close()
+    opened = vault.Dataset.open(tmp_path / "ds")
+    source = vault.grain_source(opened, 3)
+    assert len(source) == 2 * (12 - 2) + 2 * (7 - 2)
+    s, row, start = source.where(len(source) - 1)
+    assert (s, row, start) == (1, 1, 4)
+    np.testing.assert_array_equal(source[len(source) - 1]["code"], [11, 12, 13])

@@ -463,3 +463,26 @@ def test_a_state_of_the_first_format_still_resumes(sources: list[Vault]) -> None
     resumed = [b.start.tolist() for b in vault.resume_stream(old)]
     assert resumed == reference[5:]
     assert len(resumed) > 5
+
+
+def test_a_dataset_of_shards_streams_and_resumes_over_every_shard(tmp_path: Path) -> None:
+    example = {"code": np.int32(0), "obs": np.zeros(2, np.float32)}
+    dataset = vault.Dataset.create(tmp_path / "ds", example, rows=2)
+    for s, length in enumerate((30, 17)):
+        shard = dataset.shard(f"w{s}")
+        code = s * SOURCE + np.arange(2)[:, None] * CODE + np.arange(length)[None]
+        obs = np.stack([code, -code], -1).astype(np.float32)
+        shard.append({"code": code.astype(np.int32), "obs": obs})
+        shard.close()
+    opened = vault.Dataset.open(tmp_path / "ds")
+    kw: dict[str, Any] = {"seed": 1, "block_timesteps": 8, "device_put": False}
+    seen = origins(opened.as_dataset(4, 3, drop_remainder=False, **kw), 3)
+    assert len(seen) == len(set(seen)) == 2 * 28 + 2 * 15
+    assert {s for s, _, _ in seen} == {0, 1}
+    reference = [b.start.tolist() for b in opened.as_dataset(4, 3, **kw)]
+    stream = opened.as_dataset(4, 3, **kw)
+    next(stream)
+    state = stream.state()
+    stream.close()
+    assert len(state["sources"]) == 2
+    assert [b.start.tolist() for b in vault.resume_stream(state)] == reference[1:]
