@@ -45,7 +45,7 @@ from vault._errors import VaultArgumentError, VaultReadError
 from vault._prefetch import Stream
 from vault._snapshot import Snapshot
 from vault._stream_args import bool_arg, check_memory, end_leaves_of, int_arg, sources_arg
-from vault._stream_hosts import local_batch_size, process_arg, to_global
+from vault._stream_hosts import check_sharding, local_batch_size, process_arg, to_global
 from vault._stream_layout import Layout, end_flags, end_free
 from vault._stream_state import state_of
 
@@ -613,6 +613,7 @@ def as_dataset(
         epochs = int_arg("epochs", epochs, 0)
     process = process_arg(process_index, process_count)
     args["process_count"] = process[1]
+    local = local_batch_size(batch, process[1])
     drop_remainder = bool_arg("drop_remainder", drop_remainder)
     if sharding is not None and not drop_remainder:
         raise VaultArgumentError(
@@ -634,10 +635,12 @@ def as_dataset(
         seed=int_arg("seed", seed, 0),
         process=process,
     )
-    shapes = [(batch, seq, *item) for item in layout.items[: len(layout.names)]]
+    if sharding is not None:
+        shapes = [(batch, seq, *item) for item in layout.items[: len(layout.names)]]
+        check_sharding(sharding, batch, process[1], shapes)
     plan = _Plan(
         layout,
-        local_batch_size(batch, process[1], sharding, shapes),
+        local,
         batch,
         prefetch=int_arg("prefetch", prefetch, 0),
         structured=leaves is None,

@@ -42,22 +42,24 @@ def process_arg(process_index: Any, process_count: Any) -> tuple[int, int]:
     return index, count
 
 
-def local_batch_size(
-    batch: int, process_count: int, sharding: Any, shapes: list[tuple[int, ...]]
-) -> int:
-    """The sequences of each global batch of ``batch`` this process holds: ``batch //
-    process_count``, which ``sharding`` (if given) must agree with for every leaf shape
-    ``[batch, ...]`` in ``shapes``."""
+def local_batch_size(batch: int, process_count: int) -> int:
+    """The sequences of each global batch of ``batch`` that one process holds."""
     if batch % process_count:
         raise VaultArgumentError(
             f"sample_batch_size is the global batch: {batch} does not split evenly over "
             f"{process_count} processes (give a multiple of {process_count})"
         )
-    local = batch // process_count
-    if sharding is None:
-        return local
+    return batch // process_count
+
+
+def check_sharding(
+    sharding: Any, batch: int, process_count: int, shapes: list[tuple[int, ...]]
+) -> None:
+    """``sharding`` lays out every leaf shape ``[batch, ...]`` in ``shapes`` so that this
+    process holds ``batch / process_count`` of its sequences (VaultArgumentError if not)."""
     import jax
 
+    local = batch // process_count
     if not isinstance(sharding, jax.sharding.Sharding):
         raise VaultArgumentError(
             "sharding must be a jax.sharding.Sharding of the global batch (e.g. "
@@ -81,7 +83,6 @@ def local_batch_size(
                 "processes' devices, e.g. NamedSharding(Mesh(np.array(jax.devices()), "
                 "('data',)), PartitionSpec('data'))"
             )
-    return local
 
 
 def to_global(sharding: Any, batch: int, leaves: list[np.ndarray]) -> list[Any]:
