@@ -15,7 +15,7 @@ timesteps (69 MB raw); default codecs and chunks. Both pipelines yield shuffled 
   eighth of the vault (the case streaming is for: data larger than memory).
 
 Each measurement takes two untimed batches (threads start, first reads), then times batches
-until ``--batches`` have come or ``--seconds`` have passed; batches/s = batches / seconds.
+until 2,000 have come or 5 s have passed; batches/s = batches / seconds.
 Rounds interleave every measurement (the machine may be shared); reported are medians over
 rounds, and the ratio Grain / native is the median over rounds of the ratio within a round.
 The page cache is warm (the vaults were just written).
@@ -63,7 +63,7 @@ class Config:
     pool_frames: int
 
 
-FULL = Config(16, {"image": 1024, "vector": 16384}, (64, 256), 3, 400, 8.0, 512)
+FULL = Config(16, {"image": 1024, "vector": 16384}, (64, 256), 3, 2000, 5.0, 512)
 QUICK = Config(4, {"image": 128, "vector": 1024}, (16,), 1, 8, 2.0, 32)
 
 
