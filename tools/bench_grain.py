@@ -175,7 +175,7 @@ def table(results: list[dict[str, Any]]) -> list[str]:
         "|---|---:|---|---:|---:|---:|",
     ]
     for r in results:
-        ratio = "1.00" if r["what"].startswith("native") else f"{r['ratio_to_native']:.2f}"
+        ratio = "1" if r["what"].startswith("native") else f"{r['ratio_to_native']:.3f}"
         lines.append(
             f"| {r['variant']} | {r['batch']} | {r['what']} | {r['batches_per_s']:,.1f} | "
             f"{r['records_per_s']:,.0f} | {ratio} |"
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import grain  # noqa: F401
     except ImportError:
-        print("bench_grain needs Grain: pip install 'rlvault[grain]'", file=sys.stderr)
+        print("bench_grain needs Grain: pip install grain (or the dev extra)", file=sys.stderr)
         return 2
     cfg = QUICK if args.quick else FULL
     workdir = Path(tempfile.mkdtemp(prefix="bench_grain_", dir=args.tmpdir))

@@ -7,7 +7,8 @@ arrays ``[sequence_length, ...]``. The records are the valid starts of the strea
 (``vault/_stream_layout.py``: ``t % stride == 0``, no window across a seam, with
 ``episode_aware`` no episode end before its last step), numbered source by source, row by row,
 in time order. It needs no Grain to exist: Grain's samplers, ``MapDataset`` and
-``DataLoader`` take it as it is (install the ``grain`` extra for them).
+``DataLoader`` take it as it is (``pip install grain``: no extra of rlvault brings it, see the
+README's Grain benchmark).
 
 A record costs a read of the chunks it touches; decoded chunks are kept in a
 least-recently-used cache of ``cache_bytes`` (shared by Grain's reading threads), so records
