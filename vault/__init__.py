@@ -36,13 +36,14 @@ if TYPE_CHECKING:
     from vault._derive import combine, derive_episodes, derive_slice
     from vault._episodes import EpisodeTable
     from vault._format import CommitRecord, EpisodeLeaves, LeafSpec, Manifest, Seam
+    from vault._grain import VaultWindows, grain_source
     from vault._inspect import FoundVault, break_lock, disk_usage, find_vaults, lock_holder
     from vault._location import Capabilities, Location, LockHolder, storage_error
     from vault._locations import parse_location
     from vault._snapshot import Snapshot
     from vault._stats import LeafStats, episode_stats, leaf_stats, time_blocks
     from vault._stream import DatasetStream, StreamBatch
-    from vault._stream_state import resume_stream
+    from vault._stream_resume import resume_stream
     from vault._vault import Vault
     from vault._verify import Problem, VerifyReport, verify
     from vault._windows import WindowStream
@@ -54,8 +55,10 @@ _LAZY = {
     "EpisodeTable": "vault._episodes",
     "DatasetStream": "vault._stream",
     "StreamBatch": "vault._stream",
-    "resume_stream": "vault._stream_state",
+    "resume_stream": "vault._stream_resume",
     "WindowStream": "vault._windows",
+    "VaultWindows": "vault._grain",
+    "grain_source": "vault._grain",
     "combine": "vault._derive",
     "derive_episodes": "vault._derive",
     "derive_slice": "vault._derive",
@@ -121,6 +124,7 @@ __all__ = [
     "VaultStorageError",
     "VaultStructureError",
     "VaultVersionError",
+    "VaultWindows",
     "VerifyReport",
     "WindowStream",
     "break_lock",
@@ -130,6 +134,7 @@ __all__ = [
     "disk_usage",
     "episode_stats",
     "find_vaults",
+    "grain_source",
     "is_dataset",
     "leaf_stats",
     "lock_holder",

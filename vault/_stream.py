@@ -1,21 +1,24 @@
-"""Streaming reads for vaults larger than memory: batches of sequences, and sub-buffer windows.
+"""Streaming reads for vaults larger than memory: batches of sequences.
 
-:func:`as_dataset` cuts the data into *blocks*: a group of rows (all of them unless that makes
-a block too big) x a range of timesteps made of whole time chunks, so a block costs what its
-bytes cost to decode. It reads blocks ahead of the consumer with TensorStore's asynchronous
-reads (decoding runs on TensorStore's threads, outside the GIL) and cuts batches of sequences
-out of the resident blocks on one background thread, which hands them over through a bounded
-queue. Memory is about ``(1 + prefetch) x interleave`` blocks plus a few batches, whatever the
-size of the vault.
+:func:`as_dataset` streams one snapshot, or several of one structure (the shards of a
+dataset), cut into *blocks*: a group of rows x a range of timesteps made of whole time chunks,
+so a block costs what its bytes cost to decode (``vault/_stream_layout.py`` says which blocks
+exist, which starts each owns, the reading order of an epoch and each process's share of
+it). It reads blocks ahead of the consumer with TensorStore's asynchronous reads (decoding
+runs on TensorStore's threads, outside the GIL) and cuts batches of sequences out of the
+resident blocks on one background thread, which hands them over through a bounded queue.
+Memory is about ``(1 + prefetch) x interleave`` blocks plus a few batches, whatever the size
+of the data.
 
-Which sequences an epoch yields: every start ``(row, t)`` with ``t % stride == 0`` whose window
-``[t, t + sequence_length)`` lies inside the committed data, does not straddle a recorded gap
-(:attr:`Vault.gaps`: the data on either side is not consecutive) and, with
+Which sequences an epoch yields: every start ``(source, row, t)`` with ``t % stride == 0``
+whose window ``[t, t + sequence_length)`` lies inside the source's committed data, does not
+straddle a seam (:attr:`Vault.seams`: the data on either side is not consecutive) and, with
 ``episode_aware=True``, holds no episode end (done or truncated) before its last step. Each
-such start is yielded exactly once per epoch. The block of time range ``[b*B, (b+1)*B)`` owns
-the starts in ``[b*B - (L-1), (b+1)*B - (L-1))`` of its rows (``L`` is the sequence length), so
-it needs the ``L - 1`` timesteps before it (its *head*): they are copied from the block before
-it when that one was read just before (always without shuffling), else read from disk.
+such start is yielded exactly once per epoch (with several processes: by exactly one of them,
+less fewer than ``process_count`` dropped, see ``vault/_stream_layout.py``). A block needs
+the ``L - 1`` timesteps before it (its *head*, ``L`` the sequence length): they are copied
+from the block before it when that one was read just before (always without shuffling), else
+read from disk.
 
 Shuffling (``shuffle=True``) permutes, per epoch, the order of *runs* of ``run_blocks``
 consecutive blocks; ``interleave`` runs are read side by side and each batch is drawn from one
@@ -23,9 +26,6 @@ block of each, in random order. Only the first block of a run reads its head fro
 run of several blocks keeps that extra decoding small. Everything random comes from
 ``numpy.random.default_rng([seed, epoch, ...])`` on the one producer thread, so the batches and
 their order depend only on the arguments, never on thread timing.
-
-:func:`iter_windows` yields successive (or shuffled) windows of ``window`` timesteps as
-trajectory-buffer states, reading the next ones in the background.
 """
 
 from __future__ import annotations
@@ -34,27 +34,25 @@ import collections
 import functools
 import itertools
 import math
-from collections.abc import Callable, Generator, Iterator, Sequence
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import tensorstore as ts
 
 from vault import _read, _structure
-from vault._errors import VaultReadError
+from vault._errors import VaultArgumentError, VaultReadError
 from vault._prefetch import Stream
 from vault._snapshot import Snapshot
-from vault._stream_args import bool_arg, check_memory, episode_end_leaves, int_arg, selection
+from vault._stream_args import bool_arg, check_memory, end_leaves_of, int_arg, sources_arg
+from vault._stream_hosts import check_sharding, local_batch_size, process_arg, to_global
+from vault._stream_layout import Layout, end_flags, end_free
+from vault._stream_state import state_of
 
-T = TypeVar("T")
-
-DEFAULT_BLOCK_BYTES = 32 << 20  # raw bytes of one block (of the leaves read)
 BATCH_QUEUE_BYTES = 4 << 20  # batches cut ahead of the consumer: 2 to 16, about this much
-HEAD_OVERHEAD = 1 / 8  # default run length keeps the extra head decoding below this share
 ZERO_COPY_BYTES = 256 << 10  # batch leaves this large are handed to JAX without a copy
 PACK_BYTES = 2 << 20  # small batches are cut and handed over in packs (one gather per leaf)
 MAX_PACK = 64  # of at most this many batches
-_POLL_S = 0.05
 
 
 @functools.cache
@@ -68,32 +66,44 @@ class StreamBatch(NamedTuple):
     """One batch from :func:`as_dataset`.
 
     ``experience``: the vault's structure (or ``{path: array}`` when ``leaves`` was given) with
-    leaves ``[batch, sequence_length, ...]``. ``row`` and ``start`` (int64 numpy, ``[batch]``)
-    say where each sequence comes from: ``vault.read_numpy(rows=[row[i]], start=start[i],
-    stop=start[i] + sequence_length)``. ``epoch`` counts from 0.
+    leaves ``[batch, sequence_length, ...]``. ``source``, ``row`` and ``start`` (int64 numpy,
+    ``[batch]``) say where each sequence comes from: source ``source[i]`` (an index into the
+    stream's snapshots; 0 for a single vault), ``read_numpy(rows=[row[i]], start=start[i],
+    stop=start[i] + sequence_length)``. With a ``sharding`` the leaves are global
+    ``jax.Array`` s and ``source``/``row``/``start`` describe this process's part of them.
+    ``epoch`` counts from 0.
     """
 
     experience: Any
     row: np.ndarray
     start: np.ndarray
     epoch: int
+    source: np.ndarray
 
 
 # ------------------------------------------------------------------------------- as_dataset
 class _BlockGroup:
     """Blocks read side by side into one buffer per leaf ``[slots * block_rows, seg, ...]``:
     slot ``j`` holds rows ``[j * block_rows, ...)``; in each row, ``head`` timesteps before the
-    block, then the block's timesteps."""
+    block, then the block's timesteps. ``parts``: the blocks of which only the sequences
+    ``[begin, end)`` of their canonical order are this process's."""
 
     def __init__(
-        self, epoch: int, index: int, blocks: list[int], last: bool, buffers: list[np.ndarray]
+        self,
+        epoch: int,
+        index: int,
+        blocks: list[int],
+        parts: dict[int, tuple[int, int]],
+        last: bool,
+        buffers: list[np.ndarray],
     ) -> None:
         self.epoch = epoch
         self.index = index  # position in the epoch's schedule
         self.blocks = blocks
+        self.parts = parts
         self.last = last  # the epoch's last group
         self.buffers = buffers
-        self.futures: list[tuple[str, Any]] = []
+        self.futures: list[tuple[Snapshot, str, Any]] = []
         self.carries: list[tuple[int, int]] = []  # (slot, block whose tail is its head)
 
 
@@ -104,6 +114,7 @@ class _PartialBatch:
         self.arrays = arrays
         self.row = np.empty(size, np.int64)
         self.start = np.empty(size, np.int64)
+        self.source = np.empty(size, np.int64)
         self.fill = 0
 
 
@@ -119,220 +130,147 @@ def batch_layout(shapes: list[tuple[int, ...]], dtypes: list[np.dtype]) -> list[
 def check_stream_memory(plan: _Plan) -> None:
     """Refuse, before anything is allocated, a stream that would hold more than the
     machine's memory: the groups of blocks read ahead plus the batches cut ahead."""
-    group_bytes = min(plan.interleave, plan.n_blocks) * plan.block_rows * plan.seg
+    lay = plan.layout
+    group_bytes = min(lay.interleave, max(1, lay.n_blocks)) * lay.block_rows * lay.seg
     ahead = plan.prefetch
     if plan.epochs is not None:  # never more groups than the epochs have
-        ahead = min(ahead, plan.epochs * plan.n_blocks)
-    held = (1 + ahead) * group_bytes * plan.step_bytes
+        ahead = min(ahead, plan.epochs * lay.n_blocks)
+    held = (1 + ahead) * group_bytes * lay.step_bytes
     held += (plan.queue_depth + 1) * plan.batch_layout[-1]
     check_memory(
-        f"as_dataset(sample_batch_size={plan.batch}, sequence_length={plan.seq}, "
-        f"prefetch={plan.prefetch}, interleave={plan.interleave})",
+        f"as_dataset(sample_batch_size={plan.global_batch}, sequence_length={lay.seq}, "
+        f"prefetch={plan.prefetch}, interleave={lay.interleave})",
         held,
         "lower sample_batch_size, prefetch, interleave or block_timesteps",
     )
 
 
 class _Plan:
-    """Everything :func:`as_dataset` decided, and the producer generator that follows it.
-
-    A block is a group of rows (``block_rows`` of them) x a range of ``block`` timesteps;
-    block ``id`` covers row group ``id // n_time`` and time block ``id % n_time``.
-    """
+    """The producer of :func:`as_dataset`: it follows the layout's schedule, reads the blocks
+    and cuts this process's batches (``batch`` sequences each; ``global_batch`` over every
+    process) out of them."""
 
     def __init__(
         self,
-        snap: Snapshot,
+        layout: Layout,
         batch: int,
-        seq: int,
+        global_batch: int,
         *,
-        shuffle: bool,
-        seed: int,
         prefetch: int,
-        end_leaves: list[str],
-        stride: int,
-        block_timesteps: int | None,
-        block_rows: int | None,
-        interleave: int,
-        run_blocks: int | None,
-        rows: Sequence[int] | slice | None,
-        leaves: Sequence[str] | None,
+        structured: bool,
         epochs: int | None,
         drop_remainder: bool,
         device_put: bool,
+        sharding: Any = None,
         resume_at: tuple[int, int] = (0, 0),
     ) -> None:
-        self.snap = snap
+        self.layout = lay = layout
         self.first_epoch, self.skip = resume_at  # a checkpointed position: (epoch, batches)
-        self.batch, self.seq, self.head = batch, seq, seq - 1
-        self.shuffle, self.seed, self.prefetch = shuffle, seed, prefetch
-        self.stride, self.interleave = stride, interleave
+        self.batch, self.global_batch, self.seq, self.head = batch, global_batch, lay.seq, lay.head
+        self.shuffle, self.seed, self.prefetch = lay.shuffle, lay.seed, prefetch
         self.epochs, self.drop_remainder, self.device_put = epochs, drop_remainder, device_put
-        self.row_ids, self.names = selection(snap, rows, leaves)
-        self.structured = leaves is None
+        self.sharding = sharding
+        self.names, self.read_names, self.end_leaves = lay.names, lay.read_names, lay.end_leaves
+        self.structured = structured
         self._rebuild: Callable[[list[Any]], Any] | None = None  # set by the first batch
-        self.end_leaves = list(end_leaves)
-        self.read_names = self.names + [n for n in self.end_leaves if n not in self.names]
         self.out_count = len(self.names)
-        self.length = snap.length
-        if self.length < seq:
-            raise VaultReadError(
-                f"{snap.where}: sequences of {seq} timesteps need at least {seq} committed "
-                f"timesteps per row; the vault has {self.length}"
-            )
-        specs = [snap.manifest.leaf(n) for n in self.read_names]
-        self.items = [spec.shape for spec in specs]
-        self.dtypes = [np.dtype(spec.dtype) for spec in specs]
-        self.chunks = [spec.chunk for spec in specs]
-        self.row_bytes = [
-            math.prod(item) * dt.itemsize for item, dt in zip(self.items, self.dtypes, strict=True)
-        ]
-        self.step_bytes = sum(self.row_bytes)  # one row, one timestep, every leaf read
-        self._choose_blocks(block_timesteps, block_rows, run_blocks)
-        self.gap_at = np.array(
-            [seam.at for seam in snap.commit.seams if 0 < seam.at < self.length], np.int64
-        )
-        self.structure = snap.manifest.structure
-        batch_bytes = batch * seq * sum(self.row_bytes[: self.out_count])
+        self.items, self.dtypes = lay.items, lay.dtypes
+        self.structure = lay.sources[0].snap.manifest.structure
+        batch_bytes = batch * lay.seq * sum(lay.row_bytes[: self.out_count])
         # small batches are cut ``pack`` at a time (one gather per leaf) and handed over together
         self.pack = max(1, min(MAX_PACK, PACK_BYTES // max(1, batch_bytes)))
         self.capacity = self.pack * batch
-        self.batch_shapes = [(self.capacity, seq, *item) for item in self.items[: self.out_count]]
+        self.batch_shapes = [
+            (self.capacity, lay.seq, *item) for item in self.items[: self.out_count]
+        ]
         self.batch_layout = batch_layout(self.batch_shapes, self.dtypes)
         self.queue_depth = max(2, min(16, BATCH_QUEUE_BYTES // max(1, self.batch_layout[-1])))
         check_stream_memory(self)
-        self._steps = np.arange(seq, dtype=np.int64)
+        self._steps = np.arange(lay.seq, dtype=np.int64)
         self._tails: dict[int, list[np.ndarray]] = {}
         self._issued_blocks: list[int] = []
 
-    def _choose_blocks(
-        self, block_timesteps: int | None, block_rows: int | None, run_blocks: int | None
-    ) -> None:
-        """Block shape (rows x timesteps), counts, and the shuffled runs' length."""
-        n_rows = len(self.row_ids)
-        heaviest = int(np.argmax(self.row_bytes))
-        chunk_time = [int(c[1]) for c in self.chunks]
-        if block_timesteps is None:
-            # About DEFAULT_BLOCK_BYTES, a whole number of the heaviest leaf's time chunks (of
-            # every leaf's, when that costs at most twice the target).
-            total = max(1, n_rows * self.step_bytes)
-            align = chunk_time[heaviest]
-            if math.lcm(*chunk_time) * total <= 2 * DEFAULT_BLOCK_BYTES:
-                align = math.lcm(*chunk_time)
-            steps = max(1, round(DEFAULT_BLOCK_BYTES / total / align)) * align
-            self.block = -(-max(steps, self.seq) // align) * align
-        else:
-            self.block = int_arg("block_timesteps", block_timesteps, 1)
-            if self.block < self.seq:
-                raise VaultReadError(
-                    f"block_timesteps ({self.block}) must be >= sequence_length ({self.seq})"
-                )
-        if block_rows is None:
-            per_row = max(1, self.block * self.step_bytes)
-            block_rows = n_rows
-            if n_rows * per_row > 2 * DEFAULT_BLOCK_BYTES:  # many rows: split them
-                block_rows = max(1, DEFAULT_BLOCK_BYTES // per_row)
-                chunk_rows = int(self.chunks[heaviest][0])
-                if block_rows >= chunk_rows:
-                    block_rows -= block_rows % chunk_rows  # whole chunks of the heaviest leaf
-        self.block_rows = min(int_arg("block_rows", block_rows, 1), n_rows)
-        self.n_time = -(-self.length // self.block)
-        self.n_row_groups = -(-n_rows // self.block_rows)
-        self.n_blocks = self.n_time * self.n_row_groups
-        self.seg = self.head + min(self.block, self.length)
-        if run_blocks is None:
-            dominant = chunk_time[heaviest]
-            wasted = -(-self.head // dominant) * dominant if self.head else 0
-            run_blocks = max(1, math.ceil(wasted / (HEAD_OVERHEAD * self.block)))
-        self.run_blocks = int_arg("run_blocks", run_blocks, 1)
-
-    # ------------------------------------------------------------------------- schedule
-    def _schedule(self, epoch: int) -> list[list[int]]:
-        """The groups of blocks of one epoch, in reading order."""
-        k, nt = self.interleave, self.n_time
-        if not self.shuffle:  # row group by row group, each in time order
-            return [list(range(i, min(i + k, self.n_blocks))) for i in range(0, self.n_blocks, k)]
-        run = self.run_blocks
-        runs = [
-            list(range(g * nt + s, g * nt + min(s + run, nt)))
-            for g in range(self.n_row_groups)
-            for s in range(0, nt, run)
-        ]
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(runs))
-        pending = collections.deque(runs[int(i)] for i in order)
-        lanes: list[collections.deque[int]] = []
-        groups: list[list[int]] = []
-        while True:
-            lanes = [lane for lane in lanes if lane]
-            while len(lanes) < k and pending:
-                lanes.append(collections.deque(pending.popleft()))
-            if not lanes:
-                return groups
-            groups.append([lane.popleft() for lane in lanes])
-
-    def _groups(self) -> Iterator[tuple[int, int, list[int], bool]]:
+    def _groups(
+        self,
+    ) -> Generator[tuple[int, int, list[int], dict[int, tuple[int, int]], bool], None, None]:
         epoch = self.first_epoch
         while self.epochs is None or epoch < self.epochs:
-            groups = self._schedule(epoch)
+            groups, parts = self.layout.epoch(epoch)
+            if not groups and self.epochs is None:
+                raise self._no_batch()
             for i, blocks in enumerate(groups):
-                yield epoch, i, blocks, i == len(groups) - 1
+                yield epoch, i, blocks, parts, i == len(groups) - 1
             epoch += 1
 
+    def _no_batch(self) -> VaultReadError:
+        sources = self.layout.sources
+        where = sources[0].snap.where if len(sources) == 1 else f"{len(sources)} sources"
+        share = " (this process's share)" if self.layout.process_count > 1 else ""
+        return VaultReadError(
+            f"{where}: an epoch{share} yields no batch of {self.batch} (too few valid "
+            f"sequences of {self.seq} timesteps); repeating forever would never yield one"
+        )
+
     # ------------------------------------------------------------------------- reading
-    def _rows_of(self, block: int) -> tuple[int, int]:
-        """The block's rows: ``row_ids[first : first + count]``."""
-        first = block // self.n_time * self.block_rows
-        return first, min(self.block_rows, len(self.row_ids) - first)
-
-    def _times_of(self, block: int) -> tuple[int, int]:
-        lo = block % self.n_time * self.block
-        return lo, min(lo + self.block, self.length)
-
     def _read_into(
         self, group: _BlockGroup, j: int, block: int, col: int, lo: int, hi: int
     ) -> None:
         """Read timesteps ``[lo, hi)`` of the block's rows into slot ``j`` from column ``col``."""
-        first, count = self._rows_of(block)
-        ids = self.row_ids[first : first + count]
+        info = self.layout.block_of(block)
+        snap = self.layout.sources[info.source].snap
+        ids = self.layout.sources[info.source].row_ids[info.first_row : info.first_row + info.rows]
+        count = info.rows
         contiguous = ids[-1] - ids[0] == count - 1 and bool(np.all(np.diff(ids) == 1))
         rows: Any = slice(int(ids[0]), int(ids[-1]) + 1) if contiguous else ids.tolist()
-        names, views = _read.views(self.snap, rows, lo, hi, self.read_names)
-        r0 = j * self.block_rows
+        names, views = _read.views(snap, rows, lo, hi, self.read_names)
+        r0 = j * self.layout.block_rows
         for buf, view, name in zip(group.buffers, views, names, strict=True):
             fut = ts.array(buf[r0 : r0 + count, col : col + hi - lo]).write(view)
-            group.futures.append((name, fut))
+            group.futures.append((snap, name, fut))
 
-    def _issue(self, epoch: int, index: int, blocks: list[int], last: bool) -> _BlockGroup:
+    def _issue(
+        self,
+        epoch: int,
+        index: int,
+        blocks: list[int],
+        parts: dict[int, tuple[int, int]],
+        last: bool,
+    ) -> _BlockGroup:
+        lay = self.layout
         buffers = [
-            _read.aligned_empty((len(blocks) * self.block_rows, self.seg, *item), dt)
+            _read.aligned_empty((len(blocks) * lay.block_rows, lay.seg, *item), dt)
             for item, dt in zip(self.items, self.dtypes, strict=True)
         ]
-        group = _BlockGroup(epoch, index, blocks, last, buffers)
+        mine = {b: parts[b] for b in blocks if b in parts}
+        group = _BlockGroup(epoch, index, blocks, mine, last, buffers)
         previous = set(self._issued_blocks)
         for j, b in enumerate(blocks):
-            lo, hi = self._times_of(b)
-            self._read_into(group, j, b, self.head, lo, hi)
-            if lo == 0 or self.head == 0:
+            info = lay.block_of(b)
+            self._read_into(group, j, b, self.head, info.lo, info.hi)
+            if info.lo == 0 or self.head == 0:
                 continue
             if b - 1 in blocks or b - 1 in previous:
                 group.carries.append((j, b - 1))  # copied once the reads are done
             else:
-                self._read_into(group, j, b, 0, lo - self.head, lo)
+                self._read_into(group, j, b, 0, info.lo - self.head, info.lo)
         self._issued_blocks = list(blocks)
         return group
 
     def _complete(self, group: _BlockGroup) -> None:
         """Wait for the group's reads; fill the heads carried over; keep the new tails."""
-        for name, fut in group.futures:
-            _read.result(self.snap, fut, name)
+        for snap, name, fut in group.futures:
+            _read.result(snap, fut, name)
         group.futures.clear()
-        h, rb = self.head, self.block_rows
+        lay = self.layout
+        h, rb = self.head, lay.block_rows
         tails = {}
         for j, b in enumerate(group.blocks):
-            if h and self._times_of(b)[1] < self.length:  # a full block: its tail is a head
-                count = self._rows_of(b)[1]
-                end = h + self.block
-                tails[b] = [buf[j * rb : j * rb + count, end - h : end] for buf in group.buffers]
+            info = lay.block_of(b)
+            if h and info.hi < lay.sources[info.source].length:  # a full block: its tail is a head
+                end = h + lay.block
+                tails[b] = [
+                    buf[j * rb : j * rb + info.rows, end - h : end] for buf in group.buffers
+                ]
         for j, prev in group.carries:
             source = tails.get(prev) or self._tails[prev]
             for buf, part in zip(group.buffers, source, strict=True):
@@ -342,68 +280,57 @@ class _Plan:
 
     def _cancel(self, groups: collections.deque[_BlockGroup]) -> None:
         for group in groups:
-            for _, fut in group.futures:
+            for _, _, fut in group.futures:
                 fut.cancel()
         groups.clear()
 
     # ------------------------------------------------------------------------- sequences
-    def _starts(self, group: _BlockGroup) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Where each valid sequence of the group starts: flat indices into its buffers (seen
-        as ``[slots * block_rows * seg]``), with its vault row and start time; slot by slot
-        in time order (every row at ``t``, then ``t + 1``), or permuted with ``shuffle``."""
-        h, seg, rb = self.head, self.seg, self.block_rows
-        bases, rows, times = [], [], []
+    def _starts(self, group: _BlockGroup) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Where each of the group's sequences starts: flat indices into its buffers (seen as
+        ``[slots * block_rows * seg]``), with its source, vault row and start time; slot by
+        slot in canonical order (every row at ``t``, then ``t + 1``), or permuted with
+        ``shuffle``."""
+        lay = self.layout
+        h, seg, rb = self.head, lay.seg, lay.block_rows
+        bases, sources, rows, times = [], [], [], []
         for j, b in enumerate(group.blocks):
-            lo, hi = self._times_of(b)
-            s_lo = max(0, lo - h)
-            t = np.arange(s_lo, hi - h, dtype=np.int64)
-            col = h + (t - lo)  # column of each start in the slot's rows
-            first, count = self._rows_of(b)
-            row_off = (j * rb + np.arange(count, dtype=np.int64)) * seg
-            row_id = self.row_ids[first : first + count]
-            keep = None
-            if self.stride > 1:
-                keep = t % self.stride == 0
-            for a in self.gap_at:  # a window [t, t + seq) must not contain the seam a-1 | a
-                apart = (t + h < a) | (t >= a)
-                keep = apart if keep is None else keep & apart
-            mask = None if keep is None else np.broadcast_to(keep, (row_off.size, t.size))
+            info = lay.block_of(b)
+            free = None
             if self.end_leaves and h:
-                free = self._end_free(group, j, b, int(col[0]), t.size)
-                mask = free if mask is None else mask & free
+                w_lo, w_hi = lay.end_window(b)
+                c0 = h + w_lo - info.lo
+                names = self.read_names
+                ends = [
+                    group.buffers[names.index(n)][j * rb : j * rb + info.rows]
+                    for n in self.end_leaves
+                ]
+                free = end_free(end_flags([e[:, c0 : c0 + w_hi - w_lo] for e in ends]), h)
+            t, mask = lay.starts(b, free)
+            col = h + (t - info.lo)  # column of each start in the slot's rows
+            row_off = (j * rb + np.arange(info.rows, dtype=np.int64)) * seg
+            row_id = lay.sources[info.source].row_ids[info.first_row : info.first_row + info.rows]
             if mask is None:
-                bases.append((col[:, None] + row_off[None, :]).ravel())
-                rows.append(np.tile(row_id, t.size))
-                times.append(np.repeat(t, count))
+                base = (col[:, None] + row_off[None, :]).ravel()
+                row = np.tile(row_id, t.size)
+                time = np.repeat(t, info.rows)
             else:
                 q, r = np.nonzero(mask.T)
-                bases.append(row_off[r] + col[q])
-                rows.append(row_id[r])
-                times.append(t[q])
-        base, row, start = (
-            x[0] if len(x) == 1 else np.concatenate(x) for x in (bases, rows, times)
+                base, row, time = row_off[r] + col[q], row_id[r], t[q]
+            if b in group.parts:  # another process takes the rest of this block
+                begin, end = group.parts[b]
+                base, row, time = base[begin:end], row[begin:end], time[begin:end]
+            bases.append(base)
+            rows.append(row)
+            times.append(time)
+            sources.append(np.full(base.size, info.source, np.int64))
+        base, source, row, start = (
+            x[0] if len(x) == 1 else np.concatenate(x) for x in (bases, sources, rows, times)
         )
         if self.shuffle:
             rng = np.random.default_rng([self.seed, group.epoch, group.index, 1])
             order = rng.permutation(base.size)
-            base, row, start = base[order], row[order], start[order]
-        return base, row, start
-
-    def _end_free(
-        self, group: _BlockGroup, j: int, block: int, first: int, count: int
-    ) -> np.ndarray:
-        """``[rows, count]``: no episode end in the first ``seq - 1`` steps of the windows that
-        start at columns ``first, first + 1, ...`` of slot ``j``."""
-        h, r0 = self.head, j * self.block_rows
-        n_rows = self._rows_of(block)[1]
-        flags = np.zeros((n_rows, count + h - 1), bool)
-        for name in self.end_leaves:
-            buf = group.buffers[self.read_names.index(name)]
-            part = buf[r0 : r0 + n_rows, first : first + count + h - 1]
-            flags |= part.reshape(part.shape[0], part.shape[1], -1).any(axis=2)
-        csum = np.zeros((flags.shape[0], flags.shape[1] + 1), np.int64)
-        np.cumsum(flags, axis=1, out=csum[:, 1:])
-        return np.asarray(csum[:, h : h + count] == csum[:, :count])
+            base, source, row, start = base[order], source[order], row[order], start[order]
+        return base, source, row, start
 
     def _new_batch(self) -> _PartialBatch:
         """Output arrays of one pack of batches, carved 64-byte aligned out of one allocation
@@ -434,11 +361,13 @@ class _Plan:
         if n == 0:
             return []
         arrays: list[Any] = [a[:n] for a in pending.arrays]
-        rows, starts = pending.row[:n], pending.start[:n]
+        rows, starts, sources = pending.row[:n], pending.start[:n], pending.source[:n]
         out = []
         for i in range(0, n, b):
             leaves = [a[i : i + b] for a in arrays]
-            if self.device_put:
+            if self.sharding is not None:
+                leaves = to_global(self.sharding, self.global_batch, leaves)
+            elif self.device_put:
                 leaves = self._to_device(leaves)
             if not self.structured:
                 experience: Any = dict(zip(self.names, leaves, strict=True))
@@ -448,7 +377,8 @@ class _Plan:
                 experience = _structure.build(self.structure, leaves)
                 self._rebuild = _rebuilder(experience, leaves)
             leaves.clear()
-            out.append(StreamBatch(experience, rows[i : i + b], starts[i : i + b], epoch))
+            where = slice(i, i + b)
+            out.append(StreamBatch(experience, rows[where], starts[where], epoch, sources[where]))
         arrays.clear()
         return out
 
@@ -509,7 +439,7 @@ class _Plan:
                         if early:
                             yield early
                     raise
-                base, row, start = self._starts(group)
+                base, source, row, start = self._starts(group)
                 flat = [buf.reshape(-1, *buf.shape[2:]) for buf in group.buffers[: self.out_count]]
                 pos = 0
                 while pos < base.size:
@@ -520,6 +450,7 @@ class _Plan:
                     fill = slice(pending.fill, pending.fill + take)
                     pending.row[fill] = row[pos : pos + take]
                     pending.start[fill] = start[pos : pos + take]
+                    pending.source[fill] = source[pos : pos + take]
                     pending.fill += take
                     pos += take
                     if pending.fill == self.capacity:
@@ -535,11 +466,7 @@ class _Plan:
                             yield batches
                     pending = None
                     if epoch_batches == 0 and self.epochs is None:
-                        raise VaultReadError(
-                            f"{self.snap.where}: an epoch yields no batch of "
-                            f"{self.batch} (too few valid sequences of {self.seq} timesteps); "
-                            "repeating forever would never yield one"
-                        )
+                        raise self._no_batch()
                     epoch_batches = 0
         finally:
             self._cancel(inflight)
@@ -548,21 +475,27 @@ class _Plan:
 class DatasetStream(Stream[StreamBatch]):
     """The iterator :func:`as_dataset` returns, with the layout it chose (ints, for memory
     planning): ``block_timesteps``, ``block_rows``, ``block_bytes`` (raw bytes of one block
-    of the selected leaves), ``run_blocks``, ``interleave``, ``prefetch`` and ``length`` (the
-    committed timesteps per row it streams)."""
+    of the selected leaves), ``run_blocks``, ``interleave``, ``prefetch``, ``length`` (the
+    committed timesteps per row it streams, summed over its sources), ``sources`` (how many),
+    ``process_index``, ``process_count`` and ``local_batch_size`` (the sequences of each
+    batch this process reads: ``sample_batch_size / process_count``)."""
 
     def __init__(self, plan: _Plan, args: dict[str, Any] | None = None) -> None:
         super().__init__(plan.batches(), plan.queue_depth if plan.prefetch else 0, packed=True)
+        lay = plan.layout
         self._args = args or {}  # how it was made, for state()
-        self._where, self._commit = plan.snap.where, plan.snap.commit
+        self._pins = [(s.snap.where, s.snap.commit) for s in lay.sources]
         self._position = plan.first_epoch, plan.skip  # of the next batch handed over
-        self.block_timesteps = plan.block
-        self.block_rows = plan.block_rows
-        self.block_bytes = plan.block * plan.block_rows * plan.step_bytes
-        self.run_blocks = plan.run_blocks
-        self.interleave = plan.interleave
+        self.block_timesteps = lay.block
+        self.block_rows = lay.block_rows
+        self.block_bytes = lay.block * lay.block_rows * lay.step_bytes
+        self.run_blocks = lay.run_blocks
+        self.interleave = lay.interleave
         self.prefetch = plan.prefetch
-        self.length = plan.length
+        self.length = sum(s.length for s in lay.sources)
+        self.sources = len(lay.sources)
+        self.process_index, self.process_count = lay.process_index, lay.process_count
+        self.local_batch_size = plan.batch
 
     def __next__(self) -> StreamBatch:
         batch, (epoch, count) = super().__next__(), self._position
@@ -570,15 +503,16 @@ class DatasetStream(Stream[StreamBatch]):
         return batch
 
     def state(self) -> dict[str, Any]:
-        """The position as a small JSON-serialisable dict (vault, pinned commit, arguments,
-        epoch and batch): :func:`vault.resume_stream` goes on exactly there, in any process."""
-        from vault._stream_state import state_of
-
-        return state_of(self._where, self._commit, self._args, self._position)
+        """The position as a small JSON-serialisable dict (every source's location and
+        pinned commit, the arguments, epoch and batch): :func:`vault.resume_stream` goes on
+        exactly there, in any process. Every process of a multi-process stream is at the same
+        position after the same number of batches, so one state (any process's) resumes
+        them all."""
+        return state_of(self._pins, self._args, self._position)
 
 
 def as_dataset(
-    snap: Snapshot,
+    snaps: Snapshot | Sequence[Snapshot],
     sample_batch_size: int,
     sequence_length: int,
     *,
@@ -596,26 +530,32 @@ def as_dataset(
     epochs: int | None = 1,
     drop_remainder: bool = True,
     device_put: bool | None = None,
+    sharding: Any = None,
+    process_index: int | None = None,
+    process_count: int | None = None,
     resume_at: tuple[int, int] = (0, 0),
 ) -> DatasetStream:
-    """Batches of sequences streamed from disk, for vaults larger than memory.
+    """Batches of sequences streamed from disk, for data larger than memory.
 
-    Yields :class:`StreamBatch` items: ``experience`` has leaves ``[sample_batch_size,
-    sequence_length, ...]`` (JAX or numpy arrays: see ``device_put``), plus the ``row`` and
-    ``start`` of every sequence. An epoch yields every valid start exactly once (see the
-    module docstring: inside the committed length as of this call, ``t % stride == 0``, not
-    across a recorded gap, and with ``episode_aware`` no episode end before a window's last
-    step); with ``drop_remainder`` the last incomplete batch of each epoch is dropped, else
-    yielded smaller. ``epochs=None`` repeats forever, reshuffling each epoch.
+    ``snaps``: one snapshot, or several of one structure (the same leaves, shapes, dtypes and
+    containers; else :class:`VaultStructureError`), read as one dataset. Yields
+    :class:`StreamBatch` items: ``experience`` has leaves ``[sample_batch_size,
+    sequence_length, ...]`` (JAX or numpy arrays: see ``device_put`` and ``sharding``), plus
+    the ``source``, ``row`` and ``start`` of every sequence. An epoch yields every valid start
+    of every source exactly once (see the module docstring: inside the committed length as of
+    this call, ``t % stride == 0``, not across a seam, and with ``episode_aware`` no episode
+    end before a window's last step); with ``drop_remainder`` the last incomplete batch of
+    each epoch is dropped, else yielded smaller. ``epochs=None`` repeats forever, reshuffling
+    each epoch.
 
     Args:
         shuffle: permute, per epoch, the order of runs of blocks and the order of sequences
-            inside the resident blocks (without: block by block in time order, and inside a
-            block all its rows at ``t``, then ``t + 1``).
+            inside the resident blocks (without: source by source, block by block in time
+            order, and inside a block all its rows at ``t``, then ``t + 1``).
         seed: the same seed gives the same batches in the same order.
         prefetch: groups of blocks read ahead while the current one is cut into batches
             (0: read on demand, no background thread).
-        episode_aware: needs a vault with an episode index (``done_leaf`` given at creation),
+        episode_aware: needs vaults with an episode index (``done_leaf`` given at creation),
             else :class:`VaultReadError`.
         stride: only starts ``t`` with ``t % stride == 0`` (``sequence_length``: windows that
             do not overlap).
@@ -628,15 +568,31 @@ def as_dataset(
         run_blocks: with ``shuffle``, consecutive blocks read in a row before jumping
             elsewhere (default: enough that re-reading the first block's head costs at most
             1/8 more decoding; 1 when ``sequence_length`` is 1).
-        rows, leaves: as :meth:`Vault.read_numpy` (``leaves`` gives a dict ``{path: array}``).
-        resume_at: ``(epoch, batch)`` to start from (set by :func:`vault.resume_stream` from
-            :meth:`DatasetStream.state`; the batches before it are cut again, not yielded).
+        rows, leaves: as :meth:`Vault.read_numpy` (``rows`` applies to every source;
+            ``leaves`` gives a dict ``{path: array}``).
         device_put: ``True``: the leaves are JAX arrays, put on the default device by the
             background thread (on a GPU or TPU the transfer overlaps training). ``False``:
             numpy arrays, which JAX functions take as they are. ``None``
             (default): ``True`` when JAX's default backend is an accelerator, ``False`` on
             CPU, where a JAX array made ahead buys no overlap and costs about 4 us per leaf
-            (the README's streaming benchmark).
+            (the README's streaming benchmark). Ignored with a ``sharding``.
+        sharding: a ``jax.sharding.Sharding`` of the global batch that splits its first axis
+            evenly over the processes' devices (e.g. ``NamedSharding(Mesh(jax.devices(),
+            ("data",)), PartitionSpec("data"))``), applied to every leaf: the leaves are then
+            global ``jax.Array`` s of ``sample_batch_size`` sequences built with
+            ``jax.make_array_from_process_local_data`` from this process's part, which a
+            ``jit`` over the mesh takes directly. Needs ``drop_remainder=True`` (one shape).
+        process_index, process_count: this process and how many share each epoch (default:
+            ``jax.process_index()`` and ``jax.process_count()`` when ``jax.distributed`` is
+            initialised, else 0 and 1). ``sample_batch_size`` is the global batch: each
+            process reads only its share of the epoch's blocks and yields batches of
+            ``sample_batch_size / process_count`` sequences; the shares are disjoint, together
+            they are the epoch less fewer than ``process_count`` sequences (the last of the
+            epoch's order), and every process yields the same number of batches per epoch
+            (see ``vault/_stream_layout.py``). With ``episode_aware``, every process reads
+            the done/truncated leaves once when the stream is made, to count the shares.
+        resume_at: ``(epoch, batch)`` to start from (set by :func:`vault.resume_stream` from
+            :meth:`DatasetStream.state`; the batches before it are cut again, not yielded).
 
     Memory: about ``(1 + prefetch) * interleave`` blocks (``DatasetStream.block_bytes`` is
     one), TensorStore's buffers for the chunks being decoded, and 2 to 16 batches (about
@@ -648,29 +604,50 @@ def as_dataset(
     (for example :class:`VaultCorruptError`) are raised by ``next()``.
     """
     args = dict(locals())
-    del args["snap"], args["resume_at"]
+    for name in ("snaps", "resume_at", "sharding", "process_index"):
+        del args[name]  # a state resumes every process, each with its own sharding
+    sources = sources_arg(snaps)
     batch = int_arg("sample_batch_size", sample_batch_size, 1)
     seq = int_arg("sequence_length", sequence_length, 1)
     if epochs is not None:
         epochs = int_arg("epochs", epochs, 0)
-    plan = _Plan(
-        snap,
-        batch,
+    process = process_arg(process_index, process_count)
+    args["process_count"] = process[1]
+    local = local_batch_size(batch, process[1])
+    drop_remainder = bool_arg("drop_remainder", drop_remainder)
+    if sharding is not None and not drop_remainder:
+        raise VaultArgumentError(
+            "a sharded stream yields global batches of one shape: give drop_remainder=True "
+            "(the default) with sharding="
+        )
+    layout = Layout(
+        sources,
         seq,
-        shuffle=bool_arg("shuffle", shuffle),
-        seed=int_arg("seed", seed, 0),
-        prefetch=int_arg("prefetch", prefetch, 0),
-        end_leaves=episode_end_leaves(snap) if bool_arg("episode_aware", episode_aware) else [],
+        rows=rows,
+        leaves=leaves,
+        end_leaves=end_leaves_of(sources) if bool_arg("episode_aware", episode_aware) else [],
         stride=int_arg("stride", stride, 1),
         block_timesteps=block_timesteps,
         block_rows=block_rows,
-        interleave=int_arg("interleave", interleave, 1),
         run_blocks=run_blocks,
-        rows=rows,
-        leaves=leaves,
+        interleave=int_arg("interleave", interleave, 1),
+        shuffle=bool_arg("shuffle", shuffle),
+        seed=int_arg("seed", seed, 0),
+        process=process,
+    )
+    if sharding is not None:
+        shapes = [(batch, seq, *item) for item in layout.items[: len(layout.names)]]
+        check_sharding(sharding, batch, process[1], shapes)
+    plan = _Plan(
+        layout,
+        local,
+        batch,
+        prefetch=int_arg("prefetch", prefetch, 0),
+        structured=leaves is None,
         epochs=epochs,
-        drop_remainder=bool_arg("drop_remainder", drop_remainder),
+        drop_remainder=drop_remainder,
         device_put=_on_device() if device_put is None else bool_arg("device_put", device_put),
+        sharding=sharding,
         resume_at=resume_at,
     )
     return DatasetStream(plan, args)

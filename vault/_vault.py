@@ -350,7 +350,7 @@ class Vault(EpisodeMethods):
     ) -> DatasetStream:
         """Batches of sequences streamed from disk with background prefetch, for vaults larger
         than memory; see :func:`vault._stream.as_dataset` for the options (``shuffle``,
-        ``seed``, ``prefetch``, ``episode_aware``, ``stride``, ``epochs``, ...)."""
+        ``seed``, ``episode_aware``, ``epochs``, ``sharding``, ``process_index``, ...)."""
         from vault._stream import as_dataset
 
         known_options("as_dataset", options, as_dataset)
