@@ -397,6 +397,23 @@ def test_plain_open_zarr_over_s3fs_at_rest(s3_env: S3TestServer) -> None:
     np.testing.assert_array_equal(ds["obs"].values, v.read_numpy()["obs"])
 
 
+def test_a_writer_that_lost_its_lease_leaves_the_shapes_to_the_new_one(
+    s3_env: S3TestServer,
+) -> None:
+    loc = f"s3://{s3_env.bucket}/xarray-{uuid.uuid4().hex[:12]}/v"
+    old = Vault.create(loc, EXAMPLE, rows=ROWS, chunk=CHUNK)
+    old.append(block(0, 5))  # obs grown to 8 timesteps (time-chunks of 4)
+    vault.break_lock(loc)  # the old writer is presumed dead
+    new = Vault.open(loc, "a")  # its handles hold 8 timesteps: no resize below that
+    old.close()  # no warning, and nothing cut under the new writer
+    assert Vault.open(loc).snapshot.array("obs").shape[1] == 8
+    new.append(block(5, 2))
+    new.close()
+    ds = Vault.open(loc).to_xarray()
+    assert ds.sizes["time"] == 7
+    np.testing.assert_array_equal(ds["obs"].values[:, 5:], block(5, 2)["obs"])
+
+
 # --------------------------------------------------------------------------- dimension names
 def test_new_arrays_carry_dimension_names_and_opening_checks_them(tmp_path: Path) -> None:
     path = tmp_path / "v"
