@@ -150,7 +150,8 @@ def _plain(index: Any) -> bool:
     return isinstance(index, slice) and index.step in (None, 1)
 
 
-_OPENED: dict[tuple[str, str], Snapshot] = {}  # per process: few vaults, each a few handles
+_OPENED: dict[tuple[str, str], Snapshot] = {}  # per process, the latest MAX_OPENED
+MAX_OPENED = 16
 _OPENED_LOCK = threading.Lock()
 
 
@@ -164,5 +165,7 @@ def reopen(spec: dict[str, Any], pin: int | str, name: str) -> LeafArray:
         snap = _OPENED.get(key)
         if snap is None:
             snap = at_pin(load_snapshot(parse_location(spec), writable=False), pin)
+            while len(_OPENED) >= MAX_OPENED:
+                _OPENED.pop(next(iter(_OPENED)))
             _OPENED[key] = snap
     return LeafArray(snap, name)
