@@ -43,25 +43,47 @@ EPISODE_FIELDS = {  # variable -> EpisodeTable column
 
 
 def to_xarray(source: Any, *, leaves: Sequence[str] | None = None, episodes: bool = True) -> Any:
-    """The committed data of ``source`` (a :class:`~vault.Vault`, read at its current commit,
-    or a :class:`~vault.Snapshot`) as a lazily loaded, dask-backed ``xarray.Dataset``.
+    """The committed data of ``source`` as lazily loaded, dask-backed xarray.
+
+    ``source`` is a :class:`~vault.Vault` (read at its current commit) or a
+    :class:`~vault.Snapshot`: an ``xarray.Dataset`` with one variable per leaf (its path with
+    ``/`` written ``.``; ``attrs["leaf"]`` keeps the path), dims ``row``, ``time`` and the
+    leaf's item axes ``<name>_0``, ... . Or a :class:`~vault.Dataset` of shards: an
+    ``xarray.DataTree`` with one such Dataset per shard at ``shards/<name>`` (shards differ in
+    rows and length, so they are not concatenated).
 
     ``leaves``: leaf paths to include (default every leaf). ``episodes``: add the complete
     episodes of the index (``vault.episodes()``) as variables ``episode_row``,
     ``episode_start``, ``episode_length``, ``episode_return`` (NaN without a reward leaf),
     ``episode_truncated`` and ``episode_start_known`` on dimension ``episode`` (a vault
-    without an index adds none). The Dataset's ``attrs`` name the ``location``, the
-    ``commit_id`` it reads and the ``committed_length``. Nothing of the experience is read
-    until a value is computed. Needs ``pip install "rlvault[xarray]"``
-    (:class:`~vault.VaultDependencyError` otherwise).
+    without an index adds none). ``attrs`` name the ``location``, the ``commit_id`` read and
+    the ``committed_length``. Nothing of the experience is read until a value is computed.
+    Needs ``pip install "rlvault[xarray]"`` (:class:`~vault.VaultDependencyError` otherwise).
     """
+    with_episodes = bool_arg("episodes", episodes)
+    shards = getattr(source, "snapshots", None)
+    if isinstance(shards, list) and hasattr(source, "template"):  # a Dataset of shards
+        names = list(source.shards)
+        if shards:
+            _read.leaf_selection(shards[0], leaves)
+        xr, _ = _require()
+        nodes = {
+            f"shards/{name}": _dataset(snap, leaves, with_episodes)
+            for name, snap in zip(names, shards, strict=True)
+        }
+        root = xr.Dataset(attrs={"location": str(source.location), "shards": names})
+        return xr.DataTree.from_dict({"/": root, **nodes})
     snap = getattr(source, "snapshot", source)
     if not isinstance(snap, Snapshot):
         raise VaultArgumentError(
-            f"to_xarray takes an open Vault or a Snapshot, got {kind(source)}: pass "
+            f"to_xarray takes an open Vault, Dataset or Snapshot, got {kind(source)}: pass "
             "Vault.open(path)"
         )
-    with_episodes = bool_arg("episodes", episodes)
+    return _dataset(snap, leaves, with_episodes)
+
+
+def _dataset(snap: Snapshot, leaves: Sequence[str] | None, with_episodes: bool) -> Any:
+    """One snapshot as an ``xarray.Dataset`` (see :func:`to_xarray`)."""
     wanted = _read.leaf_selection(snap, leaves)
     xr, da = _require()
     cid = commit_id(snap.commit)
@@ -70,11 +92,10 @@ def to_xarray(source: Any, *, leaves: Sequence[str] | None = None, episodes: boo
         source_array = LeafArray(snap, name)
         leaf = snap.manifest.leaf(name)
         chunks = (leaf.chunk[0], leaf.chunk[1], *leaf.shape)  # a stored chunk, whole items
-        token = _token(snap, cid, name)
         data = da.from_array(
             source_array,
             chunks=chunks,
-            name=f"rlvault-{variable_name(name)}-{token}",
+            name=f"rlvault-{variable_name(name)}-{_token(snap, cid, name)}",
             lock=False,
             asarray=False,
             fancy=False,

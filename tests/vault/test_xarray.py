@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import dask
+import jax
 import numpy as np
 import pytest
 import xarray as xr
 
 import vault
-from vault import Vault, VaultArgumentError, VaultCorruptError, VaultReadError
+from vault import Dataset, Vault, VaultArgumentError, VaultCorruptError, VaultReadError
 from vault._format import DIMS_KEY, digest
 from vault.testing import ACCESS_KEY, SECRET_KEY, S3TestServer
 
@@ -204,7 +205,9 @@ def test_reads_keep_the_vaults_integrity_checks(tmp_path: Path) -> None:
 
 def test_bad_arguments_are_typed_errors(tmp_path: Path) -> None:
     v = make(tmp_path / "v", sizes=(4,))
-    with pytest.raises(VaultArgumentError, match=re.escape("takes an open Vault or a Snapshot")):
+    with pytest.raises(
+        VaultArgumentError, match=re.escape("takes an open Vault, Dataset or Snapshot")
+    ):
         vault.to_xarray(str(tmp_path / "v"))
     with pytest.raises(VaultReadError, match=re.escape("unknown leaves ['nope']")):
         v.to_xarray(leaves=["nope"])
@@ -239,16 +242,17 @@ def test_without_xarray_the_error_names_the_extra(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------- statistics
-def dask_stats(ds: xr.Dataset, leaf: str) -> dict[str, Any]:
-    """``vault stats``' numbers for one leaf, computed with dask: over finite values (booleans
-    as 0/1), population std, counts of NaN and infinities."""
-    values = variable(ds, leaf)
-    finite = np.isfinite(values) if values.dtype.kind == "f" else xr.ones_like(values, dtype=bool)
+def dask_stats(values: xr.DataArray) -> dict[str, Any]:
+    """``vault stats``' numbers for one leaf's values, computed with dask: over finite values
+    (booleans as 0/1), population std, counts of NaN and infinities."""
+    floating = values.dtype.kind == "f"
+    finite = np.isfinite(values) if floating else xr.ones_like(values, dtype=bool)
     clean = values.astype(np.float64).where(finite)
+    none = 0 * finite.sum()
     lazy = {
         "finite": finite.sum(),
-        "nan": np.isnan(values).sum() if values.dtype.kind == "f" else 0 * finite.sum(),
-        "inf": np.isinf(values).sum() if values.dtype.kind == "f" else 0 * finite.sum(),
+        "nan": np.isnan(values).sum() if floating else none,
+        "inf": np.isinf(values).sum() if floating else none,
         "min": clean.min(),
         "max": clean.max(),
         "mean": clean.mean(),
@@ -258,6 +262,13 @@ def dask_stats(ds: xr.Dataset, leaf: str) -> dict[str, Any]:
     out = {k: v.item() for k, v in done.items()}
     out["count"] = int(values.size)
     return out
+
+
+def assert_stats_equal(got: dict[str, Any], expected: dict[str, Any]) -> None:
+    for key in ("count", "finite", "nan", "inf", "min", "max"):
+        assert got[key] == expected[key], (expected["name"], key)
+    for key in ("mean", "std"):
+        assert got[key] == pytest.approx(expected[key], rel=1e-9, abs=1e-12), key
 
 
 def stats_json(location: str) -> dict[str, Any]:
@@ -284,14 +295,41 @@ def test_dask_statistics_equal_vault_stats(location: str) -> None:
     doc = stats_json(location)
     assert [leaf["name"] for leaf in doc["leaves"]] == v.leaf_names
     for expected in doc["leaves"]:
-        got = dask_stats(ds, expected["name"])
-        for key in ("count", "finite", "nan", "inf", "min", "max"):
-            assert got[key] == expected[key], (expected["name"], key)
-        for key in ("mean", "std"):
-            assert got[key] == pytest.approx(expected[key], rel=1e-9, abs=1e-12), key
+        assert_stats_equal(dask_stats(variable(ds, expected["name"])), expected)
     assert doc["committed"] == ds.sizes["time"] == 22
     assert any(leaf["nan"] for leaf in doc["leaves"])
     assert any(leaf["inf"] for leaf in doc["leaves"])
+
+
+def test_a_dataset_of_shards_is_a_tree_and_its_dask_statistics_equal_vault_stats(
+    location: str,
+) -> None:
+    dataset = Dataset.create(location, EXAMPLE, rows=ROWS, chunk=CHUNK, done_leaf="done")
+    with dataset.shard("a") as a:
+        a.append(block(0, 7))
+        a.append(block(7, 5))
+    with dataset.shard("b", rows=2) as b:
+        b.append(jax.tree.map(lambda x: x[:2], block(0, 9, seed=1)))
+    opened = Dataset.open(location)
+    tree = opened.to_xarray()
+    assert isinstance(tree, xr.DataTree)
+    assert list(tree["shards"].children) == ["a", "b"]
+    assert tree.attrs["shards"] == ["a", "b"]
+    assert tree["shards/a"].sizes["time"] == 12
+    assert dict(tree["shards/b"].sizes)["row"] == 2
+    for shard in ("a", "b"):
+        node = tree[f"shards/{shard}"].to_dataset()
+        reference = opened.read_numpy(shard, leaves=opened.leaf_names)
+        for name in opened.leaf_names:
+            np.testing.assert_array_equal(variable(node, name).values, reference[name])
+        table = opened.vault(shard).episodes()
+        np.testing.assert_array_equal(node["episode_start"].values, table.start)
+        assert node.attrs["commit_id"] == opened.commit_ids[shard]
+    doc = stats_json(location)
+    for expected in doc["leaves"]:
+        parts = [variable(tree[f"shards/{s}"].to_dataset(), expected["name"]) for s in "ab"]
+        flat = dask.array.concatenate([p.data.reshape(-1) for p in parts])
+        assert_stats_equal(dask_stats(xr.DataArray(flat, dims=["value"])), expected)
 
 
 # --------------------------------------------------------------------------- plain xarray
