@@ -1,4 +1,5 @@
-"""A vault's committed data as a lazily loaded, dask-backed ``xarray.Dataset``.
+"""A vault's committed data as a lazily loaded, dask-backed ``xarray.Dataset`` (a dataset of
+shards: an ``xarray.DataTree`` of them).
 
 One variable per leaf (its path with ``/`` written ``.``: ``obs/rgb`` -> ``obs.rgb``), dims
 ``row``, ``time`` and the leaf's item axes ``<name>_0``, ``<name>_1``, ... (the names every new
@@ -104,6 +105,12 @@ def _dataset(snap: Snapshot, leaves: Sequence[str] | None, with_episodes: bool) 
         dims = dimension_names(name, len(leaf.shape))
         variables[variable_name(name)] = (dims, data, {"leaf": name})
     if with_episodes and snap.manifest.episodes is not None:
+        taken = sorted(set(variables) & set(EPISODE_FIELDS))
+        if taken:
+            raise VaultArgumentError(
+                f"{snap.where}: leaves {taken} have the names of the episode variables: pass "
+                "episodes=False (and read the episode table with vault.episodes())"
+            )
         table = _read.episode_table(snap)
         for var, column in EPISODE_FIELDS.items():
             variables[var] = ((EPISODE_DIM,), getattr(table, column))

@@ -215,6 +215,16 @@ def test_bad_arguments_are_typed_errors(tmp_path: Path) -> None:
         v.to_xarray(episodes="yes")  # type: ignore[arg-type]
 
 
+def test_a_leaf_named_like_an_episode_variable_is_refused_with_episodes(tmp_path: Path) -> None:
+    example = {"episode_return": np.float32(0), "done": np.bool_(False)}
+    with Vault.create(tmp_path / "v", example, rows=2, done_leaf="done") as v:
+        v.append({"episode_return": np.ones((2, 3), np.float32), "done": np.ones((2, 3), bool)})
+        with pytest.raises(VaultArgumentError, match=re.escape("pass episodes=False")):
+            v.to_xarray()
+        ds = v.to_xarray(episodes=False)
+        np.testing.assert_array_equal(ds["episode_return"].values, np.ones((2, 3)))
+
+
 def test_without_xarray_the_error_names_the_extra(tmp_path: Path) -> None:
     make(tmp_path / "v", sizes=(4,))
     script = (
