@@ -407,6 +407,40 @@ def test_a_killed_writer_leaves_longer_shapes_until_a_writer_closes(tmp_path: Pa
     np.testing.assert_array_equal(plain["obs"].values, block(0, 6)["obs"])
 
 
+@pytest.mark.parametrize("delay", [0.0, 0.001, 0.004])
+def test_a_writer_killed_while_it_trims_leaves_its_last_commit(
+    tmp_path: Path, delay: float
+) -> None:
+    path = tmp_path / "v"
+    Vault.create(path, EXAMPLE, rows=ROWS, chunk=CHUNK, done_leaf="done").close()
+    script = (
+        "import os, sys, threading, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+        "from test_xarray import block\n"
+        "import vault\n"
+        "def hook(point, info, step):\n"
+        "    if point != 'trim':\n"
+        "        return step()\n"
+        "    threading.Timer(float(sys.argv[2]), os.kill, (os.getpid(), 9)).start()\n"
+        "    step()\n"
+        "    time.sleep(30)\n"
+        "w = vault.Vault.open(sys.argv[1], 'a')\n"
+        "w.append(block(0, 6))\n"
+        "vault.set_fault_hook(hook)\n"
+        "w.close()\n"
+    )
+    run = [sys.executable, "-c", script, str(path), str(delay)]
+    assert subprocess.run(run, check=False).returncode == -9
+    v = Vault.open(path)
+    assert v.committed_length == 6
+    np.testing.assert_array_equal(v.read_numpy()["obs"], block(0, 6)["obs"])
+    assert vault.verify(path).ok
+    for leaf in v.leaf_names:
+        assert array_meta(path, f"experience/{leaf}")["shape"][1] >= 6
+    Vault.open(path, "a").close()
+    assert array_meta(path, "experience/obs")["shape"][1] == 6
+
+
 def test_a_failed_trim_is_a_warning_and_leaves_the_data(
     tmp_path: Path,
 ) -> None:
