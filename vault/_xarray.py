@@ -4,8 +4,9 @@ shards: an ``xarray.DataTree`` of them).
 One variable per leaf (its path with ``/`` written ``.``: ``obs/rgb`` -> ``obs.rgb``), dims
 ``row``, ``time`` and the leaf's item axes ``<name>_0``, ``<name>_1``, ... (the names every new
 vault's arrays carry: ``vault._arrays.dimension_names``), exactly the snapshot's committed
-length along ``time``. Each dask block is one stored chunk (its rows and time-chunk, whole
-items) and is read by ``vault._read.read_numpy``, so every value passes the vault's own checks
+length along ``time``. Each dask block is a row block of the stored chunks and a whole number of
+their time-chunks (about ``BLOCK_BYTES``), whole items, and is read by
+``vault._read.read_numpy``, so every value passes the vault's own checks
 (strict reads: a missing chunk is an error, never fill values; each complete chunk compared
 with the checksum recorded for its place; the partly filled last chunk with the commit's edge
 record). The episode index, when the vault keeps one, rides along as ``episode_*`` variables
@@ -32,6 +33,7 @@ from vault._pins import at_pin, commit_id
 from vault._snapshot import Snapshot, load_snapshot
 
 EXTRA = "xarray"
+BLOCK_BYTES = 4 << 20  # a dask block: whole stored chunks along time, about this many bytes
 EPISODE_DIM = "episode"
 EPISODE_FIELDS = {  # variable -> EpisodeTable column
     "episode_row": "row",
@@ -92,7 +94,9 @@ def _dataset(snap: Snapshot, leaves: Sequence[str] | None, with_episodes: bool) 
     for name in wanted:
         source_array = LeafArray(snap, name)
         leaf = snap.manifest.leaf(name)
-        chunks = (leaf.chunk[0], leaf.chunk[1], *leaf.shape)  # a stored chunk, whole items
+        per_chunk = leaf.chunk[0] * leaf.chunk[1] * leaf.step_bytes  # whole items
+        steps = leaf.chunk[1] * max(1, BLOCK_BYTES // max(1, per_chunk))
+        chunks = (leaf.chunk[0], steps, *leaf.shape)
         data = da.from_array(
             source_array,
             chunks=chunks,

@@ -24,6 +24,7 @@ import pytest
 import xarray as xr
 
 import vault
+import vault._xarray
 from vault import Dataset, Vault, VaultArgumentError, VaultCorruptError, VaultReadError
 from vault._format import DIMS_KEY, digest
 from vault.testing import ACCESS_KEY, SECRET_KEY, S3TestServer
@@ -121,17 +122,20 @@ def test_to_xarray_holds_exactly_the_committed_data_of_every_leaf(tmp_path: Path
     }
 
 
-def test_dask_blocks_are_the_stored_chunks(tmp_path: Path) -> None:
+def test_dask_blocks_are_whole_stored_chunks(tmp_path: Path, monkeypatch: Any) -> None:
     v = make(tmp_path / "v")
-    ds = v.to_xarray()
-    assert ds["obs"].chunks == ((2, 1), (4, 4, 4, 4, 4, 2), (4,))
-    assert ds["info.a%2Eb"].chunks == ((ROWS,), (8, 8, 6), (2,), (3,))  # whole items
-    default = v.manifest.leaf("done").chunk_time
-    assert default >= 22
-    assert ds["done"].chunks == ((ROWS,), (22,))
-    # a block read alone decodes just its chunk: one row block, one time-chunk
-    part = ds["obs"].isel(row=slice(2, 3), time=slice(8, 12)).values
+    ds = v.to_xarray()  # blocks of about 4 MiB: each leaf here is one block along time
+    assert ds["obs"].chunks == ((2, 1), (22,), (4,))  # the stored chunks' row blocks
+    assert ds["info.a%2Eb"].chunks == ((ROWS,), (22,), (2,), (3,))  # whole items
+    monkeypatch.setattr(vault._xarray, "BLOCK_BYTES", 1)  # one stored chunk per block
+    one = v.to_xarray()
+    assert one["obs"].chunks == ((2, 1), (4, 4, 4, 4, 4, 2), (4,))
+    assert one["info.a%2Eb"].chunks == ((ROWS,), (8, 8, 6), (2,), (3,))
+    monkeypatch.setattr(vault._xarray, "BLOCK_BYTES", 2 * 4 * 16 * 2)  # two obs chunks
+    assert v.to_xarray()["obs"].chunks == ((2, 1), (8, 8, 6), (4,))
+    part = one["obs"].isel(row=slice(2, 3), time=slice(8, 12)).values  # one block alone
     np.testing.assert_array_equal(part, v.read_numpy(rows=[2], start=8, stop=12)["obs"])
+    np.testing.assert_array_equal(one["obs"].values, v.read_numpy()["obs"])
 
 
 def test_episode_variables_equal_the_episode_table(tmp_path: Path) -> None:
