@@ -355,6 +355,7 @@ def test_plain_open_zarr_of_a_closed_vault_shows_the_committed_data(tmp_path: Pa
         ds = xr.open_zarr(path, group="experience", consolidated=False)
         info = xr.open_zarr(path, group="experience/info", consolidated=False)
         index = xr.open_zarr(path, group="episodes", consolidated=False)
+        tree = xr.open_datatree(path, engine="zarr", group="experience", consolidated=False)
     ours = v.to_xarray()
     assert ds.sizes["time"] == v.committed_length
     for name in ("obs", "done", "reward"):
@@ -362,6 +363,8 @@ def test_plain_open_zarr_of_a_closed_vault_shows_the_committed_data(tmp_path: Pa
         assert ds[name].dims == ours[name].dims
     np.testing.assert_array_equal(info["a.b"].values, ours["info.a%2Eb"].values)
     assert info["a.b"].dims == ours["info.a%2Eb"].dims
+    np.testing.assert_array_equal(tree["info/t/1"].values, ours["info.t.1"].values)
+    assert tree["pair"].sizes["time"] == v.committed_length
     assert index["bounds"].dims == ("episode", "field")
     assert index.sizes["episode"] == len(v.episodes())
     np.testing.assert_array_equal(index["bounds"].values[:, 2], v.episodes().length)
