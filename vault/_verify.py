@@ -648,21 +648,10 @@ def verify(
         )
         for leaf in manifest.leaves
     }
+    named = manifest.dimension_names
     index = [
-        _Array(
-            BOUNDS,
-            [None, 4],
-            "int64",
-            None,
-            expect=index_expect("bounds", manifest.dimension_names),
-        ),
-        _Array(
-            RETURNS,
-            [None],
-            "float64",
-            None,
-            expect=index_expect("returns", manifest.dimension_names),
-        ),
+        _Array(BOUNDS, [None, 4], "int64", None, expect=index_expect("bounds", named)),
+        _Array(RETURNS, [None], "float64", None, expect=index_expect("returns", named)),
     ]
     opened = [arr for arr in leaves.values() if checker.array(arr)]
     checked = [checker.array(arr) for arr in index] if cfg is not None else [False]
