@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from vault._vault import Vault
     from vault._verify import Problem, VerifyReport, verify
     from vault._windows import WindowStream
+    from vault._xarray import to_xarray
 
 _LAZY = {
     "Vault": "vault._vault",
@@ -85,6 +86,7 @@ _LAZY = {
     "leaf_stats": "vault._stats",
     "episode_stats": "vault._stats",
     "time_blocks": "vault._stats",
+    "to_xarray": "vault._xarray",
 }
 
 __all__ = [
@@ -143,6 +145,7 @@ __all__ = [
     "set_fault_hook",
     "storage_error",
     "time_blocks",
+    "to_xarray",
     "verify",
 ]
 

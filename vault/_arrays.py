@@ -70,8 +70,30 @@ def choose_chunk(rows: int, item_shape: tuple[int, ...], dtype: np.dtype) -> lis
     return [chunk_rows, steps, *item_shape]
 
 
+def variable_name(leaf: str) -> str:
+    """The name of leaf path ``leaf`` as one xarray variable or dimension prefix: its parts
+    joined by ``.`` (``obs/rgb`` -> ``obs.rgb``), a ``.`` inside a part written ``%2E`` (an
+    escaped node name writes ``%2E`` only for a leading dot, which it never leaves raw), so
+    that two leaves never get one name."""
+    return ".".join(part.replace(".", "%2E") for part in leaf.split("/"))
+
+
+def dimension_names(leaf: str, item_rank: int) -> list[str]:
+    """Zarr v3 ``dimension_names`` of a leaf's array: ``row``, ``time``, then its item axes
+    ``<name>_0``, ``<name>_1``, ... (``name`` from :func:`variable_name`): an item axis name
+    belongs to one leaf, so within a group one name never means two sizes, and ``row`` and
+    ``time`` are shared by every leaf (equal sizes in a vault at rest)."""
+    name = variable_name(leaf)
+    return ["row", "time", *[f"{name}_{i}" for i in range(item_rank)]]
+
+
 def array_metadata(
-    rows: int, item_shape: tuple[int, ...], dtype: np.dtype, chunk: list[int], codecs: list[Any]
+    rows: int,
+    item_shape: tuple[int, ...],
+    dtype: np.dtype,
+    chunk: list[int],
+    codecs: list[Any],
+    dims: list[str],
 ) -> dict[str, Any]:
     return {
         "shape": [rows, 0, *item_shape],
@@ -79,7 +101,7 @@ def array_metadata(
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": chunk}},
         "codecs": codecs,
         "fill_value": False if np.dtype(dtype) == np.bool_ else 0,
-        "dimension_names": ["row", "time", *[f"dim_{i}" for i in range(len(item_shape))]],
+        "dimension_names": dims,
     }
 
 
@@ -96,17 +118,22 @@ def create_array(location: Location, name: str, metadata: dict[str, Any]) -> Any
     return ts.open(spec, create=True, context=location.context())
 
 
-def expected_metadata(leaf: LeafSpec) -> dict[str, Any]:
+def expected_metadata(leaf: LeafSpec, named: bool = False) -> dict[str, Any]:
     """What a leaf's ``zarr.json`` must say, from the manifest (TensorStore refuses to open an
-    array whose metadata departs from it): dtype, chunk grid, codecs (endianness included) and
-    fill value. The shape is checked by the caller (its time axis grows)."""
+    array whose metadata departs from it): dtype, chunk grid, codecs (endianness included),
+    fill value and, for a vault whose manifest says its arrays carry them (``named``:
+    ``Manifest.dimension_names``), the dimension names. The shape is checked by the caller
+    (its time axis grows)."""
     dtype = np.dtype(leaf.dtype)
-    return {
+    expect: dict[str, Any] = {
         "data_type": dtype.name,
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(leaf.chunk)}},
         "codecs": [dict(c) for c in leaf.codecs],
         "fill_value": False if dtype == np.bool_ else 0,
     }
+    if named:
+        expect["dimension_names"] = dimension_names(leaf.name, len(leaf.shape))
+    return expect
 
 
 def open_array(

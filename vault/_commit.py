@@ -22,7 +22,7 @@ import numpy as np
 
 from vault import _tags
 from vault._episodes import FLAG_START_UNKNOWN, INDEX_CHUNK, advance
-from vault._errors import VaultCorruptError
+from vault._errors import VaultCorruptError, VaultLockedError
 from vault._faults import run_point
 from vault._format import (
     BOUNDS,
@@ -44,7 +44,7 @@ from vault._location import WriterLock
 from vault._pins import history_key
 from vault._plan import AppendJob
 from vault._reclaim import Reclaimer
-from vault._snapshot import Snapshot
+from vault._snapshot import Snapshot, load_commit
 
 
 def apply(
@@ -282,6 +282,44 @@ def grow(snap: Snapshot, length: int) -> tuple[Any, ...]:
 
     shapes = {name: int(a.shape[1]) for name, a in zip(snap.names, arrays, strict=True)}
     return run_point("resize", {"length": length, "shapes": shapes}, resize)
+
+
+def trim(snap: Snapshot, lock: WriterLock) -> Snapshot:
+    """Cut every array's shape down to exactly what is committed (metadata only: no chunk is
+    touched), so that a vault at rest shows plain Zarr readers only committed data; the next
+    writer grows them again (:func:`grow`). Done by the lock's holder as it closes, and only
+    while the commit record is still ``snap``'s (a writer that lost its lock trims nothing).
+    Each array stays at least as long as committed at every instant, so a crash part-way
+    leaves some arrays longer than committed, as a crash during an append does."""
+    length, count = snap.length, snap.episode_count
+    long = [i for i, arr in enumerate(snap.arrays) if arr.shape[1] > length]
+    long_index = [i for i, arr in enumerate(snap.index) if arr.shape[0] > count]
+    if not long and not long_index:
+        return snap
+    try:
+        lock.check()
+    except VaultLockedError:
+        return snap  # the shapes are the lock's new holder's to change
+    now = load_commit(snap.location, snap.manifest)
+    if (now.seq, now.uid, now.committed_length) != (snap.commit.seq, snap.commit.uid, length):
+        return snap
+
+    def cut() -> Snapshot:
+        arrays, index = list(snap.arrays), list(snap.index)
+        futures = [(arrays, i, _shrunk(arrays[i], 1, length)) for i in long]
+        futures += [(index, i, _shrunk(index[i], 0, count)) for i in long_index]
+        for handles, i, future in futures:
+            handles[i] = future.result()
+        return dataclasses.replace(snap, arrays=tuple(arrays), index=tuple(index))
+
+    return run_point("trim", {"length": length, "episodes": count}, cut)
+
+
+def _shrunk(arr: Any, axis: int, size: int) -> Any:
+    """A future of ``arr`` cut to ``size`` along ``axis`` (its metadata only)."""
+    bounds: list[int | None] = [None] * arr.rank
+    bounds[axis] = size
+    return arr.resize(exclusive_max=bounds, shrink_only=True, resize_metadata_only=True)
 
 
 def grow_index(snap: Snapshot, count: int) -> tuple[Any, ...]:

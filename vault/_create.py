@@ -27,6 +27,7 @@ from vault._arrays import (
     choose_chunk,
     codec_chain,
     create_array,
+    dimension_names,
 )
 from vault._episodes import index_metadata
 from vault._errors import (
@@ -305,9 +306,11 @@ def materialise(location: Location, manifest: Manifest, publish: bool = True) ->
         raise VaultExistsError(f"a Zarr node already exists at {location}")
     futures = []
     for leaf in manifest.leaves:
+        dims = dimension_names(leaf.name, len(leaf.shape))
         meta = array_metadata(
-            manifest.rows, leaf.shape, np.dtype(leaf.dtype), list(leaf.chunk), list(leaf.codecs)
-        )
+            manifest.rows, leaf.shape, np.dtype(leaf.dtype), list(leaf.chunk), list(leaf.codecs),
+            dims,
+        )  # fmt: skip
         futures.append(create_array(location, leaf_key(leaf.name), meta))
     if manifest.episodes is not None:
         futures.append(create_array(location, BOUNDS, index_metadata("bounds")))

@@ -337,6 +337,13 @@ class Dataset:
 
         return leaf_stats(self, **options)
 
+    def to_xarray(self, *, leaves: Sequence[str] | None = None, episodes: bool = True) -> Any:
+        """Every shard as a lazy, dask-backed ``xarray.Dataset`` in one ``xarray.DataTree``
+        (``shards/<name>``): see :func:`vault.to_xarray`."""
+        from vault._xarray import to_xarray
+
+        return to_xarray(self, leaves=leaves, episodes=episodes)
+
     def as_dataset(self, sample_batch_size: int, sequence_length: int, **options: Any) -> Any:
         """:meth:`Vault.as_dataset` over every shard: an epoch visits every valid start of
         every shard exactly once (``StreamBatch.source`` indexes :attr:`shards`)."""

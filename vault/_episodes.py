@@ -265,3 +265,11 @@ def index_metadata(kind: str) -> dict[str, Any]:
         "dimension_names": ["episode", "field"] if kind == "bounds" else ["episode"],
         "attributes": {"fields": BOUNDS_FIELDS} if kind == "bounds" else {},
     }
+
+
+def index_expect(kind: str, named: bool) -> dict[str, Any]:
+    """What an index array's ``zarr.json`` must say (as ``vault._arrays.expected_metadata``):
+    dtype, chunk grid, codecs, fill value and, with ``named``, its dimension names."""
+    meta = index_metadata(kind)
+    keys = ["data_type", "chunk_grid", "codecs", "fill_value"] + ["dimension_names"] * named
+    return {k: meta[k] for k in keys}

@@ -13,6 +13,9 @@ Points, in the order an append runs them:
   ``info = {"length": needed length, "shapes": {leaf: current time length}}``.
 * ``"index"``: writing episode-index entries; ``info = {"count", "new_count"}``.
 * ``"commit"``: replacing the commit record; ``info = {"length": new committed length}``.
+* ``"trim"``: as a writer closes, cutting the arrays' shapes down to the committed length
+  (and the episode index to the indexed count), only when one runs past it;
+  ``info = {"length", "episodes"}``.
 * ``"fence"``: only where the writer lock is a lease (object stores), once when a writer
   starts: rewriting the commit record so that an earlier holder cannot commit; ``info = {}``.
 """
@@ -24,7 +27,7 @@ from typing import Any, TypeVar
 
 R = TypeVar("R")
 FaultHook = Callable[[str, dict[str, Any], Callable[[], Any]], Any]
-FAULT_POINTS = ("append", "resize", "index", "commit", "fence")
+FAULT_POINTS = ("append", "resize", "index", "commit", "trim", "fence")
 
 _hook: FaultHook | None = None
 

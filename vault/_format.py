@@ -57,6 +57,12 @@ FILL_CHUNKS_KEY = "fill_chunks_stored"
 """Manifest flag: the writer stores every chunk, even one equal to the fill value, so a chunk
 file missing inside the committed range is a lost chunk. Without it TensorStore leaves out
 chunks that equal the fill value, and a missing chunk can only be reported as a warning."""
+DIMS_KEY = "dimension_names"
+"""Manifest flag: every array's ``zarr.json`` carries the dimension names of
+``vault._arrays.dimension_names`` (``row``, ``time``, ``<leaf>_<i>``; the episode index
+``episode``, ``field``), and opening checks them. Vaults without it (item axes named ``dim_<i>``
+in every leaf) open unchecked. Older rlvault versions read vaults with it unchanged, so it needs
+no new format version."""
 SEAMS_KEY = "gaps"  # the commit record's list of seams (named "gaps" in format 1 and 2)
 
 _KINDS = {"dict", "namedtuple", "dataclass", "tuple", "list", "leaf", "none"}
@@ -191,6 +197,7 @@ class Manifest:
     user_metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
     episodes: EpisodeLeaves | None = None
     fill_chunks_stored: bool = True
+    dimension_names: bool = True  # the arrays carry checked dimension names (DIMS_KEY)
     format_version: int = FORMAT_VERSION
 
     @property
@@ -220,6 +227,8 @@ class Manifest:
         }
         if self.fill_chunks_stored:
             doc[FILL_CHUNKS_KEY] = True
+        if self.dimension_names:
+            doc[DIMS_KEY] = True
         if self.episodes is not None:
             doc["episodes"] = self.episodes.to_json()
         doc[DIGEST] = digest(doc)
@@ -257,6 +266,7 @@ class Manifest:
             if cfg is None
             else EpisodeLeaves(**{k: cfg.get(k) for k in EPISODE_ROLES}),
             fill_chunks_stored=doc.get(FILL_CHUNKS_KEY) is True,
+            dimension_names=doc.get(DIMS_KEY) is True,
             format_version=int(doc["format_version"]),
         )
 
@@ -435,6 +445,8 @@ def manifest_problems(manifest: Any) -> list[str]:
             out.append(f"{key} must be a string, got {manifest.get(key)!r}")
     if not isinstance(manifest.get("user_metadata", {}), dict):
         out.append("user_metadata must be an object")
+    if manifest.get(DIMS_KEY, True) is not True:
+        out.append(f"{DIMS_KEY} must be true or absent, got {manifest.get(DIMS_KEY)!r}")
     structure = manifest.get("structure")
     node_problems = _node_problems(structure, "structure")
     out += node_problems

@@ -125,18 +125,17 @@ def _open_leaf(location: Location, manifest: Manifest, i: int, writable: bool) -
         location,
         leaf_key(leaf.name),
         writable,
-        expect=expected_metadata(leaf),
+        expect=expected_metadata(leaf, manifest.dimension_names),
         strict=manifest.fill_chunks_stored,
     )
 
 
 def _open_index(location: Location, manifest: Manifest, writable: bool) -> tuple[Any, ...]:
-    from vault._episodes import index_metadata
+    from vault._episodes import index_expect
 
     futures = []
     for key, kind in ((BOUNDS, "bounds"), (RETURNS, "returns")):
-        meta = index_metadata(kind)
-        expect = {k: meta[k] for k in ("data_type", "chunk_grid", "codecs", "fill_value")}
+        expect = index_expect(kind, manifest.dimension_names)
         futures.append(open_array(location, key, writable, expect, manifest.fill_chunks_stored))
     return tuple(
         _opened(location, key, f) for key, f in zip((BOUNDS, RETURNS), futures, strict=True)

@@ -344,6 +344,12 @@ class Vault(EpisodeMethods):
         lo, hi = _read.time_range(snap, start, stop, chosen, percentiles, last_name=name)
         return _read.read_state(snap, rows, lo, hi, leaves, capacity)
 
+    def to_xarray(self, *, leaves: Sequence[str] | None = None, episodes: bool = True) -> Any:
+        """The committed data as a lazy, dask-backed ``xarray.Dataset``: :func:`vault.to_xarray`."""
+        from vault._xarray import to_xarray
+
+        return to_xarray(self.snapshot, leaves=leaves, episodes=episodes)
+
     # ----------------------------------------------------------------------------- streaming
     def as_dataset(
         self, sample_batch_size: int, sequence_length: int, **options: Any

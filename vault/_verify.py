@@ -22,7 +22,7 @@ import tensorstore as ts
 
 from vault import _tags
 from vault._arrays import expected_metadata
-from vault._episodes import EpisodeTable, index_metadata
+from vault._episodes import EpisodeTable, index_expect
 from vault._errors import VaultNotFoundError
 from vault._format import (
     BOUNDS,
@@ -600,11 +600,6 @@ class _EpisodeScan:
 
 
 # --------------------------------------------------------------------------------- entry
-def _index_expect(kind: str) -> dict[str, Any]:
-    meta = index_metadata(kind)
-    return {k: meta[k] for k in ("data_type", "chunk_grid", "codecs", "fill_value")}
-
-
 def verify(
     location_or_vault: Any,
     progress: Progress | None = None,
@@ -649,13 +644,14 @@ def verify(
             [rows, None, *leaf.shape],
             leaf.dtype,
             list(leaf.chunk),
-            expect=expected_metadata(leaf),
+            expect=expected_metadata(leaf, manifest.dimension_names),
         )
         for leaf in manifest.leaves
     }
+    named = manifest.dimension_names
     index = [
-        _Array(BOUNDS, [None, 4], "int64", None, expect=_index_expect("bounds")),
-        _Array(RETURNS, [None], "float64", None, expect=_index_expect("returns")),
+        _Array(BOUNDS, [None, 4], "int64", None, expect=index_expect("bounds", named)),
+        _Array(RETURNS, [None], "float64", None, expect=index_expect("returns", named)),
     ]
     opened = [arr for arr in leaves.values() if checker.array(arr)]
     checked = [checker.array(arr) for arr in index] if cfg is not None else [False]

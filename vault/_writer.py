@@ -11,6 +11,7 @@ what is missing.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import numpy as np
@@ -211,6 +212,22 @@ class Writer:
             "buffer again appends what is missing."
         ) from err
 
+    def _trim(self) -> None:
+        """:func:`vault._commit.trim`; a failure leaves the data as committed (arrays merely
+        longer than committed, as after a crash), so it is a warning, not an error."""
+        if self._lock is None:
+            return
+        try:
+            self.snapshot = _commit.trim(self.snapshot, self._lock)
+        except Exception as err:
+            warnings.warn(
+                f"{self.where}: the arrays' shapes could not be cut to the committed length "
+                f"({type(err).__name__}: {err}). The data is committed; plain Zarr readers see "
+                "fill values past it until a writer closes cleanly again.",
+                RuntimeWarning,
+                stacklevel=4,  # the caller of Vault.close
+            )
+
     @property
     def pending(self) -> int:
         return len(self._queue)
@@ -223,9 +240,12 @@ class Writer:
         return self.snapshot
 
     def close(self) -> None:
-        """Wait for queued writes, free held files, stop the thread, release the lock."""
+        """Wait for queued writes, cut the arrays' shapes to the committed length (a vault at
+        rest shows plain Zarr readers only committed data), free held files, stop the thread,
+        release the lock."""
         try:
             self.flush()
+            self._trim()
         finally:
             if self._reclaimer is not None:
                 self._reclaimer.close()
