@@ -89,7 +89,7 @@ def test_cli_tools_and_examples_use_public_names_only() -> None:
                     names = [a.name for a in node.names]
                 else:
                     continue
-                bad = [n for n in names if n.startswith("vault._") or n.startswith("vault.cli._")]
+                bad = [n for n in names if n.startswith(("vault._", "vault.cli._"))]
                 if folder == "vault/cli":
                     bad = [n for n in bad if not n.startswith("vault.cli._")]
                 if bad:
