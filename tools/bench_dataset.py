@@ -12,7 +12,12 @@ Measured, in one run:
   dataset of 64 shards of R rows each: open time (``Vault.open`` vs ``Dataset.open``), the
   episode table (``episodes()``) and one epoch of a shuffled stream (``as_dataset``, batches
   of 256 sequences of 2), each the median of ``--repeats`` runs, page cache warm. The target is
-  a dataset at most 2x the single vault's time.
+  a dataset at most 2x the single vault's time;
+* **streaming per process with 1 and 2 JAX processes**: the 64-shard dataset streamed for one
+  epoch (global batches of 256 sequences of 2) by one process, then by two processes under
+  ``jax.distributed`` on loopback (each reads its share and yields global ``jax.Array``s for a
+  sharding over both processes' devices); sequences per second per process, from the first
+  batch to the last (compilation and start-up excluded).
 
 Usage::
 
@@ -111,6 +116,66 @@ def run_writers(root: str, writers: int, appends: int, steps: int) -> dict[str, 
     return {"writers": writers, "seconds": wall, "mb": raw / 1e6, "mb_s": raw / 1e6 / wall}
 
 
+# ------------------------------------------------------------------------ streaming processes
+def stream_child(root: str, port: int, processes: int, index: int) -> None:
+    """One JAX process streaming an epoch of the dataset; prints sequences/s."""
+    import jax
+
+    if processes > 1:
+        address = f"127.0.0.1:{port}"
+        jax.distributed.initialize(
+            coordinator_address=address, num_processes=processes, process_id=index,
+            coordinator_bind_address=address, initialization_timeout=60,
+        )  # fmt: skip
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from vault import Dataset
+
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    sharding = NamedSharding(mesh, PartitionSpec("data"))
+    dataset = Dataset.open(root)
+    options = {"shuffle": True, "seed": 0, "epochs": 1, "sharding": sharding}
+    stream = dataset.as_dataset(256, 2, **options)
+    first = next(stream)
+    jax.block_until_ready(first.experience)
+    start, count = time.perf_counter(), 0
+    for batch in stream:
+        jax.block_until_ready(batch.experience)
+        count += 1
+    seconds = time.perf_counter() - start
+    local = 256 // processes
+    print(f"rate {count * local / seconds} batches {count + 1}", flush=True)
+    if processes > 1:
+        jax.distributed.shutdown()
+
+
+def run_streams(root: str, processes: int) -> dict[str, Any]:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--stream-child", root, str(port), str(processes), str(i)],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for i in range(processes)
+    ]
+    rates, batches = [], []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=600)
+        if proc.returncode != 0:
+            raise SystemExit(f"stream process failed: {out}")
+        fields = out.split("rate ")[1].split()
+        rates.append(float(fields[0]))
+        batches.append(int(fields[2]))
+    return {"processes": processes, "sequences_s_per_process": rates, "batches": batches}
+
+
 # ------------------------------------------------------------------------- many small shards
 def build_pair(where: Path, shards: int, rows: int, steps: int) -> tuple[str, str]:
     from vault import Dataset, Vault
@@ -170,7 +235,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
+    parser.add_argument("--stream-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.stream_child:
+        root, port, processes, index = args.stream_child
+        stream_child(root, int(port), int(processes), int(index))
+        return
     if args.child:
         root, shard, appends, steps, start_at = args.child
         writer_child(root, shard, int(appends), int(steps), float(start_at))
@@ -202,6 +272,8 @@ def main() -> None:
         log(f"64 shards of {shard_rows} rows x {shard_steps} steps vs one vault of the same data")
         one, root = build_pair(Path(tmp), 64, shard_rows, shard_steps)
         result["shards_64"] = overhead(one, root, args.repeats)
+        log("streaming the 64-shard dataset with 1, then 2 JAX processes")
+        result["streams"] = [run_streams(root, n) for n in (1, 2)]
     result["load_end"] = loadavg()
     print("| store | writers | MB | seconds | MB/s | vs 1 writer |")
     print("|---|---:|---:|---:|---:|---:|")
@@ -217,6 +289,15 @@ def main() -> None:
     for row in result["shards_64"]:
         ratio = "" if row["ratio"] is None else f"{row['ratio']:.2f}"
         print(f"| {row['metric']} | {fmt(row['vault_s'])} | {fmt(row['dataset_s'])} | {ratio} |")
+    print()
+    print("| JAX processes | batches per process | sequences/s per process | total sequences/s |")
+    print("|---:|---:|---:|---:|")
+    for row in result["streams"]:
+        rates = row["sequences_s_per_process"]
+        print(
+            f"| {row['processes']} | {row['batches'][0]} | {fmt(min(rates))} to {fmt(max(rates))} "
+            f"| {fmt(sum(rates))} |"
+        )
     print(f"\nload average at start {result['load_start']}, at end {result['load_end']}")
     if args.out:
         write_json(args.out, result)

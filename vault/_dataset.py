@@ -30,6 +30,7 @@ from vault._create import create_vault, plan_manifest
 from vault._episodes import EpisodeTable
 from vault._errors import (
     VaultArgumentError,
+    VaultCorruptError,
     VaultExistsError,
     VaultNotFoundError,
     VaultStructureError,
@@ -49,7 +50,10 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 def is_dataset(location: LocationLike, storage: dict[str, Any] | None = None) -> bool:
     """Whether a dataset's root is at ``location``."""
     where = parse_location(location, storage)
-    return _read_root(where) is not None
+    try:
+        return _read_root(where) is not None
+    except VaultCorruptError:  # an unreadable zarr.json: whatever it is, not a dataset to open
+        return False
 
 
 def _read_root(where: Location) -> dict[str, Any] | None:
