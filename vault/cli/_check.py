@@ -15,6 +15,7 @@ from vault.cli._common import (
     emit_json,
     exit_with,
     fail,
+    leaf_table,
     number,
     open_vault,
     progress_bar,
@@ -159,25 +160,8 @@ def _render_stats(doc: dict[str, Any], shown: str) -> None:
     from rich.table import Table
 
     console = stdout()
-    table = Table(
-        title=f"{shown}: {doc['rows']} rows x {doc['committed']} timesteps",
-        title_justify="left",
-    )
-    for col in ("leaf", "dtype", "count", "min", "max", "mean", "std", "NaN", "Inf"):
-        table.add_column(col, justify="left" if col in ("leaf", "dtype") else "right")
-    for s in doc["leaves"]:
-        table.add_row(
-            s["name"],
-            s["dtype"],
-            str(s["count"]),
-            number(s["min"]),
-            number(s["max"]),
-            number(s["mean"]),
-            number(s["std"]),
-            str(s["nan"]),
-            str(s["inf"]),
-        )
-    console.print(table)
+    title = f"{shown}: {doc['rows']} rows x {doc['committed']} timesteps"
+    console.print(leaf_table(doc["leaves"], title))
     if doc["episodes"] is None:
         return
     console.print(

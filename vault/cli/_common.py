@@ -303,3 +303,25 @@ def _ignore(done: int, total: int) -> None:
 
 def exit_with(code: int) -> NoReturn:
     raise typer.Exit(code)
+
+
+def leaf_table(leaves: list[dict[str, Any]], title: str) -> Any:
+    """The per-leaf statistics as a table (``vault stats`` of a vault or a dataset)."""
+    from rich.table import Table
+
+    table = Table(title=title, title_justify="left")
+    for col in ("leaf", "dtype", "count", "min", "max", "mean", "std", "NaN", "Inf"):
+        table.add_column(col, justify="left" if col in ("leaf", "dtype") else "right")
+    for s in leaves:
+        table.add_row(
+            s["name"],
+            s["dtype"],
+            str(s["count"]),
+            number(s["min"]),
+            number(s["max"]),
+            number(s["mean"]),
+            number(s["std"]),
+            str(s["nan"]),
+            str(s["inf"]),
+        )
+    return table

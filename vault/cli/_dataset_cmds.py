@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vault.cli._common import EXIT_CORRUPT, emit_json, exit_with, number, stdout
+from vault.cli._common import EXIT_CORRUPT, emit_json, exit_with, leaf_table, number, stdout
 
 
 def _open(path: str) -> Any:
@@ -124,22 +124,9 @@ def stats(path: str, leaves: list[str] | None, json_out: bool, progress: Any) ->
     if json_out:
         emit_json(doc)
         return
-    from rich.table import Table
-
     console = stdout()
-    table = Table(
-        title=f"{path}: {len(doc['shards'])} shards, {doc['timesteps']} timesteps",
-        title_justify="left",
-    )
-    for col in ("leaf", "dtype", "count", "min", "max", "mean", "std", "NaN", "Inf"):
-        table.add_column(col, justify="left" if col in ("leaf", "dtype") else "right")
-    for s in doc["leaves"]:
-        table.add_row(
-            s["name"], s["dtype"], str(s["count"]),
-            *(number(s[k]) for k in ("min", "max", "mean", "std")),
-            str(s["nan"]), str(s["inf"]),
-        )  # fmt: skip
-    console.print(table)
+    title = f"{path}: {len(doc['shards'])} shards, {doc['timesteps']} timesteps"
+    console.print(leaf_table(doc["leaves"], title))
     if doc["episodes"] is not None:
         console.print(
             f"episodes: {doc['episodes']} complete ({doc['truncated_episodes']} truncated), "
