@@ -312,7 +312,9 @@ class Dataset:
     def leaf_names(self) -> list[str]:
         return self._template.leaf_names
 
+    @property
     def has_episodes(self) -> bool:
+        """Whether the shards keep an episode index (as :attr:`Vault.has_episodes`)."""
         return self._template.episodes is not None
 
     def read_numpy(self, shard: str, **options: Any) -> Any:

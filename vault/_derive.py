@@ -24,6 +24,7 @@ import numpy as np
 from vault import _read, _structure
 from vault._args import callable_arg
 from vault._create import create_vault, plan_manifest, publish_manifest
+from vault._dataset import Dataset
 from vault._episodes import EpisodeTable
 from vault._errors import (
     VaultArgumentError,
@@ -83,7 +84,7 @@ def derive_slice(
 
 
 def derive_episodes(
-    source: Source,
+    source: Source | Dataset,
     dest: LocationLike,
     episodes: EpisodeTable,
     *,
@@ -91,53 +92,114 @@ def derive_episodes(
     progress: Progress | None = None,
 ) -> Vault:
     """A one-row vault of the given complete episodes of ``source``, back to back in order of
-    their start time (row, then start), with its episode index rebuilt (same episodes)."""
+    their start time (row, then start), with its episode index rebuilt (same episodes).
+
+    ``source`` may be a :class:`~vault.Dataset` of shards, with ``episodes`` from its
+    :meth:`~vault.Dataset.episodes` (their ``shard`` column says where each is): the new vault
+    holds them shard by shard, in the dataset's shard order."""
     callable_arg("progress", progress)
     if not isinstance(episodes, EpisodeTable):
         raise VaultArgumentError(f"episodes must be an EpisodeTable, got {type(episodes).__name__}")
     if not episodes.complete.all():
         raise VaultReadError("derive_episodes takes complete episodes (an open one was given)")
+    if isinstance(source, Dataset):
+        return _dataset_episodes(source, dest, episodes, codec, progress)
     with _opened(source) as src:
         if src.manifest.episodes is None:
             raise VaultReadError(f"{src.where} has no episode index")
-        order = np.lexsort((episodes.row, episodes.start))
-        table = episodes[order]
-        if len(table) and int((table.start + table.length).max()) > src.length:
-            raise VaultReadError("an episode lies beyond the committed data of the source")
+        table = _ordered(src, episodes)
         target = _destination(dest, [src])
         op = {"op": "episodes", "count": len(table)}
         with building(target) as tmp, _new_vault(src, tmp, 1, codec, op) as out:
-            total, copied, i = table.transitions, 0, 0
-            step = src.manifest.step_bytes * src.rows
-            while i < len(table):
-                # one read of [first start, furthest end) serves every episode inside it
-                lo = int(table.start[i])
-                j, hi = i, lo
-                while j < len(table):
-                    end = int(table.start[j] + table.length[j])
-                    if j > i and (max(hi, end) - lo) * step > BLOCK_BYTES:
-                        break
-                    hi = max(hi, end)
-                    j += 1
-                block = _leaves(src, None, lo, hi)
-                joined = [
-                    np.concatenate(
-                        [
-                            x[r : r + 1, s - lo : s - lo + n]
-                            for r, s, n in zip(
-                                table.row[i:j], table.start[i:j], table.length[i:j], strict=True
-                            )
-                        ],
-                        axis=1,
-                    )
-                    for x in block
-                ]
-                out.append(_tree(src, joined), np.ones(1, bool) if i == 0 else None)
-                copied += sum(int(table.length[k]) for k in range(i, j))
-                if progress:
-                    progress(copied, total)
-                i = j
+            _copy_episodes(src, table, out, True, (0, table.transitions), progress)
     return Vault.open(target)
+
+
+def _ordered(src: Snapshot, episodes: EpisodeTable) -> EpisodeTable:
+    """``episodes`` by row then start, checked to lie inside ``src``'s committed data."""
+    table = episodes[np.lexsort((episodes.row, episodes.start))]
+    if len(table) and int((table.start + table.length).max()) > src.length:
+        raise VaultReadError(f"an episode lies beyond the committed data of {src.where}")
+    return table
+
+
+def _dataset_episodes(
+    dataset: Dataset,
+    dest: LocationLike,
+    episodes: EpisodeTable,
+    codec: str | None,
+    progress: Progress | None,
+) -> Vault:
+    if episodes.shard is None:
+        raise VaultArgumentError(
+            "episodes of a dataset need their shard column: take them from dataset.episodes()"
+        )
+    if not dataset.has_episodes:
+        raise VaultReadError(f"{dataset.location} has no episode index")
+    snaps = dict(zip(dataset.shards, dataset.snapshots, strict=True))
+    unknown = sorted(set(episodes.shard.tolist()) - set(snaps))
+    if unknown or not snaps:
+        raise VaultArgumentError(
+            f"{dataset.location}: no shard {unknown[0] if unknown else ''!r}; the dataset has "
+            f"{dataset.shards}"
+        )
+    parts = [
+        (snaps[name], _ordered(snaps[name], episodes[episodes.shard == name]))
+        for name in dataset.shards
+        if (episodes.shard == name).any()
+    ]
+    target = _destination(dest, list(snaps.values()))
+    op = {"op": "episodes", "count": len(episodes), "shards": len(parts)}
+    first = next(iter(snaps.values()))
+    done = (0, episodes.transitions)
+    with building(target) as tmp, _new_vault(first, tmp, 1, codec, op) as out:
+        for k, (src, table) in enumerate(parts):
+            done = _copy_episodes(src, table, out, k == 0, done, progress)
+    return Vault.open(target)
+
+
+def _copy_episodes(
+    src: Snapshot,
+    table: EpisodeTable,
+    out: Writer,
+    first: bool,
+    done: tuple[int, int],
+    progress: Progress | None,
+) -> tuple[int, int]:
+    """Append ``table``'s episodes of ``src`` to ``out`` (``first``: the new vault's first
+    append); ``done``: (timesteps copied, total) before and after, for ``progress``."""
+    copied, total = done
+    step = src.manifest.step_bytes * src.rows
+    i = 0
+    while i < len(table):
+        # one read of [first start, furthest end) serves every episode inside it
+        lo = int(table.start[i])
+        j, hi = i, lo
+        while j < len(table):
+            end = int(table.start[j] + table.length[j])
+            if j > i and (max(hi, end) - lo) * step > BLOCK_BYTES:
+                break
+            hi = max(hi, end)
+            j += 1
+        block = _leaves(src, None, lo, hi)
+        joined = [
+            np.concatenate(
+                [
+                    x[r : r + 1, s - lo : s - lo + n]
+                    for r, s, n in zip(
+                        table.row[i:j], table.start[i:j], table.length[i:j], strict=True
+                    )
+                ],
+                axis=1,
+            )
+            for x in block
+        ]
+        out.append(_tree(src, joined), np.ones(1, bool) if first and i == 0 else None)
+        copied += sum(int(table.length[k]) for k in range(i, j))
+        if progress:
+            progress(copied, total)
+        i = j
+    return copied, total
 
 
 def combine(

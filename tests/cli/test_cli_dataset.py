@@ -92,3 +92,13 @@ def test_stats_and_episodes_span_the_shards(dataset: Path) -> None:
     assert shards == ["actor-0"] * 4 + ["actor-1"] * 8
     text = cli("episodes", dataset, "--sort", "length").stdout
     assert "12 complete episodes in 2 shards" in " ".join(text.split())
+
+
+def test_subsample_copies_selected_episodes_of_every_shard(dataset: Path, tmp_path: Path) -> None:
+    cli = Cli()
+    out = tmp_path / "best"
+    doc = cli.json("subsample", dataset, "--out", out, "--min-length", "4")
+    check_schema(doc, vocabulary())
+    assert doc["episodes_selected"] == 12  # every episode of both shards is 4 steps long
+    made = Dataset.open(str(dataset)).episodes()
+    assert cli.json("info", out)["committed"] == made.transitions

@@ -207,3 +207,34 @@ def test_four_writer_processes_and_a_reader_on_s3(s3_env: Any) -> None:
     dataset.refresh()
     assert dataset.committed_lengths["w-3"] == length + 5
     assert check(dataset) == ROWS * sum(dataset.committed_lengths.values())
+
+
+def test_derive_episodes_takes_a_selection_spanning_the_shards(tmp_path: Path) -> None:
+    root = str(tmp_path / "ds")
+    dataset = create(root)
+    for index, length in enumerate((23, 31)):
+        with dataset.shard(f"w-{index}") as writer:
+            writer.append(expected(index, ROWS, 0, length))
+    reader = Dataset.open(root)
+    table = reader.episodes()
+    picked = table.select(min_length=5)  # episodes of both shards
+    assert set(picked.shard.tolist()) == {"w-0", "w-1"}
+    made = vault.derive_episodes(reader, str(tmp_path / "best"), picked)
+    assert made.rows == 1
+    assert made.committed_length == picked.transitions
+    got = made.read_numpy()["obs"][0]
+    want = []
+    for name in reader.shards:  # shard by shard, each by row then start
+        mine = picked[picked.shard == name]
+        mine = mine[np.lexsort((mine.row, mine.start))]
+        data = reader.read_numpy(name)["obs"]
+        want += [
+            data[r, s : s + n] for r, s, n in zip(mine.row, mine.start, mine.length, strict=False)
+        ]
+    assert np.array_equal(got, np.concatenate(want))
+    rebuilt = made.episodes()
+    assert sorted(rebuilt.length.tolist()) == sorted(picked.length.tolist())
+    assert made.metadata["derived_from"]["shards"] == 2
+    with pytest.raises(vault.VaultArgumentError, match="shard column"):
+        vault.derive_episodes(reader, str(tmp_path / "x"), reader.vault("w-0").episodes())
+    assert not os.path.exists(tmp_path / "x")

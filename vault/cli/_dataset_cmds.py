@@ -114,7 +114,7 @@ def stats(path: str, leaves: list[str] | None, json_out: bool, progress: Any) ->
         "episode_return": None,
         "episode_length": None,
     }
-    if dataset.has_episodes():
+    if dataset.has_episodes:
         counted = episode_stats(dataset.episodes(include_open=True))
         doc["episodes"] = counted["complete"]
         doc["open_episodes"] = counted["open"]
@@ -141,7 +141,7 @@ def episodes(
     from vault.cli._common import fail
 
     dataset = _open(path)
-    if not dataset.has_episodes():
+    if not dataset.has_episodes:
         fail(f"{path} keeps no episode index (its shards were created without done_leaf)")
     table = dataset.episodes(include_open=include_open)
     total = len(table)

@@ -109,7 +109,7 @@ def subsample(
     import vault as lib
 
     _check_out(out)
-    src = open_vault(source)
+    src: Any = lib.Dataset.open(source) if lib.is_dataset(source) else open_vault(source)
     require_episodes(src)
     table = src.episodes().select(
         min_return=min_return,
