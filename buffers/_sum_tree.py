@@ -86,7 +86,12 @@ def _set_scalar_loop(
             pair = jax.lax.dynamic_slice_in_dim(nodes, 2 * node, 2)
             return jax.lax.dynamic_update_index_in_dim(nodes, pair[0] + pair[1], node, 0), node
 
-        return jax.lax.fori_loop(0, levels, up, (nodes, node))[0]
+        # unrolled (the depth is static): on CPU a while loop costs more per iteration than
+        # this update, about 40 us per add of one item on a 2**20-node tree when jitted alone
+        carry = (nodes, node)
+        for _ in range(levels):
+            carry = up(None, carry)
+        return carry[0]
 
     def one(nodes: Array, item: tuple[Array, Array, Array]) -> tuple[Array, None]:
         leaf, value, ok = item
