@@ -116,7 +116,6 @@ class Dataset:
         self._where = location
         self._template = template
         self._shards: dict[str, Vault] = {}
-        self._closed = False
 
     # ------------------------------------------------------------------------ entry points
     @classmethod
@@ -373,7 +372,6 @@ class Dataset:
     def close(self) -> None:
         for vault in self._shards.values():
             vault.close()
-        self._closed = True
 
     def __enter__(self) -> Dataset:
         return self

@@ -13,6 +13,7 @@ from vault.cli._common import (
     PathArg,
     check_vault_path,
     emit_json,
+    episode_fields,
     exit_with,
     fail,
     leaf_table,
@@ -122,7 +123,7 @@ def stats(
 ) -> None:
     """Per-leaf min / max / mean / std and NaN / Inf counts, streamed chunk by chunk; episode
     return and length statistics when the vault keeps an episode index."""
-    from vault import episode_stats, is_dataset, leaf_stats
+    from vault import is_dataset, leaf_stats
 
     check_vault_path(path)
     if is_dataset(path):
@@ -137,19 +138,8 @@ def stats(
         "rows": vault.rows,
         "committed": vault.committed_length,
         "leaves": [s.to_dict() for s in leaves],
-        "episodes": None,
-        "open_episodes": None,
-        "truncated_episodes": None,
-        "episode_return": None,
-        "episode_length": None,
+        **episode_fields(vault),
     }
-    if vault.has_episodes:
-        counted = episode_stats(vault.episodes(include_open=True))
-        doc["episodes"] = counted["complete"]
-        doc["open_episodes"] = counted["open"]
-        doc["truncated_episodes"] = counted["truncated"]
-        doc["episode_return"] = counted["return"]
-        doc["episode_length"] = counted["length"]
     if json_out:
         emit_json(doc)
         return

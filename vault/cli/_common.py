@@ -325,3 +325,16 @@ def leaf_table(leaves: list[dict[str, Any]], title: str) -> Any:
             str(s["inf"]),
         )
     return table
+
+
+def episode_fields(source: Any) -> dict[str, Any]:
+    """The episode keys of ``vault stats --json`` for a vault or a dataset (all None when it
+    keeps no episode index)."""
+    from vault import episode_stats
+
+    keys = ("episodes", "open_episodes", "truncated_episodes", "episode_return", "episode_length")
+    if not source.has_episodes:
+        return dict.fromkeys(keys)
+    counted = episode_stats(source.episodes(include_open=True))
+    values = (counted[k] for k in ("complete", "open", "truncated", "return", "length"))
+    return dict(zip(keys, values, strict=True))

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from vault.cli._common import EXIT_CORRUPT, emit_json, exit_with, leaf_table, number, stdout
+from vault.cli._common import (
+    EXIT_CORRUPT,
+    emit_json,
+    episode_fields,
+    exit_with,
+    leaf_table,
+    number,
+    stdout,
+)
 
 
 def _open(path: str) -> Any:
@@ -99,7 +107,7 @@ def _render_verify(shown: str, shards: list[dict[str, Any]], ok: bool) -> None:
 
 
 def stats(path: str, leaves: list[str] | None, json_out: bool, progress: Any) -> None:
-    from vault import episode_stats, leaf_stats
+    from vault import leaf_stats
 
     dataset = _open(path)
     found = leaf_stats(dataset, leaves=leaves, progress=progress)
@@ -108,19 +116,8 @@ def stats(path: str, leaves: list[str] | None, json_out: bool, progress: Any) ->
         "shards": _shard_rows(dataset),
         "timesteps": dataset.timesteps,
         "leaves": [s.to_dict() for s in found],
-        "episodes": None,
-        "open_episodes": None,
-        "truncated_episodes": None,
-        "episode_return": None,
-        "episode_length": None,
+        **episode_fields(dataset),
     }
-    if dataset.has_episodes:
-        counted = episode_stats(dataset.episodes(include_open=True))
-        doc["episodes"] = counted["complete"]
-        doc["open_episodes"] = counted["open"]
-        doc["truncated_episodes"] = counted["truncated"]
-        doc["episode_return"] = counted["return"]
-        doc["episode_length"] = counted["length"]
     if json_out:
         emit_json(doc)
         return
