@@ -5,8 +5,8 @@ Layout: ``nodes[1]`` is the root, node ``i`` has children ``2i`` and ``2i + 1``,
 
 * ``set_batch`` writes leaves then recomputes each touched ancestor from its two children, so
   parents never drift from their children (no accumulated float deltas): cost
-  ``O(k log C)`` for ``k`` updates; with duplicate indices one of their values is kept (the
-  last one on the CPU path), and the sums always match the leaves.
+  ``O(k log C)`` for ``k`` updates; with duplicate indices the last one's value is kept, and
+  the sums always match the leaves.
 * ``sample`` descends with a guard: it never steps into a subtree whose sum is zero, so float32
   rounding near the boundaries can never select a zero-priority leaf while any leaf is positive.
 """
@@ -52,15 +52,19 @@ def set_batch(
 ) -> SumTreeState:
     """Set leaves ``indices`` to ``values``; entries where ``mask`` is false are ignored.
 
-    Two exact strategies, same result: on CPU each leaf's path is walked with scalar in-place
-    updates (a few hundred ns per leaf; level-wide gathers and scatters on a large tree cost
-    far more there); on accelerators every level is updated for the whole batch at once.
+    Two exact strategies, same result (with duplicate indices, the last one's value is kept):
+    on CPU each leaf's path is walked with scalar in-place updates (a few hundred ns per leaf;
+    level-wide gathers and scatters on a large tree cost far more there); on accelerators
+    every level is updated for the whole batch at once. ``device`` is the reference's
+    argument, whose default is ``"cpu"``; the level-wide strategy is also taken whenever the
+    function is traced for an accelerator backend (``jax.default_backend()``), since walking
+    paths one scalar kernel at a time costs milliseconds per batch there.
     """
     indices = jnp.asarray(indices, jnp.int32).reshape(-1)
     values = jnp.asarray(values, jnp.float32).reshape(-1)
     leaves = state.nodes.shape[-1] // 2
     valid = indices < leaves if mask is None else jnp.asarray(mask).reshape(-1)
-    if device == "cpu":
+    if device == "cpu" and jax.default_backend() == "cpu":
         nodes = _set_scalar_loop(state.nodes, indices, values, valid, depth(state))
     else:
         nodes = _set_by_level(state.nodes, indices, values, valid, depth(state))
@@ -100,8 +104,19 @@ def _set_scalar_loop(
     return jax.lax.scan(one, nodes, (indices, values, valid))[0]
 
 
+def _last_of_each(indices: Array, valid: Array) -> Array:
+    """``valid`` without the entries whose index comes again later in the batch: a scatter keeps
+    an unspecified one of duplicates, the scalar path keeps the last."""
+    key = jnp.where(valid, indices, -1)
+    order = jnp.argsort(key, stable=True)
+    ordered = key[order]
+    last = jnp.concatenate([ordered[1:] != ordered[:-1], jnp.ones((1,), bool)])
+    return valid & jnp.zeros(key.shape, bool).at[order].set(last)
+
+
 def _set_by_level(nodes: Array, indices: Array, values: Array, valid: Array, levels: int) -> Array:
     size = nodes.shape[-1]
+    valid = _last_of_each(indices, valid)
     node = jnp.where(valid, indices + size // 2, size)  # ``size`` is out of range: dropped
     nodes = nodes.at[node].set(values, mode="drop")
     for _ in range(levels):
@@ -157,6 +172,8 @@ def sample(state: SumTreeState, rng_key: Array, batch_size: int, capacity: int) 
         go_right = ((target >= left_sum) & (right_sum > 0)) | (left_sum <= 0)
         return left + go_right.astype(jnp.int32), jnp.where(go_right, target - left_sum, target)
 
-    start = (jnp.ones((batch_size,), jnp.int32), target)
-    node, _ = jax.lax.fori_loop(0, depth(state), descend, start)
+    carry = (jnp.ones((batch_size,), jnp.int32), target)
+    for _ in range(depth(state)):  # unrolled (static depth): a while loop's iterations cost more
+        carry = descend(None, carry)
+    node = carry[0]
     return jnp.minimum(node - leaves, capacity - 1)

@@ -1,0 +1,33 @@
+"""The path-to-the-accelerator benchmark runs end to end on whatever backend is here (CPU in the
+suite) and emits its JSON and table (no timings are asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "bench_gpu.py"
+
+
+def test_bench_gpu_smoke(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "--quick", "--rounds", "2", "--out", str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    doc = json.loads(out.read_text())
+    assert doc["config"]["rounds"] == 2 and len(doc["rounds"]) == 2
+    cfg = doc["config"]
+    for r in doc["rounds"]:
+        # the stream visits every timestep of the vault exactly once per epoch
+        assert r["rlvault"]["stream_sequences"] == cfg["rows"] * cfg["steps"]
+    rl = doc["summary"]["rlvault"]
+    assert rl["read_all_mb_s"] > 0 and rl["sample_batches_s"] > 0 and rl["stream_mb_s"] > 0
+    if "flashbax" in doc["summary"]:  # dev installs it; both libraries stored the same bytes
+        assert doc["summary"]["flashbax"]["read_all_mb_s"] > 0
+    assert "| vector | read all to the device | MB/s |" in done.stdout

@@ -1,0 +1,254 @@
+"""Benchmark the path from a vault to the accelerator: rlvault against Flashbax, in one process,
+on JAX's default backend (a GPU where there is one; the script runs on CPU too).
+
+The same vector data (``obs`` float32 (64,), action, reward, done; ``--rows`` rows of
+``--steps`` timesteps) is written once by each library into its own vault; then, for
+``--rounds`` rounds, each measurement runs for both libraries back to back (page cache warm):
+
+* **read all to the device**: open the vault and ``read()`` it into a buffer state on the
+  device (both libraries' ``read`` returns JAX arrays on the default device), blocking on the
+  result. MB/s of raw experience;
+* **sample on the device** (the buffers): a jitted ``buffer.sample`` of batches of ``--batch``
+  single timesteps from that state, each batch passed to a jitted step on the device, for
+  ``--batches`` batches (one dispatch per batch, as a training loop does). Batches/s of each
+  library's own ``make_trajectory_buffer``;
+* **stream one epoch to the device** (rlvault only: Flashbax has no stream): ``as_dataset``
+  batches of ``--batch`` sequences of one timestep, shuffled, put on the device by the stream's
+  background thread, each passed to the same jitted step; every timestep once. Sequences/s;
+* **epoch, end to end**: the time from opening the vault to the last batch of an epoch's worth
+  of sequences (rows x steps) on the device: Flashbax reads everything, then samples that many
+  sequences (with replacement, its only way); rlvault streams the epoch (each timestep once,
+  memory bounded by a few blocks) and, for comparison, also reads everything and samples with
+  its own buffer.
+
+Times are medians over rounds; ratios are rlvault's advantage (> 1: rlvault is faster).
+
+Usage::
+
+    python tools/bench_gpu.py --quick                # smoke test (seconds, any backend)
+    python tools/bench_gpu.py --out results.json     # full run
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import sys
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from _probes import MB, loadavg, machine_info, tree_nbytes
+from _report import Rows, fmt, log, table_lines, write_json
+from _vaults import block, create_vault, load_libraries, open_vault, quiet_stdout
+from _workloads import DataSource
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    rows: int
+    steps: int
+    batch: int
+    batches: int
+    rounds: int
+
+
+FULL = Config(rows=16, steps=65536, batch=4096, batches=200, rounds=5)
+QUICK = Config(rows=4, steps=1024, batch=64, batches=20, rounds=1)
+
+
+@jax.jit
+def _step(experience: Any) -> Any:
+    """The least a training step does on the device: touch every leaf of the batch."""
+    return sum(jnp.sum(leaf.astype(jnp.float32)) for leaf in jax.tree.leaves(experience))
+
+
+def full_state(module: Any, data: dict[str, np.ndarray]) -> Any:
+    """A trajectory buffer state holding ``data`` ([rows, steps, ...]) with one spare slot, so
+    that both libraries write all of it on the first write (a full buffer's first write stores
+    nothing in Flashbax)."""
+    spare = {k: np.concatenate([v, v[:, :1]], axis=1) for k, v in data.items()}
+    steps = next(iter(data.values())).shape[1]
+    return module.trajectory_buffer.TrajectoryBufferState(
+        experience=jax.tree.map(jnp.asarray, spare),
+        current_index=jnp.asarray(steps, jnp.int32),
+        is_full=jnp.asarray(False),
+    )
+
+
+def sampler(module: Any, cfg: Config) -> Any:
+    """Each library's own jitted ``sample`` of ``cfg.batch`` single timesteps."""
+    buf = module.make_trajectory_buffer(
+        add_batch_size=cfg.rows,
+        sample_batch_size=cfg.batch,
+        sample_sequence_length=1,
+        period=1,
+        min_length_time_axis=1,
+        max_length_time_axis=cfg.steps + 1,
+    )
+    return jax.jit(buf.sample)
+
+
+def timed(fn: Any) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def read_all(lib: str, cls: Any, where: Path) -> Any:
+    with quiet_stdout():
+        state = open_vault(lib, cls, where).read()
+    block(state)
+    return state
+
+
+def sample_loop(sample: Any, state: Any, n: int) -> None:
+    key = jax.random.PRNGKey(0)
+    out = None
+    for _ in range(n):
+        key, sub = jax.random.split(key)
+        out = _step(sample(state, sub).experience)
+    jax.block_until_ready(out)
+
+
+def read_and_sample(lib: str, cls: Any, where: Path, sample: Any, n: int) -> None:
+    sample_loop(sample, read_all(lib, cls, where), n)
+
+
+def stream_epoch(cls: Any, where: Path, cfg: Config) -> int:
+    sequences = 0
+    out = None
+    with cls.open(str(where), "r").as_dataset(
+        cfg.batch, 1, seed=0, epochs=1, device_put=True
+    ) as stream:
+        for batch in stream:
+            out = _step(batch.experience)
+            sequences += int(jax.tree.leaves(batch.experience)[0].shape[0])
+    jax.block_until_ready(out)
+    return sequences
+
+
+def one_round(libs: dict[str, Any], paths: dict[str, Path], cfg: Config) -> dict[str, Any]:
+    """Every measurement once for each library, back to back."""
+    epoch_batches = -(-cfg.rows * cfg.steps // cfg.batch)
+    out: dict[str, Any] = {}
+    for lib, (module, cls) in libs.items():
+        sample = sampler(module, cfg)
+        r: dict[str, Any] = {}
+        r["read_s"], state = timed(partial(read_all, lib, cls, paths[lib]))
+        sample_loop(sample, state, 2)  # compile outside the clock
+        r["sample_s"], _ = timed(partial(sample_loop, sample, state, cfg.batches))
+        state = None  # free the device memory before the end-to-end epoch
+        r["epoch_sampled_s"], _ = timed(
+            partial(read_and_sample, lib, cls, paths[lib], sample, epoch_batches)
+        )
+        if lib == "rlvault":
+            stream_epoch(cls, paths[lib], dataclasses.replace(cfg, steps=min(cfg.steps, 64)))
+            r["stream_s"], r["stream_sequences"] = timed(
+                partial(stream_epoch, cls, paths[lib], cfg)
+            )
+        out[lib] = r
+    return out
+
+
+def build(libs: dict[str, Any], workdir: Path, cfg: Config) -> tuple[dict[str, Path], int]:
+    data = DataSource("vector", cfg.rows, None).next(cfg.steps)
+    paths: dict[str, Path] = {}
+    for lib, (module, cls) in libs.items():
+        state = full_state(module, data)
+        with quiet_stdout():
+            v, paths[lib] = create_vault(lib, cls, workdir / lib, state)
+            v.write(state)
+        if lib == "rlvault":
+            v.close()
+        stored = jax.tree.map(np.asarray, read_all(lib, cls, paths[lib]).experience)
+        for name, leaf in data.items():  # both libraries hold exactly the same timesteps
+            np.testing.assert_array_equal(stored[name][:, : cfg.steps], leaf, err_msg=lib)
+    return paths, tree_nbytes(data)
+
+
+def summarise(rounds: list[dict[str, Any]], nbytes: int, cfg: Config) -> dict[str, Any]:
+    def med(lib: str, key: str) -> float | None:
+        vals = [r[lib][key] for r in rounds if lib in r and key in r[lib]]
+        return statistics.median(vals) if vals else None
+
+    libs = sorted({lib for r in rounds for lib in r})
+    out: dict[str, Any] = {}
+    for lib in libs:
+        read_s, sample_s = med(lib, "read_s"), med(lib, "sample_s")
+        m: dict[str, Any] = {
+            "read_all_mb_s": nbytes / MB / read_s if read_s else None,
+            "sample_batches_s": cfg.batches / sample_s if sample_s else None,
+            "epoch_sampled_s": med(lib, "epoch_sampled_s"),
+        }
+        stream_s = med(lib, "stream_s")
+        if stream_s:
+            m["stream_sequences_s"] = cfg.rows * cfg.steps / stream_s
+            m["stream_mb_s"] = nbytes / MB / stream_s
+            m["epoch_streamed_s"] = stream_s
+        out[lib] = m
+    return out
+
+
+def table(summary: dict[str, Any], cfg: Config) -> list[str]:
+    rl, fb = summary.get("rlvault", {}), summary.get("flashbax", {})
+    rows = Rows()
+    rows.add("vector", "read all to the device", "MB/s", rl.get("read_all_mb_s"),
+             fb.get("read_all_mb_s"), True)  # fmt: skip
+    rows.add("vector", f"sample {cfg.batch} on the device + step", "batches/s",
+             rl.get("sample_batches_s"), fb.get("sample_batches_s"), True)  # fmt: skip
+    rows.add("vector", "epoch: open, read all, sample an epoch's worth", "s",
+             rl.get("epoch_sampled_s"), fb.get("epoch_sampled_s"), False)  # fmt: skip
+    rows.add("vector", "epoch: rlvault streams (vs Flashbax read + sample)", "s",
+             rl.get("epoch_streamed_s"), fb.get("epoch_sampled_s"), False)  # fmt: skip
+    rows.add("vector", "stream one epoch to the device", "MB/s", rl.get("stream_mb_s"), None, True)
+    return list(table_lines(rows.rows))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="small smoke-test configuration")
+    p.add_argument("--out", type=Path, help="write the JSON here")
+    p.add_argument("--no-flashbax", action="store_true", help="benchmark rlvault alone")
+    p.add_argument("--tmpdir", type=Path, help="parent of the temp directory")
+    for name in ("rows", "steps", "batch", "batches", "rounds"):
+        p.add_argument(f"--{name}", type=int, help=f"override the config's {name}")
+    args = p.parse_args(argv)
+    cfg = QUICK if args.quick else FULL
+    cfg = dataclasses.replace(
+        cfg, **{k: getattr(args, k) for k in ("rows", "steps", "batch", "batches", "rounds")
+                if getattr(args, k) is not None}
+    )  # fmt: skip
+    libs = load_libraries(args.no_flashbax, log)
+    log(f"backend {jax.default_backend()}: {jax.devices()}; libraries {sorted(libs)}; {cfg}")
+    with tempfile.TemporaryDirectory(prefix="bench_gpu_", dir=args.tmpdir) as tmp:
+        paths, nbytes = build(libs, Path(tmp), cfg)
+        rounds = []
+        for i in range(cfg.rounds):
+            rounds.append(one_round(libs, paths, cfg))
+            log(f"round {i + 1}/{cfg.rounds}: {rounds[-1]}")
+    summary = summarise(rounds, nbytes, cfg)
+    result = {
+        "config": dataclasses.asdict(cfg),
+        "raw_mb": nbytes / MB,
+        "machine": machine_info(),
+        "loadavg": loadavg(),
+        "rounds": rounds,
+        "summary": summary,
+    }
+    lines = table(summary, cfg)
+    print("\n".join(lines))
+    log(f"raw experience {fmt(nbytes / MB)} MB; ratio > 1: rlvault faster")
+    if args.out:
+        write_json(args.out, result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
