@@ -24,7 +24,6 @@ import numpy as np
 from vault import _read, _structure
 from vault._args import callable_arg
 from vault._create import create_vault, plan_manifest, publish_manifest
-from vault._format import MANIFEST_KEY
 from vault._dataset import SHARDS, Dataset, root_json
 from vault._episodes import EpisodeTable
 from vault._errors import (
@@ -34,6 +33,7 @@ from vault._errors import (
     VaultReadError,
     VaultStructureError,
 )
+from vault._format import MANIFEST_KEY
 from vault._location import (
     Location,
     failed_os_call,
