@@ -128,6 +128,11 @@ def emit_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(plain(doc), indent=2, allow_nan=False) + "\n")
 
 
+def shards_text(n: int) -> str:
+    """``"1 shard"``, ``"3 shards"``."""
+    return f"{n} shard" if n == 1 else f"{n} shards"
+
+
 def human_bytes(n: int | float | None) -> str:
     if n is None:
         return "-"

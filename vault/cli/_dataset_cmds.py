@@ -14,6 +14,7 @@ from vault.cli._common import (
     fail,
     leaf_table,
     number,
+    shards_text,
     stdout,
 )
 
@@ -60,7 +61,8 @@ def _render_shards(shown: str, doc: dict[str, Any], what: str) -> None:
 
     shards = doc["shards"]
     table = Table(
-        title=f"{escape(shown)}: {what} of {len(shards)} shards, {doc['timesteps']} timesteps",
+        title=f"{escape(shown)}: {what} of {shards_text(len(shards))}, "
+        f"{doc['timesteps']} timesteps",
         title_justify="left",
     )
     for col in ("shard", "rows", "committed", "commit"):
@@ -111,11 +113,11 @@ def _render_verify(shown: str, shards: list[dict[str, Any]], ok: bool) -> None:
             )
     bad = sum(not s["ok"] for s in shards)
     chunks = sum(s["chunks_checked"] for s in shards)
-    head = f"{escape(shown)}: {len(shards)} shards; checked {chunks} chunks"
+    head = f"{escape(shown)}: {shards_text(len(shards))}; checked {chunks} chunks"
     if ok:
         console.print(f"[green]sound[/green]: {head}")
     else:
-        console.print(f"[red]corrupt[/red]: {head}; {bad} shards with problems")
+        console.print(f"[red]corrupt[/red]: {head}; {shards_text(bad)} with problems")
 
 
 def stats(path: str, leaves: list[str] | None, json_out: bool, progress: Any) -> None:
@@ -134,7 +136,7 @@ def stats(path: str, leaves: list[str] | None, json_out: bool, progress: Any) ->
         emit_json(doc)
         return
     console = stdout()
-    title = f"{path}: {len(doc['shards'])} shards, {doc['timesteps']} timesteps"
+    title = f"{path}: {shards_text(len(doc['shards']))}, {doc['timesteps']} timesteps"
     console.print(leaf_table(doc["leaves"], title))
     if doc["episodes"] is not None:
         console.print(
@@ -167,7 +169,7 @@ def episodes(
 
     table_out = Table(
         title=f"{escape(path)}: {counts['episodes']} complete episodes in "
-        f"{len(dataset.shards)} shards",
+        f"{shards_text(len(dataset.shards))}",
         title_justify="left",
     )
     for col in ("shard", "row", "start", "length", "return", "truncated"):

@@ -24,6 +24,7 @@ from vault.cli._common import (
     parse_rows,
     parse_span,
     progress_bar,
+    shards_text,
     stdout,
 )
 from vault.cli._episodes import require_episodes
@@ -142,7 +143,8 @@ def report_dataset(dataset: Dataset, out: str, json_out: bool, **extra: Any) -> 
         return
     eps = "" if doc["episodes"] is None else f", {doc['episodes']} complete episodes"
     stdout().print(
-        f"wrote {out}: dataset of {len(doc['shards'])} shards, {doc['timesteps']} timesteps{eps}",
+        f"wrote {out}: dataset of {shards_text(len(doc['shards']))}, "
+        f"{doc['timesteps']} timesteps{eps}",
         highlight=False,
     )
 

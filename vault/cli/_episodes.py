@@ -20,6 +20,7 @@ from vault.cli._common import (
     open_source,
     open_vault,
     progress_bar,
+    shards_text,
     stdout,
 )
 from vault.cli._facts import episode_counts
@@ -156,7 +157,7 @@ def plot(
         with progress_bar("reading rewards") as progress:
             curve = _plot.shards_curve(source, leaf, progress=progress) if leaf else None
         title = (
-            f"{source.location}\ndataset of {len(source.shards)} shards, "
+            f"{source.location}\ndataset of {shards_text(len(source.shards))}, "
             f"{source.timesteps} timesteps"
         )
         size = _plot.draw(title, table, leaf, curve, out, max_rows=max_rows, labels=source.shards)

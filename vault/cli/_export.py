@@ -37,6 +37,7 @@ from vault.cli._common import (
     parse_rows,
     parse_span,
     progress_bar,
+    shards_text,
 )
 from vault.cli._common import stdout as console
 
@@ -125,7 +126,7 @@ def export(
     if json_out:
         emit_json(doc)
         return
-    shards = f", {len(parts)} shards" if isinstance(source, Dataset) else ""
+    shards = f", {shards_text(len(parts))}" if isinstance(source, Dataset) else ""
     console().print(f"wrote {out} ({fmt}, {len(names)} leaves{shards}, {doc['bytes']} bytes)")
 
 

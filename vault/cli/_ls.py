@@ -23,6 +23,7 @@ from vault.cli._common import (
     natural_width,
     one_line,
     open_vault,
+    shards_text,
     stdout,
     typed_storage_error,
 )
@@ -130,7 +131,7 @@ def _ls_shards(dataset: Dataset, shown: str, json_out: bool) -> None:
     if json_out:
         emit_json(entries)
         return
-    title = f"{shown}: dataset of {len(entries)} shards, {dataset.timesteps} timesteps" + (
+    title = f"{shown}: dataset of {shards_text(len(entries))}, {dataset.timesteps} timesteps" + (
         "" if dataset.tagged is None else f" (tag {dataset.tagged})"
     )
     columns = [
@@ -177,7 +178,7 @@ def _path_cell(directory: str) -> Any:
     def cell(e: dict[str, Any]) -> str:
         path = _escape(_relative(e["path"], directory))
         if e.get("kind") == "dataset" and "shards" in e:
-            return f"{path} [dim](dataset, {len(e['shards'])} shards)[/dim]"
+            return f"{path} [dim](dataset, {shards_text(len(e['shards']))})[/dim]"
         return path
 
     return cell

@@ -22,6 +22,7 @@ from vault.cli._common import (
     open_source,
     parse_rows,
     parse_span,
+    shards_text,
     stdout,
 )
 
@@ -92,7 +93,7 @@ def show(
             return
         console = stdout()
         console.print(
-            f"[bold]{escape(dataset.location)}[/bold]: dataset of {len(picks)} shards",
+            f"[bold]{escape(dataset.location)}[/bold]: dataset of {shards_text(len(picks))}",
             highlight=False,
         )
         for name, member, picked, lo, hi in picks:

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from vault.cli._common import JsonOpt, PathArg, check_vault_path, emit_json, stdout
+from vault.cli._common import JsonOpt, PathArg, check_vault_path, emit_json, shards_text, stdout
 
 AtOpt = Annotated[
     str | None,
@@ -68,7 +68,7 @@ def _tag_dataset(path: str, name: str, at: str | None, json_out: bool) -> None:
         return
     console = stdout()
     console.print(
-        f"{escape(path)}: tag {escape(name)} -> the commits of {len(shards)} shards "
+        f"{escape(path)}: tag {escape(name)} -> the commits of {shards_text(len(shards))} "
         f"({dataset.timesteps} timesteps)",
         highlight=False,
     )
