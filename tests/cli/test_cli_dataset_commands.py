@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -314,3 +315,33 @@ def test_unlock_of_a_dataset_names_the_shard_to_unlock(folder: Path) -> None:
         f"vault: {ds} is a dataset of shards, each with its own writer lock: unlock the shard "
         f"whose writer died, `vault unlock {ds}/shards/NAME` (`vault ls {ds}` lists the shards)"
     )
+
+
+# --------------------------------------------------------------------------------------- S3
+def test_a_dataset_on_s3_is_listed_sliced_and_tagged(s3_env: Any) -> None:
+    cli = Cli()
+    prefix = f"s3://{s3_env.bucket}/cli-{uuid.uuid4().hex[:10]}"
+    Dataset.create(f"{prefix}/ds", EXAMPLE, rows=2, done_leaf="done", reward_leaf="reward")
+    writer = Dataset.open(f"{prefix}/ds")
+    for index, (name, n) in enumerate({"a": 6, "b": 9}.items()):
+        with writer.shard(name) as shard:
+            shard.append(block(index, 2, 0, n))
+    with Vault.create(f"{prefix}/v", EXAMPLE, rows=2) as plain:
+        plain.append(block(5, 2, 0, 3))
+    ds = Dataset.open(f"{prefix}/ds")
+    entries = [checked(e) for e in cli.json("ls", prefix)]
+    assert [(e["path"].rstrip("/"), e["kind"]) for e in entries] == [
+        (f"{prefix}/ds", "dataset"),
+        (f"{prefix}/v", "vault"),
+    ]
+    assert entries[0]["shards"] == ds.describe()["shards"]
+    shards = cli.json("ls", f"{prefix}/ds")
+    assert [(e["shard"], e["commit"]) for e in shards] == list(ds.commit_ids.items())
+    doc = checked(cli.json("slice", f"{prefix}/ds", "--out", f"{prefix}/tail", "--time", "-2:"))
+    made = Dataset.open(f"{prefix}/tail")
+    assert doc["timesteps"] == 8
+    assert made.committed_lengths == {"a": 2, "b": 2}
+    np.testing.assert_array_equal(made.read_numpy("b")["obs"], block(1, 2, 7, 2)["obs"])
+    tagged = checked(cli.json("tag", f"{prefix}/ds", "s3-tag"))
+    assert {s["shard"]: s["commit"] for s in tagged["shards"]} == ds.commit_ids
+    assert Dataset.open(f"{prefix}/ds", at="s3-tag").committed_lengths == {"a": 6, "b": 9}

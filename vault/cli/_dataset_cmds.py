@@ -96,7 +96,7 @@ def verify(path: str, json_out: bool, at: str | None = None) -> None:
     if json_out:
         emit_json({"path": dataset.location, "ok": ok, "shards": shards})
     else:
-        _render_verify(path, shards, ok)
+        _render_verify(path if at is None else f"{path} at tag {at}", shards, ok)
     if not ok:
         exit_with(EXIT_CORRUPT)
 
