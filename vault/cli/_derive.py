@@ -125,10 +125,10 @@ def _slice_dataset(
         fail(f"--time {time!r} selects no timesteps of any shard")
     with progress_bar("slicing") as progress:
         made = lib.derive_slice(src, out, rows=picked, spans=spans, progress=progress)
-    report_dataset(made, out, json_out, source=src.location, rows_selected=picked)
+    _report_dataset(made, out, json_out, source=src.location, rows_selected=picked)
 
 
-def report_dataset(dataset: Dataset, out: str, json_out: bool, **extra: Any) -> None:
+def _report_dataset(dataset: Dataset, out: str, json_out: bool, **extra: Any) -> None:
     """What was written (a new dataset): JSON, or one line naming it as typed."""
     doc = {
         "path": dataset.location,

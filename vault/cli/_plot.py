@@ -60,17 +60,17 @@ def shards_curve(dataset: Dataset, leaf: str, progress: ProgressFn | None = None
     for i, (_, vault) in enumerate(dataset.vaults()):
         base = done
 
-        def step(d: int, t: int, base: int = base) -> None:
+        def step(done_here: int, _total: int, base: int = base) -> None:
             if progress is not None:
-                progress(base + d, total)
+                progress(base + done_here, total)
 
         curve = reward_curve(vault, leaf, progress=step, width=width, unit_bytes=False)
         n = curve["rows"].shape[1]
         if vault.rows and n:
             rows[i, :n] = curve["rows"].mean(axis=0)
         done += vault.rows * vault.committed_length
-    return {"t": np.arange(bins) * width + (counts - 1) / 2, "rows": rows, "width": width,
-            "counts": counts}  # fmt: skip
+    t = np.arange(bins) * width + (counts - 1) / 2
+    return {"t": t, "rows": rows, "width": width, "counts": counts}
 
 
 def reward_curve(
