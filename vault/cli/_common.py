@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from vault import Dataset, Vault
 
 PathArg = Annotated[
-    str, typer.Argument(metavar="PATH", help="Vault path or URL.", show_default=False)
+    str,
+    typer.Argument(metavar="PATH", help="Vault (or dataset root) path or URL.", show_default=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 ShardOpt = Annotated[
