@@ -24,7 +24,7 @@ import re
 import socket
 import uuid
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vault._create import create_vault, plan_manifest
 from vault._episodes import EpisodeTable
@@ -32,7 +32,9 @@ from vault._errors import (
     VaultArgumentError,
     VaultCorruptError,
     VaultExistsError,
+    VaultModeError,
     VaultNotFoundError,
+    VaultPinError,
     VaultStructureError,
 )
 from vault._format import MANIFEST_KEY, Manifest, group_json, parse_json
@@ -40,11 +42,15 @@ from vault._location import Location
 from vault._locations import LocationLike, parse_location
 from vault._vault import Vault, vault_of_writer
 
+if TYPE_CHECKING:
+    from vault._pins import Pin
+
 DATASET_ATTR = "rlvault_dataset"
 DATASET_FORMAT = 1
 SHARDS = "shards"
 _ABSENT = b"\x02"  # TensorStore's generation of a key that does not exist
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_COMMIT_ID = re.compile(r"\d+(-[0-9a-f]{4,64})?")
 
 
 def is_dataset(location: LocationLike, storage: dict[str, Any] | None = None) -> bool:
@@ -69,6 +75,11 @@ def _root_doc(where: Location, raw: bytes | None) -> dict[str, Any] | None:
     if not isinstance(attrs, dict) or not isinstance(attrs.get(DATASET_ATTR), dict):
         return None
     return dict(attrs[DATASET_ATTR])
+
+
+def root_json(template: Manifest) -> bytes:
+    """The root ``zarr.json`` of a dataset whose shards are shaped like ``template``."""
+    return group_json({DATASET_ATTR: {"format": DATASET_FORMAT, "template": template.to_json()}})
 
 
 def _template_of(doc: dict[str, Any], where: Location) -> Manifest:
@@ -116,6 +127,7 @@ class Dataset:
         self._where = location
         self._template = template
         self._shards: dict[str, Vault] = {}
+        self._tag: str | None = None  # the tag this dataset is pinned to (None: the latest)
 
     # ------------------------------------------------------------------------ entry points
     @classmethod
@@ -146,7 +158,6 @@ class Dataset:
             structure_or_state, rows=rows, codec=codec, level=level, chunk=chunk,
             metadata=metadata, episodes=episodes,
         )  # fmt: skip
-        doc = {"format": DATASET_FORMAT, "template": template.to_json()}
         raw = where.read(MANIFEST_KEY)
         existing = _root_doc(where, raw)
         if existing is None and raw is not None:
@@ -157,9 +168,7 @@ class Dataset:
             where.prepare()
             with where.failures("create the dataset"):
                 kv = where.kvstore()
-                written = kv.write(
-                    MANIFEST_KEY, group_json({DATASET_ATTR: doc}), if_equal=_ABSENT
-                ).result()
+                written = kv.write(MANIFEST_KEY, root_json(template), if_equal=_ABSENT).result()
             if written.generation:
                 return cls(where, template)
             existing = _read_root(where)  # another process created it first
@@ -179,15 +188,73 @@ class Dataset:
         return cls(where, theirs)
 
     @classmethod
-    def open(cls, location: LocationLike, *, storage: dict[str, Any] | None = None) -> Dataset:
-        """The dataset at ``location``, with every shard's committed data as of now."""
+    def open(
+        cls,
+        location: LocationLike,
+        *,
+        at: Pin | None = None,
+        storage: dict[str, Any] | None = None,
+    ) -> Dataset:
+        """The dataset at ``location``, with every shard's committed data as of now.
+
+        ``at``: a tag set by :meth:`tag` (``vault tag DATASET NAME``): the dataset as it was
+        tagged, i.e. every shard that has the tag, each pinned to its tagged commit (shards
+        added later, which lack it, are left out); :meth:`refresh` then changes nothing.
+        :class:`VaultPinError` when no shard has the tag."""
         where = parse_location(location, storage)
         doc = _read_root(where)
         if doc is None:
             raise VaultNotFoundError(f"no dataset at {where} (no dataset {MANIFEST_KEY})")
         dataset = cls(where, _template_of(doc, where))
-        dataset.refresh()
+        if at is None:
+            dataset.refresh()
+        else:
+            dataset._pin(at)
         return dataset
+
+    def _pin(self, tag: Pin) -> None:
+        if not isinstance(tag, str) or _COMMIT_ID.fullmatch(tag):
+            raise VaultArgumentError(
+                f"a dataset is pinned by a tag name (commit numbers and ids are each shard's "
+                f"own: open one shard with Vault.open(..., at=...)), got {tag!r}"
+            )
+        for name in self._list_names():
+            try:
+                vault = Vault.open(self._where.child(f"{SHARDS}/{name}"))
+            except VaultNotFoundError:
+                continue
+            if tag not in vault.tags():
+                continue  # added after the tag was set
+            self._check_shard(name, vault.manifest)
+            self._shards[name] = Vault.open(self._where.child(f"{SHARDS}/{name}"), at=tag)
+        if not self._shards:
+            raise VaultPinError(f"{self._where}: no shard has the tag {tag!r}")
+        self._tag = tag
+
+    @property
+    def tagged(self) -> str | None:
+        """The tag this dataset was opened at (None: it shows the latest commits)."""
+        return self._tag
+
+    def tag(self, name: str) -> dict[str, str]:
+        """Name every shard's current commit ``name`` (as :meth:`Vault.tag`, shard by
+        shard), so that ``Dataset.open(location, at=name)`` reads exactly this data later.
+        Every shard is checked first: if one already has the tag on another commit
+        (tags never move) nothing is tagged (:class:`VaultExistsError` naming the shards).
+        Returns shard -> commit id."""
+        if not self._shards:
+            raise VaultNotFoundError(f"{self._where}: the dataset has no shard to tag yet")
+        taken = []
+        for shard, vault in self._shards.items():
+            existing = vault.tags().get(name)
+            if existing is not None and existing != vault.commit_id:
+                taken.append(f"{shard} ({existing})")
+        if taken:
+            raise VaultExistsError(
+                f"{self._where}: tag {name!r} already names other commits of shards "
+                f"{', '.join(taken)}; tags never move (choose another name)"
+            )
+        return {shard: vault.tag(name) for shard, vault in self._shards.items()}
 
     # ------------------------------------------------------------------------- writing
     def shard(self, name: str | None = None, *, rows: int | None = None) -> Vault:
@@ -195,6 +262,11 @@ class Dataset:
         (default: host, process id and a random part). A new shard is created with the
         dataset's structure (``rows`` overrides the template's); an existing one is opened
         for appending when its structure matches (its writer lock keeps it to one writer)."""
+        if self._tag is not None:
+            raise VaultModeError(
+                f"{self._where} was opened at tag {self._tag!r}, for reading; open it without "
+                "at= (or with Dataset.create(..., exist_ok=True)) to write a shard"
+            )
         name = default_shard_name() if name is None else name
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise VaultArgumentError(
@@ -232,7 +304,9 @@ class Dataset:
     # ------------------------------------------------------------------------- reading
     def refresh(self) -> int:
         """See new shards and new commits; returns how many timesteps (all rows) became
-        visible."""
+        visible. A dataset opened at a tag stays as tagged (returns 0)."""
+        if self._tag is not None:
+            return 0
         before = self.timesteps
         for vault in self._shards.values():
             vault.refresh()

@@ -16,15 +16,15 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 import numpy as np
 
 from vault import _read, _structure
 from vault._args import callable_arg
 from vault._create import create_vault, plan_manifest, publish_manifest
-from vault._dataset import Dataset
+from vault._dataset import SHARDS, Dataset, root_json
 from vault._episodes import EpisodeTable
 from vault._errors import (
     VaultArgumentError,
@@ -33,6 +33,7 @@ from vault._errors import (
     VaultReadError,
     VaultStructureError,
 )
+from vault._format import MANIFEST_KEY
 from vault._location import (
     Location,
     failed_os_call,
@@ -51,6 +52,24 @@ Progress = Callable[[int, int], None]  # (timesteps copied, total)
 Source = LocationLike | Vault
 
 
+Spans = Mapping[str, tuple[int, int]]
+
+
+@overload
+def derive_slice(
+    source: Dataset,
+    dest: LocationLike,
+    *,
+    rows: Sequence[int] | None = None,
+    start: int | None = None,
+    stop: int | None = None,
+    spans: Spans | None = None,
+    codec: str | None = "auto",
+    progress: Progress | None = None,
+) -> Dataset: ...
+
+
+@overload
 def derive_slice(
     source: Source,
     dest: LocationLike,
@@ -58,15 +77,38 @@ def derive_slice(
     rows: Sequence[int] | None = None,
     start: int | None = None,
     stop: int | None = None,
+    spans: None = None,
     codec: str | None = "auto",
     progress: Progress | None = None,
-) -> Vault:
+) -> Vault: ...
+
+
+def derive_slice(
+    source: Source | Dataset,
+    dest: LocationLike,
+    *,
+    rows: Sequence[int] | None = None,
+    start: int | None = None,
+    stop: int | None = None,
+    spans: Spans | None = None,
+    codec: str | None = "auto",
+    progress: Progress | None = None,
+) -> Vault | Dataset:
     """A new vault holding ``rows`` x ``[start, stop)`` of ``source`` (opened read-only).
 
     The episode index is rebuilt: an episode already running at ``start`` is marked as of
     unknown start, one still running at ``stop`` stays open; seams are kept.
+
+    ``source`` may be a :class:`~vault.Dataset` of shards: the result is then a new dataset
+    (same structure) of every shard sliced alike (``rows`` and ``[start, stop)`` of each
+    shard, under the same shard names), or, with ``spans`` (``{shard: (start, stop)}``
+    instead of ``start``/``stop``), of the named shards, each with its own time range.
     """
     callable_arg("progress", progress)
+    if isinstance(source, Dataset):
+        return _dataset_slice(source, dest, rows, start, stop, spans, codec, progress)
+    if spans is not None:
+        raise VaultArgumentError("spans= picks time ranges of a dataset's shards; give a Dataset")
     with _opened(source) as src:
         # validated (no floats, bools, strings; in range) before anything is converted
         picked = np.arange(src.rows)[_read.row_selection(src, rows)].reshape(-1).tolist()
@@ -81,6 +123,62 @@ def derive_slice(
             known = _starts_known(src, picked, lo)
             _copy(src, out, picked, lo, hi, known, progress, 0, hi - lo)
     return Vault.open(target)
+
+
+def _dataset_slice(
+    dataset: Dataset,
+    dest: LocationLike,
+    rows: Sequence[int] | None,
+    start: int | None,
+    stop: int | None,
+    spans: Spans | None,
+    codec: str | None,
+    progress: Progress | None,
+) -> Dataset:
+    snaps = dict(zip(dataset.shards, dataset.snapshots, strict=True))
+    if spans is None:
+        ranges = {name: _read.time_range(snap, start, stop) for name, snap in snaps.items()}
+    else:
+        if start is not None or stop is not None:
+            raise VaultArgumentError("give start/stop (every shard) or spans, not both")
+        if not isinstance(spans, Mapping):
+            raise VaultArgumentError(
+                f"spans must be a mapping of shard name to (start, stop), got "
+                f"{type(spans).__name__}"
+            )
+        unknown = sorted(set(spans) - set(snaps))
+        if unknown:
+            raise VaultArgumentError(
+                f"{dataset.location}: no shards {unknown}; the dataset has {dataset.shards}"
+            )
+        ranges = {name: _read.time_range(snaps[name], *spans[name]) for name in spans}
+    if not ranges:
+        raise VaultReadError(f"{dataset.location}: no shard to slice")
+    picked = {}
+    for name in ranges:
+        src = snaps[name]
+        picked[name] = np.arange(src.rows)[_read.row_selection(src, rows)].reshape(-1).tolist()
+        if not picked[name]:
+            raise VaultReadError(f"rows selects no row of shard {name!r}")
+    target = _destination(dest, list(snaps.values()))
+    root = parse_location(dataset.location)
+    if root.contains(target):
+        raise VaultLocationError(
+            f"{target}: the destination is inside the source dataset {root}; choose a "
+            "destination outside it (nothing was written)"
+        )
+    total, copied = sum(hi - lo for lo, hi in ranges.values()), 0
+    with building(target) as tmp:
+        for name in sorted(ranges):
+            src, (lo, hi), chosen = snaps[name], ranges[name], picked[name]
+            op = {"op": "slice", "start": lo, "shard": name}
+            where = tmp.child(f"{SHARDS}/{name}")
+            with _new_vault(src, where, len(chosen), codec, op) as out:
+                known = _starts_known(src, chosen, lo)
+                copied = _copy(src, out, chosen, lo, hi, known, progress, copied, total)
+        with tmp.failures("write the dataset's root"):  # last: only now is it a dataset
+            tmp.kvstore().write(MANIFEST_KEY, root_json(dataset.template)).result()
+    return Dataset.open(target)
 
 
 def derive_episodes(

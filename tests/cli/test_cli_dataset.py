@@ -74,7 +74,7 @@ def test_verify_checks_every_shard_and_names_a_damaged_one(tmp_path: Path) -> No
     doc = cli.json("verify", root, code=3)
     assert [s["ok"] for s in doc["shards"]] == [True, False]
     assert doc["shards"][1]["problems"]
-    assert "1 shards with problems" in cli("verify", root, code=3).stdout
+    assert "1 shard with problems" in cli("verify", root, code=3).stdout
 
 
 def test_stats_and_episodes_span_the_shards(dataset: Path) -> None:

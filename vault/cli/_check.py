@@ -54,8 +54,12 @@ def verify(
 
     check_vault_path(path)
     if is_dataset(path):
-        _no_pins_for_datasets(at, fingerprint)
-        _dataset_cmds.verify(path, json_out)
+        if fingerprint is not None:
+            fail(
+                "--fingerprint names one vault's content: pass a shard "
+                "(DATASET/shards/NAME) rather than the dataset"
+            )
+        _dataset_cmds.verify(path, json_out, at)
         return
     with progress_bar("verifying chunks") as progress:
         report = run_verify(path, progress=progress, at=pin_of(at), fingerprint=fingerprint)
@@ -73,14 +77,6 @@ def verify(
         _render_report(report, path)
     if not report.ok:
         exit_with(EXIT_CORRUPT)
-
-
-def _no_pins_for_datasets(*given: str | None) -> None:
-    if any(g is not None for g in given):
-        fail(
-            "--at and --fingerprint name one vault's commit: pass a shard "
-            "(DATASET/shards/NAME) rather than the dataset"
-        )
 
 
 def _render_report(report: VerifyReport, shown: str) -> None:

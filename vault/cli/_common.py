@@ -22,12 +22,22 @@ from rich.console import Console
 from vault import VaultAccessError, VaultCorruptError, VaultError, VaultNotFoundError
 
 if TYPE_CHECKING:
-    from vault import Vault
+    from vault import Dataset, Vault
 
 PathArg = Annotated[
-    str, typer.Argument(metavar="PATH", help="Vault path or URL.", show_default=False)
+    str,
+    typer.Argument(metavar="PATH", help="Vault (or dataset root) path or URL.", show_default=False),
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+ShardOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--shard",
+        metavar="NAME",
+        help="PATH is a dataset's root: use just this shard (a vault) of it.",
+        show_default=False,
+    ),
+]
 
 EXIT_OTHER = 1
 EXIT_USAGE = 1  # typer's 2 is this command's "not found"
@@ -119,6 +129,11 @@ def emit_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(plain(doc), indent=2, allow_nan=False) + "\n")
 
 
+def shards_text(n: int) -> str:
+    """``"1 shard"``, ``"3 shards"``."""
+    return f"{n} shard" if n == 1 else f"{n} shards"
+
+
 def human_bytes(n: int | float | None) -> str:
     if n is None:
         return "-"
@@ -208,6 +223,50 @@ def open_vault(path: str) -> Vault:
 
     check_vault_path(path)
     return Vault.open(path)
+
+
+def open_source(path: str, shard: str | None = None) -> Vault | Dataset:
+    """The vault at PATH, or, for a dataset's root, the dataset (with ``--shard NAME``, its
+    shard ``NAME``, a vault). A ``--shard`` with a vault, or a shard the dataset does not
+    have, is refused in one line."""
+    from vault import Dataset, is_dataset
+
+    check_vault_path(path)
+    if not is_dataset(path):
+        if shard is not None:
+            fail(f"--shard picks a shard of a dataset, but {path} is a vault; leave --shard out")
+        return open_vault(path)
+    dataset = Dataset.open(path)
+    if shard is None:
+        return dataset
+    if shard not in dataset.shards:
+        have = ", ".join(dataset.shards) or "none yet"
+        fail(
+            f"{path}: no shard {shard!r} in this dataset (its shards: {have}; "
+            f"`vault ls {path}` lists them)",
+            EXIT_NOT_FOUND,
+        )
+    return dataset.vault(shard)
+
+
+def leaf_names(location: str, have: list[str], wanted: list[str] | None) -> list[str]:
+    """The leaves ``--leaf`` names (all without it), refused in one line if unknown."""
+    names = list(wanted) if wanted else list(have)
+    unknown = [n for n in names if n not in have]
+    if unknown:
+        fail(f"{location}: unknown leaves {unknown}; the vault has {have}")
+    return names
+
+
+@contextlib.contextmanager
+def in_shard(name: str) -> Iterator[None]:
+    """A selection refused for one shard of a dataset names the shard (and --shard)."""
+    try:
+        yield
+    except CliError as err:
+        raise CliError(
+            f"shard {name!r}: {err}; or choose one shard with --shard NAME", err.code
+        ) from None
 
 
 def check_vault_path(path: str) -> None:

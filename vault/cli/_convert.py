@@ -15,7 +15,17 @@ from typing import Annotated, Any
 import typer
 
 from vault.cli import _export
-from vault.cli._common import JsonOpt, PathArg, emit_json, fail, local_path, progress_bar, stdout
+from vault.cli._common import (
+    JsonOpt,
+    PathArg,
+    ShardOpt,
+    emit_json,
+    fail,
+    local_path,
+    open_source,
+    progress_bar,
+    stdout,
+)
 from vault.cli._export import CompressOpt, LeafOpt, RowsOpt, TimeOpt
 
 FORMATS = ("flashbax", "minari", "d4rl")
@@ -100,26 +110,44 @@ def export(
         typer.Option(help="minari: datasets directory (default: MINARI_DATASETS_PATH)."),
     ] = None,
     data_format: Annotated[str, typer.Option(help="minari: hdf5 or arrow.")] = "hdf5",
+    shard: ShardOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """Export a selection of a vault to numpy files, or its episodes as a Minari dataset."""
+    """Export a selection of a vault to numpy files, or its episodes as a Minari dataset.
+    A dataset's root exports every shard's selection (npz members and npy files
+    ``shards/<name>/<leaf>``), or with --shard one shard as a vault."""
     if fmt != "minari":
         if minari_root is not None or data_format != "hdf5":
             fail("--minari-root and --data-format are for --format minari")
-        _export.export(path, Path(out), fmt, leaf, rows, time, compress, json_out)
+        _export.export(path, Path(out), fmt, leaf, rows, time, compress, json_out, shard)
         return
     if leaf or rows is not None or time is not None or compress:
         fail(
             "--format minari exports every complete episode: --leaf/--rows/--time/--compress "
             "do not apply"
         )
+    from vault import Dataset
     from vault.converters import export_dataset
 
+    source = open_source(path, shard)
+    if isinstance(source, Dataset):
+        fail(
+            f"{path} is a dataset of shards; --format minari exports one vault's episodes: "
+            f"pass --shard NAME, or first gather every shard's episodes into one vault with "
+            f"`vault subsample {path} --out VAULT` and export that"
+        )
     with progress_bar("exporting minari", bytes_unit=True) as progress:
         made = export_dataset(
-            "minari", path, out, root=minari_root, data_format=data_format, progress=progress
+            "minari",
+            source.location,
+            out,
+            root=minari_root,
+            data_format=data_format,
+            progress=progress,
         )
     doc = {"path": path, "format": "minari", "dataset_id": out, "out": str(made)}
+    if shard is not None:
+        doc["shard"] = shard
     if json_out:
         emit_json(doc)
     else:

@@ -3,6 +3,7 @@ made by ``vault.Dataset.create``): the commands call these when PATH is a datase
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from vault.cli._common import (
@@ -10,25 +11,36 @@ from vault.cli._common import (
     emit_json,
     episode_fields,
     exit_with,
+    fail,
     leaf_table,
     number,
+    shards_text,
     stdout,
 )
 
 
-def _open(path: str) -> Any:
+def open_dataset(path: str, at: str | None = None) -> Any:
+    """The dataset at ``path``; with ``at`` (``--at TAG``), as that tag pins it."""
     from vault import Dataset
 
-    return Dataset.open(path)
+    if at is not None and re.fullmatch(r"\d+(-[0-9a-f]+)?", at):
+        fail(
+            f"--at {at}: a dataset is pinned by a tag (`vault tag {path} NAME` tags every "
+            "shard); a commit number or id is one shard's: pass the shard, "
+            "DATASET/shards/NAME, instead"
+        )
+    return Dataset.open(path, at=at)
 
 
 def _shard_rows(dataset: Any) -> list[dict[str, Any]]:
     return list(dataset.describe()["shards"])
 
 
-def info(path: str, json_out: bool) -> None:
-    dataset = _open(path)
+def info(path: str, json_out: bool, at: str | None = None) -> None:
+    dataset = open_dataset(path, at)
     doc = dataset.describe()
+    if at is not None:
+        doc["tag"] = at
     template = dataset.template
     doc["leaves"] = [
         {"name": leaf.name, "shape": list(leaf.shape), "dtype": leaf.dtype}
@@ -38,7 +50,7 @@ def info(path: str, json_out: bool) -> None:
     if json_out:
         emit_json(doc)
         return
-    _render_shards(path, doc, "dataset")
+    _render_shards(path, doc, "dataset" if at is None else f"dataset at tag {at}")
     leaves = ", ".join(f"{leaf['name']} {leaf['dtype']} {leaf['shape']}" for leaf in doc["leaves"])
     stdout().print(f"leaves (per row and timestep): {leaves}", highlight=False)
 
@@ -49,7 +61,8 @@ def _render_shards(shown: str, doc: dict[str, Any], what: str) -> None:
 
     shards = doc["shards"]
     table = Table(
-        title=f"{escape(shown)}: {what} of {len(shards)} shards, {doc['timesteps']} timesteps",
+        title=f"{escape(shown)}: {what} of {shards_text(len(shards))}, "
+        f"{doc['timesteps']} timesteps",
         title_justify="left",
     )
     for col in ("shard", "rows", "committed", "commit"):
@@ -61,14 +74,15 @@ def _render_shards(shown: str, doc: dict[str, Any], what: str) -> None:
     stdout().print(table)
 
 
-def verify(path: str, json_out: bool) -> None:
-    """Every shard verified; exit 3 when any has a problem."""
+def verify(path: str, json_out: bool, at: str | None = None) -> None:
+    """Every shard verified (with ``at``, a tag: every shard that has it, at its tagged
+    commit); exit 3 when any has a problem."""
     from vault import verify as run_verify
 
-    dataset = _open(path)
+    dataset = open_dataset(path, at)
     shards = []
     for name, vault in dataset.vaults():
-        report = run_verify(vault)
+        report = run_verify(vault, at=at)
         shards.append(
             {
                 "shard": name,
@@ -82,7 +96,7 @@ def verify(path: str, json_out: bool) -> None:
     if json_out:
         emit_json({"path": dataset.location, "ok": ok, "shards": shards})
     else:
-        _render_verify(path, shards, ok)
+        _render_verify(path if at is None else f"{path} at tag {at}", shards, ok)
     if not ok:
         exit_with(EXIT_CORRUPT)
 
@@ -99,17 +113,17 @@ def _render_verify(shown: str, shards: list[dict[str, Any]], ok: bool) -> None:
             )
     bad = sum(not s["ok"] for s in shards)
     chunks = sum(s["chunks_checked"] for s in shards)
-    head = f"{escape(shown)}: {len(shards)} shards; checked {chunks} chunks"
+    head = f"{escape(shown)}: {shards_text(len(shards))}; checked {chunks} chunks"
     if ok:
         console.print(f"[green]sound[/green]: {head}")
     else:
-        console.print(f"[red]corrupt[/red]: {head}; {bad} shards with problems")
+        console.print(f"[red]corrupt[/red]: {head}; {shards_text(bad)} with problems")
 
 
 def stats(path: str, leaves: list[str] | None, json_out: bool, progress: Any) -> None:
     from vault import leaf_stats
 
-    dataset = _open(path)
+    dataset = open_dataset(path)
     found = leaf_stats(dataset, leaves=leaves, progress=progress)
     doc: dict[str, Any] = {
         "path": dataset.location,
@@ -122,7 +136,7 @@ def stats(path: str, leaves: list[str] | None, json_out: bool, progress: Any) ->
         emit_json(doc)
         return
     console = stdout()
-    title = f"{path}: {len(doc['shards'])} shards, {doc['timesteps']} timesteps"
+    title = f"{path}: {shards_text(len(doc['shards']))}, {doc['timesteps']} timesteps"
     console.print(leaf_table(doc["leaves"], title))
     if doc["episodes"] is not None:
         console.print(
@@ -135,9 +149,8 @@ def episodes(
     path: str, sort: str | None, ascending: bool, head: int, include_open: bool, json_out: bool
 ) -> None:
     from vault import episode_stats
-    from vault.cli._common import fail
 
-    dataset = _open(path)
+    dataset = open_dataset(path)
     if not dataset.has_episodes:
         fail(f"{path} keeps no episode index (its shards were created without done_leaf)")
     table = dataset.episodes(include_open=include_open)
@@ -156,7 +169,7 @@ def episodes(
 
     table_out = Table(
         title=f"{escape(path)}: {counts['episodes']} complete episodes in "
-        f"{len(dataset.shards)} shards",
+        f"{shards_text(len(dataset.shards))}",
         title_justify="left",
     )
     for col in ("shard", "row", "start", "length", "return", "truncated"):

@@ -11,13 +11,16 @@ from vault.cli import _dataset_cmds
 from vault.cli._common import (
     JsonOpt,
     PathArg,
+    ShardOpt,
     check_vault_path,
     emit_json,
     fail,
     natural_width,
     number,
+    open_source,
     open_vault,
     progress_bar,
+    shards_text,
     stdout,
 )
 from vault.cli._facts import episode_counts
@@ -124,39 +127,58 @@ def plot(
         int,
         typer.Option(
             "--max-rows",
-            help="Up to this many rows, each row is its own line; more rows are drawn as a "
-            "heat map (rows x time) under their mean with a band.",
+            help="Up to this many rows (a dataset: shards), each is its own line; more are "
+            "drawn as a heat map (rows x time) under their mean with a band.",
             min=1,
         ),
     ] = 3,
+    shard: ShardOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
-    """One figure: return histogram, episode-length histogram and reward over time."""
+    """One figure: return histogram, episode-length histogram and reward over time. For a
+    dataset's root: the episodes of every shard, and one reward line per shard (the mean of
+    its rows; more shards than --max-rows: a heat map of shards over time)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
         fail("vault plot needs matplotlib: pip install 'rlvault[plot]'")
+    from vault import Dataset
     from vault.cli import _plot
 
     if out.suffix.lower() != ".png":
         fail(f"--out must name a .png file, got {out}; e.g. --out {out.with_suffix('.png')}")
     if out.exists() and not force:
         fail(f"{out} already exists; pass --force to overwrite it, or choose another --out")
-    vault = open_vault(path)
-    table = vault.episodes() if vault.has_episodes else None
-    leaf = _plot.reward_leaf(vault, reward)
-    with progress_bar("reading rewards", bytes_unit=True) as progress:
-        curve = _plot.reward_curve(vault, leaf, progress=progress) if leaf else None
-    size = _plot.draw(vault, table, leaf, curve, out, max_rows=max_rows)
+    source = open_source(path, shard)
+    table = source.episodes() if source.has_episodes else None
+    leaf = _plot.reward_leaf(source, reward)
+    if isinstance(source, Dataset):
+        with progress_bar("reading rewards") as progress:
+            curve = _plot.shards_curve(source, leaf, progress=progress) if leaf else None
+        title = (
+            f"{source.location}\ndataset of {shards_text(len(source.shards))}, "
+            f"{source.timesteps} timesteps"
+        )
+        size = _plot.draw(title, table, leaf, curve, out, max_rows=max_rows, labels=source.shards)
+        rows, lines = sum(v.rows for _, v in source.vaults()), len(source.shards)
+        extra: dict[str, Any] = {"kind": "dataset", "shards": source.describe()["shards"]}
+    else:
+        with progress_bar("reading rewards", bytes_unit=True) as progress:
+            curve = _plot.reward_curve(source, leaf, progress=progress) if leaf else None
+        title = f"{source.location}\n{source.rows} rows x {source.committed_length} timesteps"
+        size = _plot.draw(title, table, leaf, curve, out, max_rows=max_rows)
+        rows = lines = source.rows
+        extra = {} if shard is None else {"shard": shard}
     doc = {
-        "path": vault.location,
+        "path": source.location,
         "out": str(out),
         "width": size[0],
         "height": size[1],
         "reward_leaf": leaf,
-        "rows_drawn": vault.rows if leaf else 0,
-        "reward_panel": _plot.panel_kind(vault.rows, max_rows) if leaf else None,
+        "rows_drawn": rows if leaf else 0,
+        "reward_panel": _plot.panel_kind(lines, max_rows) if leaf else None,
+        **extra,
     }
     if json_out:
         emit_json(doc)

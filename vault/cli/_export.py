@@ -31,10 +31,13 @@ from vault.cli._common import (
     ProgressFn,
     emit_json,
     fail,
-    open_vault,
+    in_shard,
+    leaf_names,
+    open_source,
     parse_rows,
     parse_span,
     progress_bar,
+    shards_text,
 )
 from vault.cli._common import stdout as console
 
@@ -67,31 +70,42 @@ def export(
     time: TimeOpt = None,
     compress: CompressOpt = False,
     json_out: JsonOpt = False,
+    shard: str | None = None,
 ) -> None:
-    """Export a selection of a vault to numpy files (one array per leaf, rows x time x ...)."""
+    """Export a selection of a vault to numpy files (one array per leaf, rows x time x ...);
+    of a dataset, every shard's selection (``shards/<name>/<leaf>``)."""
+    from vault import Dataset
+
     if fmt not in FORMATS:
         fail(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}")
     if out.exists():
         fail(f"{out} already exists; choose a new destination (nothing is ever overwritten)")
-    vault = open_vault(path)
-    names = list(leaf) if leaf else vault.leaf_names
-    unknown = [n for n in names if n not in vault.leaf_names]
-    if unknown:
-        fail(f"{vault.location}: unknown leaves {unknown}; the vault has {vault.leaf_names}")
-    picked = parse_rows(rows, vault.rows)
-    lo, hi = parse_span(time, vault.committed_length, "--time")
-    header = {
-        "source": vault.location,
-        "rows": picked if picked is not None else list(range(vault.rows)),
-        "time": [lo, hi],
-        "leaves": names,
-        "manifest": vault.manifest.to_json(),
-    }
+    source = open_source(path, shard)
+    names = leaf_names(source.location, source.leaf_names, leaf)
+    parts: list[tuple[str, Vault, list[int] | None, int, int]] = []
+    for name, member in source.vaults() if isinstance(source, Dataset) else [("", source)]:
+        with in_shard(name) if name else contextlib.nullcontext():
+            picked = parse_rows(rows, member.rows)
+            lo, hi = parse_span(time, member.committed_length, "--time")
+        parts.append((name, member, picked, lo, hi))
+    selected = [
+        {"rows": list(range(v.rows)) if p is None else p, "time": [lo, hi]}
+        for _, v, p, lo, hi in parts
+    ]
+    header: dict[str, Any] = {"source": source.location, "leaves": names}
+    if isinstance(source, Dataset):
+        header["kind"] = "dataset"
+        header["shards"] = [
+            {"shard": n, **sel} for (n, *_), sel in zip(parts, selected, strict=True)
+        ]
+    else:
+        header.update(selected[0])
+    header["manifest"] = source.manifest.to_json()
     out.parent.mkdir(parents=True, exist_ok=True)
     with _staged(out) as tmp, progress_bar("exporting", bytes_unit=True) as progress:
         folder = tmp if fmt == "npy" else tmp.with_name(tmp.name + ".d")
         try:
-            files = _write_npy(vault, names, picked, lo, hi, folder, progress)
+            files = _write_parts(parts, names, folder, progress)
             if fmt == "npy":
                 (folder / "manifest.json").write_text(json.dumps(header, indent=1))
             else:
@@ -99,13 +113,48 @@ def export(
         finally:
             if fmt == "npz":
                 shutil.rmtree(folder, ignore_errors=True)
-    doc: dict[str, Any] = {"path": vault.location, "out": str(out), "format": fmt}
+    doc: dict[str, Any] = {"path": source.location, "out": str(out), "format": fmt}
     doc["leaf_names"] = names
     doc["bytes"] = sum(f.stat().st_size for f in _files(out))
+    if isinstance(source, Dataset):
+        doc["kind"] = "dataset"
+        doc["shards"] = [
+            {"shard": n, "rows_selected": p, "time": [lo, hi]} for n, _, p, lo, hi in parts
+        ]
+    elif shard is not None:
+        doc["shard"] = shard
     if json_out:
         emit_json(doc)
-    else:
-        console().print(f"wrote {out} ({fmt}, {len(names)} leaves, {doc['bytes']} bytes)")
+        return
+    shards = f", {shards_text(len(parts))}" if isinstance(source, Dataset) else ""
+    console().print(f"wrote {out} ({fmt}, {len(names)} leaves{shards}, {doc['bytes']} bytes)")
+
+
+def _write_parts(
+    parts: list[tuple[str, Vault, list[int] | None, int, int]],
+    names: list[str],
+    folder: Path,
+    progress: ProgressFn,
+) -> dict[str, Path]:
+    """Each part's leaves as ``.npy`` files: a vault's under ``folder``, a shard's under
+    ``folder/shards/<name>``; returns member name -> file. One progress over all parts."""
+    sizes = [
+        (hi - lo)
+        * (v.rows if p is None else len(p))
+        * sum(v.manifest.leaf(n).step_bytes for n in names)
+        for _, v, p, lo, hi in parts
+    ]
+    total, files = sum(sizes), {}
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    for (name, vault, picked, lo, hi), before in zip(parts, starts, strict=True):
+
+        def step(done: int, _total: int, before: int = before) -> None:
+            progress(before + done, total)
+
+        prefix = f"shards/{name}/" if name else ""
+        written = _write_npy(vault, names, picked, lo, hi, folder / prefix, step)
+        files.update({f"{prefix}{leaf}": target for leaf, target in written.items()})
+    return files
 
 
 def _files(out: Path) -> list[Path]:

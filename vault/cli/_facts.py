@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from vault import LockHolder, Manifest, Vault
+    from vault import Dataset, LockHolder, Manifest, Vault
 
 
 def raw_bytes(manifest: Manifest, committed: int) -> int:
@@ -49,10 +49,10 @@ def describe_holder(state: dict[str, Any]) -> str:
     return f"yes: pid {holder.get('pid')} on {holder.get('host')} since {holder.get('since')}"
 
 
-def episode_counts(vault: Vault) -> dict[str, int | None]:
+def episode_counts(vault: Vault | Dataset) -> dict[str, int | None]:
     """``{"episodes": complete, "open_episodes": each row's unfinished last one}`` from the
-    episode index (both ``None`` when the vault keeps none). Every command reports episodes
-    with these two keys."""
+    episode index of a vault or of every shard of a dataset (both ``None`` when it keeps
+    none). Every command reports episodes with these two keys."""
     if not vault.has_episodes:
         return {"episodes": None, "open_episodes": None}
     table = vault.episodes(include_open=True)
@@ -70,6 +70,7 @@ def summary(vault: Vault) -> dict[str, Any]:
     disk = disk_usage(vault.location)
     return {
         "path": vault.location,
+        "kind": "vault",
         "rows": vault.rows,
         "committed": committed,
         **episode_counts(vault),
@@ -80,6 +81,30 @@ def summary(vault: Vault) -> dict[str, Any]:
         "created": manifest.created,
         "rlvault_version": manifest.rlvault_version,
         "leaf_count": len(manifest.leaves),
+    }
+
+
+def dataset_summary(dataset: Dataset) -> dict[str, Any]:
+    """The one-line facts of a dataset of shards (``ls``): its shards (name, rows, committed,
+    commit), total timesteps, episodes and sizes of every shard, and its template's format."""
+    from vault import disk_usage
+
+    template = dataset.template
+    raw = sum(raw_bytes(v.manifest, v.committed_length) for _, v in dataset.vaults())
+    disk = disk_usage(dataset.location)
+    return {
+        "path": dataset.location,
+        "kind": "dataset",
+        "shards": dataset.describe()["shards"],
+        "timesteps": dataset.timesteps,
+        **episode_counts(dataset),
+        "raw_bytes": raw,
+        "disk_bytes": disk,
+        "ratio": raw / disk if disk else None,
+        "format_version": template.format_version,
+        "created": template.created,
+        "rlvault_version": template.rlvault_version,
+        "leaf_count": len(template.leaves),
     }
 
 

@@ -1,150 +1,21 @@
-"""``vault ls`` and ``vault info``."""
+"""``vault info`` (``vault ls`` is ``cli/_ls.py``)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from typing import Annotated, Any
-
-import typer
+from typing import Any
 
 from vault.cli import _dataset_cmds, _facts
 from vault.cli._common import (
-    EXIT_NOT_FOUND,
     JsonOpt,
     PathArg,
     check_vault_path,
     emit_json,
-    fail,
     human_bytes,
-    local_path,
-    natural_width,
-    one_line,
     open_vault,
     stdout,
-    typed_storage_error,
 )
 from vault.cli._tag import AtOpt, pin_of
-
-
-def ls(
-    directory: Annotated[
-        str,
-        typer.Argument(
-            metavar="DIR", help="Folder (or location) to search, recursively.", show_default=False
-        ),
-    ] = ".",
-    json_out: JsonOpt = False,
-) -> None:
-    """List every vault under DIR: path, rows, committed timesteps, episodes, sizes, format."""
-    from vault import find_vaults
-
-    folder = local_path(directory)
-    if folder is not None and not folder.exists():
-        fail(
-            f"{directory}: no such file or directory; pass a folder that exists "
-            "(`vault ls` alone searches the current one)",
-            EXIT_NOT_FOUND,
-        )
-    if folder is not None and not folder.is_dir():
-        fail(
-            f"{directory} is a file, not a folder; `vault ls` searches a folder "
-            "(pass the folder that holds your vaults)",
-            EXIT_NOT_FOUND,
-        )
-    entries: list[dict[str, Any]] = []
-    for found in find_vaults(directory):
-        if found.problem is not None:
-            entries.append({"path": found.location, "error": found.problem})
-            continue
-        try:
-            vault = open_vault(found.location)
-            entries.append(_facts.summary(vault))
-        except Exception as err:  # a broken vault is listed with its error, never fatal
-            shown = typed_storage_error(err) or err
-            entries.append(
-                {"path": found.location, "error": f"{type(shown).__name__}: {one_line(shown)}"}
-            )
-    if json_out:
-        emit_json(entries)
-        return
-    _ls_table(entries, directory)
-
-
-# ``vault ls`` columns, most important first: (header, cell of an entry, right-justified).
-# On a narrow terminal the last ones are left out, so that no cell wraps; a wide one shows all.
-_LS_COLUMNS: list[tuple[str, Any, bool]] = [
-    ("path", None, False),
-    ("rows", lambda e: str(e["rows"]), True),
-    ("committed", lambda e: str(e["committed"]), True),
-    ("episodes", lambda e: "-" if e["episodes"] is None else str(e["episodes"]), True),
-    ("disk", lambda e: human_bytes(e["disk_bytes"]), True),
-    ("raw", lambda e: human_bytes(e["raw_bytes"]), True),
-    ("created", lambda e: str(e["created"])[:16].replace("T", " "), False),
-    ("format", lambda e: str(e["format_version"]), True),
-    ("leaves", lambda e: str(e["leaf_count"]), True),
-    ("ratio", lambda e: "-" if e["ratio"] is None else f"{e['ratio']:.2f}x", True),
-    ("rlvault", lambda e: str(e["rlvault_version"]), False),
-]
-
-
-def _ls_table(entries: list[dict[str, Any]], directory: str) -> None:
-    console = stdout()
-    if not entries:
-        console.print(f"no vaults under {directory}")
-        return
-    for n in range(len(_LS_COLUMNS), 1, -1):  # as many columns as fit without wrapping
-        table = _ls_build(entries, directory, _LS_COLUMNS[:n])
-        if natural_width(console, table) <= console.width:
-            break
-    console.print(table)
-    left_out = [name for name, _, _ in _LS_COLUMNS[n:]]
-    if left_out:
-        console.print(f"(hidden to fit: {', '.join(left_out)}; see --json)", style="dim")
-
-
-def _ls_build(entries: list[dict[str, Any]], directory: str, columns: list[Any]) -> Any:
-    from rich import box
-    from rich.table import Table
-
-    table = Table(
-        title=f"vaults under {directory}",
-        title_justify="left",
-        box=box.SIMPLE_HEAD,
-        show_edge=False,
-    )
-    broken = any("error" in e for e in entries)
-    for name, _, right in columns:
-        table.add_column(name, justify="right" if right else "left", no_wrap=name != "path")
-    if broken:
-        table.add_column("error", overflow="fold")
-    for e in entries:
-        path = _escape(_relative(e["path"], directory))
-        if "error" in e:
-            cells = [""] * (len(columns) - 1)
-            table.add_row(path, *cells, f"[red]{_escape(e['error'])}[/red]")
-            continue
-        cells = [cell(e) for _, cell, _ in columns[1:]]
-        table.add_row(path, *cells, *([""] if broken else []))
-    return table
-
-
-def _relative(location: str, under: str) -> str:
-    """``location`` relative to the searched ``under`` (as given, relative or absolute)."""
-    folder = local_path(under)
-    if folder is not None:
-        return os.path.relpath(location, folder)
-    base = under.rstrip("/")
-    inside = location.rstrip("/")
-    if inside == base:
-        return "."
-    return inside[len(base) + 1 :] if inside.startswith(base + "/") else location
-
-
-def _escape(text: str) -> str:
-    from rich.markup import escape
-
-    return escape(text)
 
 
 def info(
@@ -158,9 +29,7 @@ def info(
 
     check_vault_path(path)
     if is_dataset(path):
-        if at is not None:
-            fail("--at names one vault's commit: pass a shard (DATASET/shards/NAME)")
-        _dataset_cmds.info(path, json_out)
+        _dataset_cmds.info(path, json_out, at)
         return
     vault = open_vault(path) if at is None else Vault.open(path, at=pin_of(at))
     doc = _facts.summary(vault)

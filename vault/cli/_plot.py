@@ -5,7 +5,8 @@ over bins of time so that at most ``MAX_POINTS`` points are drawn (the rewards a
 block at a time). Up to ``max_rows`` rows, each row is its own line (with their mean when
 there are several); more rows would pile up into an unreadable tangle, so they are drawn as
 the mean over rows with a band (the middle half of the rows and their full range) above a heat
-map of every row over time.
+map of every row over time. A dataset of shards is drawn alike, each shard standing for a row
+(the mean of its rows, on one time axis: a shorter shard's line ends where its data does).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import numpy as np
 from vault.cli._common import ProgressFn, fail
 
 if TYPE_CHECKING:
-    from vault import EpisodeTable, Vault
+    from vault import Dataset, EpisodeTable, Vault
 
 MAX_POINTS = 300
 HEAT_BINS = 120  # time bins of the many-rows panels: each bin averages enough steps to read
@@ -32,27 +33,63 @@ def panel_kind(rows: int, max_rows: int) -> str:
     return "lines" if rows <= max_rows else "heat map"
 
 
-def reward_leaf(vault: Vault, wanted: str | None) -> str | None:
-    """The reward leaf: ``wanted``, the vault's episode reward leaf, or a leaf ``reward``."""
-    names = vault.leaf_names
+def reward_leaf(source: Vault | Dataset, wanted: str | None) -> str | None:
+    """The reward leaf: ``wanted``, the episode reward leaf of the vault (or dataset), or a
+    leaf ``reward``."""
+    names = source.leaf_names
     if wanted is not None:
         if wanted not in names:
-            fail(f"{vault.location}: no leaf {wanted!r}; the vault has {names}")
+            fail(f"{source.location}: no leaf {wanted!r}; the vault has {names}")
         return wanted
-    named = vault.episode_leaves["reward"]
-    if named:
-        return str(named)
+    episodes = source.manifest.episodes
+    if episodes is not None and episodes.reward:
+        return str(episodes.reward)
     return "reward" if "reward" in names else None
 
 
-def reward_curve(vault: Vault, leaf: str, progress: ProgressFn | None = None) -> dict[str, Any]:
-    """Per-row mean reward over bins of ``width`` timesteps: ``{"t": bin centres, "rows":
-    [rows, bins], "width": width}``. Multi-dimensional reward leaves are summed per step."""
+def shards_curve(dataset: Dataset, leaf: str, progress: ProgressFn | None = None) -> dict[str, Any]:
+    """:func:`reward_curve` of every shard on one time axis (bins of the same width), each
+    shard one "row" of the result: the mean over its rows (NaN past its committed length)."""
+    longest = max((v.committed_length for _, v in dataset.vaults()), default=0)
+    width = max(1, math.ceil(longest / MAX_POINTS))
+    bins = math.ceil(longest / width)
+    rows = np.full((len(dataset.shards), bins), np.nan)
+    counts = np.minimum(width, longest - np.arange(bins) * width)
+    total = sum(v.rows * v.committed_length for _, v in dataset.vaults())
+    done = 0
+    for i, (_, vault) in enumerate(dataset.vaults()):
+        base = done
+
+        def step(done_here: int, _total: int, base: int = base) -> None:
+            if progress is not None:
+                progress(base + done_here, total)
+
+        curve = reward_curve(vault, leaf, progress=step, width=width, unit_bytes=False)
+        n = curve["rows"].shape[1]
+        if vault.rows and n:
+            rows[i, :n] = curve["rows"].mean(axis=0)
+        done += vault.rows * vault.committed_length
+    t = np.arange(bins) * width + (counts - 1) / 2
+    return {"t": t, "rows": rows, "width": width, "counts": counts}
+
+
+def reward_curve(
+    vault: Vault,
+    leaf: str,
+    progress: ProgressFn | None = None,
+    *,
+    width: int | None = None,
+    unit_bytes: bool = True,
+) -> dict[str, Any]:
+    """Per-row mean reward over bins of ``width`` timesteps (default: at most
+    ``MAX_POINTS`` bins): ``{"t": bin centres, "rows": [rows, bins], "width": width}``.
+    Multi-dimensional reward leaves are summed per step. ``progress`` gets bytes read (or,
+    without ``unit_bytes``, timesteps of all rows)."""
     from vault import time_blocks
 
     meta = vault.manifest.leaf(leaf)
     length, rows = vault.committed_length, vault.rows
-    width = max(1, math.ceil(length / MAX_POINTS))
+    width = max(1, math.ceil(length / MAX_POINTS)) if width is None else width
     bins = math.ceil(length / width)
     sums = np.zeros((rows, bins), np.float64)
     step = rows * meta.step_bytes
@@ -66,7 +103,8 @@ def reward_curve(vault: Vault, leaf: str, progress: ProgressFn | None = None) ->
             part = np.bincount(index - first, weights=block[r])
             sums[r, first : first + part.size] += part
         if progress is not None:
-            progress(step * t1, step * length)
+            unit = step if unit_bytes else rows
+            progress(unit * t1, unit * length)
     counts = np.minimum(width, length - np.arange(bins) * width)
     return {
         "t": np.arange(bins) * width + (counts - 1) / 2,
@@ -78,7 +116,8 @@ def reward_curve(vault: Vault, leaf: str, progress: ProgressFn | None = None) ->
 
 def coarser(curve: dict[str, Any], bins: int) -> dict[str, Any]:
     """``curve`` with neighbouring bins merged (weighted by their timesteps) into at most
-    ``bins`` bins."""
+    ``bins`` bins; NaN bins (past a shard's end) are left out of a merge, and a merge of
+    only NaN bins is NaN."""
     n = curve["rows"].shape[1]
     k = max(1, math.ceil(n / bins))
     if k == 1:
@@ -86,28 +125,33 @@ def coarser(curve: dict[str, Any], bins: int) -> dict[str, Any]:
     counts = curve["counts"]
     groups = np.arange(n) // k
     merged = np.bincount(groups, weights=counts)
-    rows = np.stack(
-        [np.bincount(groups, weights=r * counts) / merged for r in curve["rows"]], axis=0
-    )
+    out = []
+    for r in curve["rows"]:
+        known = np.isfinite(r)
+        total = np.bincount(groups, weights=np.where(known, r, 0.0) * counts)
+        weight = np.bincount(groups, weights=known * counts)
+        out.append(np.divide(total, weight, out=np.full_like(total, np.nan), where=weight > 0))
     width = curve["width"] * k
     return {
         "t": np.arange(merged.size) * width + (merged - 1) / 2,
-        "rows": rows,
+        "rows": np.stack(out, axis=0),
         "width": width,
         "counts": merged,
     }
 
 
 def draw(
-    vault: Vault,
+    title: str,
     table: EpisodeTable | None,
     leaf: str | None,
     curve: dict[str, Any] | None,
     out: Path,
     *,
     max_rows: int = 3,
+    labels: list[str] | None = None,
 ) -> tuple[int, int]:
-    """Write the figure to ``out`` (PNG, atomically); return its size in pixels."""
+    """Write the figure to ``out`` (PNG, atomically); return its size in pixels. The curve's
+    rows are a vault's rows, or with ``labels`` (their names) a dataset's shards."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -124,15 +168,12 @@ def draw(
     if heat and leaf is not None and curve is not None and curve["rows"].shape[1] > 0:
         ax_mean = fig.add_subplot(grid[1, :])
         wide = coarser(curve, HEAT_BINS)
-        _reward_band(ax_mean, leaf, wide)
-        _reward_heat(fig, fig.add_subplot(grid[2, :], sharex=ax_mean), wide)
+        _reward_band(ax_mean, leaf, wide, labels)
+        _reward_heat(fig, fig.add_subplot(grid[2, :], sharex=ax_mean), wide, labels)
     else:
-        _rewards(fig.add_subplot(grid[1, :]), leaf, curve)
+        _rewards(fig.add_subplot(grid[1, :]), leaf, curve, labels)
     episodes = "no episode index" if complete is None else f"{len(complete)} complete episodes"
-    fig.suptitle(
-        f"{vault.location}\n{vault.rows} rows x {vault.committed_length} timesteps, {episodes}",
-        fontsize=12,
-    )
+    fig.suptitle(f"{title}, {episodes}", fontsize=12)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     try:
@@ -197,8 +238,11 @@ def _per(curve: dict[str, Any]) -> str:
     return "per timestep" if width == 1 else f"mean over bins of {width} timesteps"
 
 
-def _rewards(ax: Any, leaf: str | None, curve: dict[str, Any] | None) -> None:
-    """One line per row (and their mean when there are several)."""
+def _rewards(
+    ax: Any, leaf: str | None, curve: dict[str, Any] | None, labels: list[str] | None
+) -> None:
+    """One line per row (a dataset: per shard, the mean of its rows), and their mean when
+    there are several."""
     title = "Reward over time"
     if leaf is None or curve is None:
         _empty(ax, title, "no reward leaf (name one with --reward)")
@@ -208,25 +252,30 @@ def _rewards(ax: Any, leaf: str | None, curve: dict[str, Any] | None) -> None:
         _empty(ax, title, "no committed timesteps")
         return
     for r in range(rows.shape[0]):
-        ax.plot(curve["t"], rows[r], linewidth=0.9, alpha=0.75, label=f"row {r}")
+        name = f"row {r}" if labels is None else f"shard {labels[r]}"
+        ax.plot(curve["t"], rows[r], linewidth=0.9, alpha=0.75, label=name)
     if rows.shape[0] > 1:
-        ax.plot(curve["t"], rows.mean(axis=0), color="black", linewidth=2, label="mean of rows")
-    ax.set_title(f"{title}: leaf '{leaf}', {_per(curve)}")
+        mean = np.nanmean(rows, axis=0)
+        unit = "rows" if labels is None else "shards"
+        ax.plot(curve["t"], mean, color="black", linewidth=2, label=f"mean of {unit}")
+    each = "" if labels is None else ", each shard the mean of its rows"
+    ax.set_title(f"{title}: leaf '{leaf}', {_per(curve)}{each}")
     ax.set_xlabel("time (timestep)")
     ax.set_ylabel("reward")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small")
 
 
-def _reward_band(ax: Any, leaf: str, curve: dict[str, Any]) -> None:
+def _reward_band(ax: Any, leaf: str, curve: dict[str, Any], labels: list[str] | None) -> None:
     """The mean over rows, the middle half of the rows (25th to 75th percentile) and their
-    full range, per bin of time."""
+    full range, per bin of time (a dataset: over its shards, where they have data)."""
     rows, t = curve["rows"], curve["t"]
-    low, q1, q3, high = np.percentile(rows, [0, 25, 75, 100], axis=0)
+    low, q1, q3, high = np.nanpercentile(rows, [0, 25, 75, 100], axis=0)
     ax.fill_between(t, low, high, color="tab:blue", alpha=0.12, linewidth=0, label="min-max")
     ax.fill_between(t, q1, q3, color="tab:blue", alpha=0.35, linewidth=0, label="middle half")
-    ax.plot(t, rows.mean(axis=0), color="black", linewidth=1.5, label="mean")
-    ax.set_title(f"Reward over time: leaf '{leaf}', {_per(curve)}, across {rows.shape[0]} rows")
+    ax.plot(t, np.nanmean(rows, axis=0), color="black", linewidth=1.5, label="mean")
+    unit = "rows" if labels is None else "shards (each the mean of its rows)"
+    ax.set_title(f"Reward over time: leaf '{leaf}', {_per(curve)}, across {rows.shape[0]} {unit}")
     ax.set_ylabel("reward")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper right", fontsize="small", ncols=3, framealpha=0.8)
@@ -234,8 +283,9 @@ def _reward_band(ax: Any, leaf: str, curve: dict[str, Any]) -> None:
     ax.margins(x=0)
 
 
-def _reward_heat(fig: Any, ax: Any, curve: dict[str, Any]) -> None:
-    """Every row over time as a heat map (rows top to bottom, colour = mean reward)."""
+def _reward_heat(fig: Any, ax: Any, curve: dict[str, Any], labels: list[str] | None) -> None:
+    """Every row (or shard) over time as a heat map (top to bottom, colour = mean reward;
+    blank past a shard's committed length)."""
     rows, t, width = curve["rows"], curve["t"], curve["width"]
     left, right = t[0] - (width - 1) / 2 - 0.5, t[-1] + (width - 1) / 2 + 0.5
     image = ax.imshow(
@@ -246,5 +296,7 @@ def _reward_heat(fig: Any, ax: Any, curve: dict[str, Any]) -> None:
         extent=(left, right, rows.shape[0] - 0.5, -0.5),
     )
     ax.set_xlabel("time (timestep)")
-    ax.set_ylabel("row")
+    ax.set_ylabel("row" if labels is None else "shard")
+    if labels is not None and len(labels) <= 24:  # few shards: each named
+        ax.set_yticks(range(len(labels)), labels, fontsize="small")
     fig.colorbar(image, ax=ax, label="mean reward", pad=0.005, aspect=10)

@@ -12,7 +12,19 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from vault.cli._common import PathArg, emit_json, fail, open_vault, parse_rows, parse_span, stdout
+from vault.cli._common import (
+    PathArg,
+    ShardOpt,
+    emit_json,
+    fail,
+    in_shard,
+    leaf_names,
+    open_source,
+    parse_rows,
+    parse_span,
+    shards_text,
+    stdout,
+)
 
 if TYPE_CHECKING:
     from vault import Vault
@@ -58,28 +70,73 @@ def show(
         str | None,
         typer.Option("--time", "-t", help="Time range 'a:b' (negative: from the end)."),
     ] = None,
+    shard: ShardOpt = None,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the selected values as JSON (no summary).")
     ] = False,
 ) -> None:
-    """Show the values of leaves, summarised like numpy for large ones."""
-    import numpy as np
+    """Show the values of leaves, summarised like numpy for large ones. For a dataset's root,
+    every shard's selection under its name (--rows and --time apply to each shard)."""
+    from vault import Dataset
 
-    vault = open_vault(path)
-    names = list(leaf) if leaf else vault.leaf_names
-    unknown = [n for n in names if n not in vault.leaf_names]
-    if unknown:
-        fail(f"{vault.location}: unknown leaves {unknown}; the vault has {vault.leaf_names}")
-    picked = parse_rows(rows, vault.rows) or list(range(vault.rows))
-    lo, hi = parse_span(time, vault.committed_length, "--time")
+    dataset = open_source(path, shard)
+    if isinstance(dataset, Dataset):
+        names = leaf_names(dataset.location, dataset.leaf_names, leaf)
+        picks = []
+        for name, member in dataset.vaults():
+            with in_shard(name):
+                picks.append((name, member, *selection(member, rows, time)))
+        if json_out:
+            docs = [{"shard": name, **_show_doc(*pick)} for name, *pick in _named(picks, names)]
+            _check_size(sum(_selected_bytes(*pick) for _, *pick in _named(picks, names)))
+            emit_json({"path": dataset.location, "kind": "dataset", "shards": docs})
+            return
+        console = stdout()
+        console.print(
+            f"[bold]{escape(dataset.location)}[/bold]: dataset of {shards_text(len(picks))}",
+            highlight=False,
+        )
+        for name, member, picked, lo, hi in picks:
+            where = _where_text(member, picked, lo, hi)
+            console.print(f"[bold]shard {escape(name)}[/bold]: {where}")
+            _print_leaves(console, member, names, picked, lo, hi)
+        return
+    vault = dataset
+    names = leaf_names(vault.location, vault.leaf_names, leaf)
+    picked, lo, hi = selection(vault, rows, time)
     if json_out:
-        _show_json(vault, names, picked, lo, hi)
+        _check_size(_selected_bytes(vault, names, picked, lo, hi))
+        extra = {} if shard is None else {"shard": shard}
+        emit_json({**_show_doc(vault, names, picked, lo, hi), **extra})
         return
     console = stdout()
+    named = "" if shard is None else f" (shard {escape(shard)})"
     console.print(
-        f"[bold]{vault.location}[/bold]: rows {_rows_text(picked)}, time [{lo}, {hi}) "
-        f"of {vault.committed_length} committed"
+        f"[bold]{escape(vault.location)}[/bold]{named}: {_where_text(vault, picked, lo, hi)}"
     )
+    _print_leaves(console, vault, names, picked, lo, hi)
+
+
+def selection(vault: Vault, rows: str | None, time: str | None) -> tuple[list[int], int, int]:
+    """``--rows`` and ``--time`` of ``vault``: (rows, start, stop)."""
+    picked = parse_rows(rows, vault.rows) or list(range(vault.rows))
+    lo, hi = parse_span(time, vault.committed_length, "--time")
+    return picked, lo, hi
+
+
+def _named(picks: list[Any], names: list[str]) -> list[Any]:
+    return [(name, member, names, picked, lo, hi) for name, member, picked, lo, hi in picks]
+
+
+def _where_text(vault: Vault, picked: list[int], lo: int, hi: int) -> str:
+    return f"rows {_rows_text(picked)}, time [{lo}, {hi}) of {vault.committed_length} committed"
+
+
+def _print_leaves(
+    console: Any, vault: Vault, names: list[str], picked: list[int], lo: int, hi: int
+) -> None:
+    import numpy as np
+
     for name in names:
         spec = vault.manifest.leaf(name)
         shape = [len(picked), hi - lo, *spec.shape]
@@ -91,7 +148,7 @@ def show(
             max_line_width=max(40, console.width),
             separator=" ",
         )
-        console.print(f"[cyan]{name}[/cyan]  {spec.dtype} {shape}", highlight=False)
+        console.print(f"[cyan]{escape(name)}[/cyan]  {spec.dtype} {shape}", highlight=False)
         console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
@@ -101,28 +158,37 @@ def _rows_text(rows: list[int]) -> str:
     return ",".join(map(str, rows))
 
 
-def _show_json(vault: Vault, names: list[str], rows: list[int], lo: int, hi: int) -> None:
-    meta = {n: vault.manifest.leaf(n) for n in names}
-    size = sum(len(rows) * (hi - lo) * meta[n].step_bytes for n in names)
+def _selected_bytes(vault: Vault, names: list[str], rows: list[int], lo: int, hi: int) -> int:
+    return sum(len(rows) * (hi - lo) * vault.manifest.leaf(n).step_bytes for n in names)
+
+
+def _check_size(size: int) -> None:
     if size > JSON_LIMIT_BYTES:
         fail(
             f"the selection is {size} bytes; --json prints every value, so narrow it with "
-            f"--leaf, --rows or --time (at most {JSON_LIMIT_BYTES} bytes)"
+            f"--leaf, --rows, --time or --shard (at most {JSON_LIMIT_BYTES} bytes)"
         )
+
+
+def _show_doc(vault: Vault, names: list[str], rows: list[int], lo: int, hi: int) -> dict[str, Any]:
     data = vault.read_numpy(rows=rows, start=lo, stop=hi, leaves=names)
-    emit_json(
-        {
-            "path": vault.location,
-            "rows_selected": rows,
-            "time": [lo, hi],
-            "leaves": [
-                {
-                    "name": n,
-                    "dtype": meta[n].dtype,
-                    "shape": list(data[n].shape),
-                    "values": data[n],
-                }
-                for n in names
-            ],
-        }
-    )
+    return {
+        "path": vault.location,
+        "rows_selected": rows,
+        "time": [lo, hi],
+        "leaves": [
+            {
+                "name": n,
+                "dtype": vault.manifest.leaf(n).dtype,
+                "shape": list(data[n].shape),
+                "values": data[n],
+            }
+            for n in names
+        ],
+    }
+
+
+def escape(text: str) -> str:
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)

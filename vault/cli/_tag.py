@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from vault.cli._common import JsonOpt, PathArg, emit_json, stdout
+from vault.cli._common import JsonOpt, PathArg, check_vault_path, emit_json, shards_text, stdout
 
 AtOpt = Annotated[
     str | None,
@@ -27,9 +27,14 @@ def tag(
 ) -> None:
     """Name a commit NAME (usable wherever a commit is: `Vault.open(PATH, at=NAME)`,
     `vault verify --at NAME`). Tags never move: setting an existing tag to another commit
-    is refused. Needs no writer lock."""
-    from vault import Vault
+    is refused. Needs no writer lock. A dataset's root: every shard's commit is tagged
+    (`Dataset.open(PATH, at=NAME)` reads the dataset as tagged; --at takes a tag)."""
+    from vault import Vault, is_dataset
 
+    check_vault_path(path)
+    if is_dataset(path):
+        _tag_dataset(path, name, at, json_out)
+        return
     vault = Vault.open(path, at=pin_of(at))
     commit = vault.tag(name)
     if json_out:
@@ -37,6 +42,42 @@ def tag(
         emit_json({"path": path, "tag": name, "commit": commit, "committed": length})
         return
     stdout().print(f"{path}: tag {name} -> commit {commit} ({vault.committed_length} timesteps)")
+
+
+def _tag_dataset(path: str, name: str, at: str | None, json_out: bool) -> None:
+    from rich.markup import escape
+
+    from vault.cli._dataset_cmds import open_dataset
+
+    dataset = open_dataset(path, at)
+    commits = dataset.tag(name)
+    shards = [
+        {"shard": s, "rows": v.rows, "committed": v.committed_length, "commit": commits[s]}
+        for s, v in dataset.vaults()
+    ]
+    if json_out:
+        emit_json(
+            {
+                "path": dataset.location,
+                "kind": "dataset",
+                "tag": name,
+                "shards": shards,
+                "timesteps": dataset.timesteps,
+            }
+        )
+        return
+    console = stdout()
+    console.print(
+        f"{escape(path)}: tag {escape(name)} -> the commits of {shards_text(len(shards))} "
+        f"({dataset.timesteps} timesteps)",
+        highlight=False,
+    )
+    for shard in shards:
+        console.print(
+            f"  {escape(shard['shard'])}: commit {shard['commit']} "
+            f"({shard['committed']} timesteps)",
+            highlight=False,
+        )
 
 
 def pin_of(text: str | None) -> int | str | None:

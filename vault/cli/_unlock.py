@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from vault.cli._common import EXIT_USAGE, PathArg, exit_with, say_error, stdout
+from vault.cli._common import EXIT_USAGE, PathArg, exit_with, fail, say_error, stdout
 
 
 def unlock(
@@ -24,6 +24,12 @@ def unlock(
     """
     import vault
 
+    if vault.is_dataset(path):
+        fail(
+            f"{path} is a dataset of shards, each with its own writer lock: unlock the shard "
+            f"whose writer died, `vault unlock {path.rstrip('/')}/shards/NAME` (`vault ls "
+            f"{path}` lists the shards)"
+        )
     holder = vault.lock_holder(path)
     who = "nobody holds it (or the lease expired)" if holder is None else f"held by {holder}"
     if not yes:

@@ -28,7 +28,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from typer.core import TyperCommand, TyperGroup
 
-from vault.cli import _check, _convert, _derive, _episodes, _ls_info, _show, _tag, _unlock
+from vault.cli import _check, _convert, _derive, _episodes, _ls, _ls_info, _show, _tag, _unlock
 from vault.cli._common import (
     EXIT_INTERRUPTED,
     EXIT_OTHER,
@@ -151,7 +151,7 @@ def _root(
 
 
 for _name, _function in (
-    ("ls", _ls_info.ls),
+    ("ls", _ls.ls),
     ("info", _ls_info.info),
     ("show", _show.show),
     ("stats", _check.stats),
