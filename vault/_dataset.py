@@ -18,7 +18,6 @@ one still being created (no manifest yet) is not shown until it is.
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 import re
 import socket
@@ -26,7 +25,9 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from vault import _dataset_shards as shards_io
 from vault._create import create_vault, plan_manifest
+from vault._dataset_shards import SHARDS, ManifestCache, Shard
 from vault._episodes import EpisodeTable
 from vault._errors import (
     VaultArgumentError,
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 
 DATASET_ATTR = "rlvault_dataset"
 DATASET_FORMAT = 1
-SHARDS = "shards"
 _ABSENT = b"\x02"  # TensorStore's generation of a key that does not exist
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _COMMIT_ID = re.compile(r"\d+(-[0-9a-f]{4,64})?")
@@ -126,7 +126,8 @@ class Dataset:
     def __init__(self, location: Location, template: Manifest) -> None:
         self._where = location
         self._template = template
-        self._shards: dict[str, Vault] = {}
+        self._shards: dict[str, Shard] = {}  # by name, sorted; arrays opened on first read
+        self._manifests = ManifestCache(self._check_shard)
         self._tag: str | None = None  # the tag this dataset is pinned to (None: the latest)
 
     # ------------------------------------------------------------------------ entry points
@@ -226,7 +227,9 @@ class Dataset:
             if tag not in vault.tags():
                 continue  # added after the tag was set
             self._check_shard(name, vault.manifest)
-            self._shards[name] = Vault.open(self._where.child(f"{SHARDS}/{name}"), at=tag)
+            pinned = Vault.open(self._where.child(f"{SHARDS}/{name}"), at=tag)
+            snap = pinned.snapshot
+            self._shards[name] = Shard(name, snap.location, snap.manifest, snap.commit, b"", pinned)
         if not self._shards:
             raise VaultPinError(f"{self._where}: no shard has the tag {tag!r}")
         self._tag = tag
@@ -245,7 +248,8 @@ class Dataset:
         if not self._shards:
             raise VaultNotFoundError(f"{self._where}: the dataset has no shard to tag yet")
         taken = []
-        for shard, vault in self._shards.items():
+        vaults = {shard: self.vault(shard) for shard in self._shards}
+        for shard, vault in vaults.items():
             existing = vault.tags().get(name)
             if existing is not None and existing != vault.commit_id:
                 taken.append(f"{shard} ({existing})")
@@ -254,7 +258,7 @@ class Dataset:
                 f"{self._where}: tag {name!r} already names other commits of shards "
                 f"{', '.join(taken)}; tags never move (choose another name)"
             )
-        return {shard: vault.tag(name) for shard, vault in self._shards.items()}
+        return {shard: vault.tag(name) for shard, vault in vaults.items()}
 
     # ------------------------------------------------------------------------- writing
     def shard(self, name: str | None = None, *, rows: int | None = None) -> Vault:
@@ -282,17 +286,18 @@ class Dataset:
         return vault_of_writer(create_vault(where, manifest))
 
     def _shard_manifest(self, rows: int | None) -> Manifest:
+        """The template itself (``created`` too: the dataset's), with ``rows`` if given: the
+        shards of one dataset share their manifest's bytes, which a reader parses once."""
         template = self._template
-        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         if rows is None or rows == template.rows:
-            return dataclasses.replace(template, created=now)
+            return template
         if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
             raise VaultArgumentError(f"rows must be a positive int, got {rows!r}")
         leaves = tuple(
             dataclasses.replace(leaf, chunk=(min(leaf.chunk[0], rows), *leaf.chunk[1:]))
             for leaf in template.leaves
         )
-        return dataclasses.replace(template, rows=rows, leaves=leaves, created=now)
+        return dataclasses.replace(template, rows=rows, leaves=leaves)
 
     def _check_shard(self, name: str, manifest: Manifest) -> None:
         problems = structure_problems(self._template, manifest)
@@ -308,30 +313,13 @@ class Dataset:
         if self._tag is not None:
             return 0
         before = self.timesteps
-        for vault in self._shards.values():
-            vault.refresh()
-        for name in self._list_names():
-            if name in self._shards:
-                continue
-            try:
-                vault = Vault.open(self._where.child(f"{SHARDS}/{name}"))
-            except VaultNotFoundError:
-                continue  # being created: shown once its manifest is there
-            self._check_shard(name, vault.manifest)
-            self._shards[name] = vault
-        self._shards = dict(sorted(self._shards.items()))
+        names = self._list_names()
+        self._shards = shards_io.load(self._where, names, self._shards, self._manifests)
         return self.timesteps - before
 
     def _list_names(self) -> list[str]:
-        shards = self._where.child(SHARDS)
-        names = set()
-        for loc, problem in shards.find_vaults():
-            if problem is not None:
-                continue
-            rel = str(loc)[len(str(shards)) :].strip("/")
-            if _NAME.fullmatch(rel):
-                names.add(rel)
-        return sorted(names)
+        names = self._where.child(SHARDS).child_names()
+        return [name for name in names if _NAME.fullmatch(name)]
 
     @property
     def location(self) -> str:
@@ -354,32 +342,33 @@ class Dataset:
     def vault(self, shard: str) -> Vault:
         """The read-only vault of ``shard``."""
         try:
-            return self._shards[shard]
+            return self._shards[shard].opened()
         except KeyError:
             raise VaultArgumentError(
                 f"{self._where}: no shard {shard!r}; the dataset has {self.shards}"
             ) from None
 
     def vaults(self) -> Iterator[tuple[str, Vault]]:
-        return iter(list(self._shards.items()))
+        """Every shard as a read-only vault (each opened on first use)."""
+        return iter([(name, self.vault(name)) for name in self._shards])
 
     @property
     def snapshots(self) -> list[Any]:
         """Every shard's current snapshot, in shard order."""
-        return [v.snapshot for v in self._shards.values()]
+        return [s.opened().snapshot for s in self._shards.values()]
 
     @property
     def committed_lengths(self) -> dict[str, int]:
-        return {name: v.committed_length for name, v in self._shards.items()}
+        return {name: s.length for name, s in self._shards.items()}
 
     @property
     def commit_ids(self) -> dict[str, str]:
-        return {name: v.commit_id for name, v in self._shards.items()}
+        return {name: s.commit_id for name, s in self._shards.items()}
 
     @property
     def timesteps(self) -> int:
         """Committed timesteps of every row of every shard."""
-        return sum(v.rows * v.committed_length for v in self._shards.values())
+        return sum(s.rows * s.length for s in self._shards.values())
 
     @property
     def leaf_names(self) -> list[str]:
@@ -399,16 +388,11 @@ class Dataset:
         return self.vault(shard).read(**options)
 
     def episodes(self, include_open: bool = False) -> EpisodeTable:
-        """Every shard's episodes in one table, shard by shard, with a ``shard`` column."""
-        import numpy as np
-
-        tables = []
-        for name, vault in self._shards.items():
-            table = vault.episodes(include_open=include_open)
-            tables.append(dataclasses.replace(table, shard=np.full(len(table), name)))
-        if not tables:
-            return dataclasses.replace(EpisodeTable.empty(), shard=np.zeros(0, str))
-        return EpisodeTable.concat(tables)
+        """Every shard's episodes in one table, shard by shard, with a ``shard`` column (the
+        shards' indexes read in one batch, checked as each shard's own read checks them)."""
+        if self._template.episodes is None and self._shards:
+            return self.vault(self.shards[0]).episodes()  # the vault's own error
+        return shards_io.episodes(self._where, list(self._shards.values()), include_open)
 
     def leaf_stats(self, **options: Any) -> Any:
         """:func:`vault.leaf_stats` over every shard's committed data."""
@@ -444,8 +428,9 @@ class Dataset:
 
     # ------------------------------------------------------------------------ lifecycle
     def close(self) -> None:
-        for vault in self._shards.values():
-            vault.close()
+        for shard in self._shards.values():
+            if shard.vault is not None:
+                shard.vault.close()
 
     def __enter__(self) -> Dataset:
         return self
@@ -466,7 +451,7 @@ class Dataset:
                 {
                     "shard": name,
                     "rows": v.rows,
-                    "committed": v.committed_length,
+                    "committed": v.length,
                     "commit": v.commit_id,
                 }
                 for name, v in self._shards.items()

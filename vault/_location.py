@@ -23,7 +23,7 @@ import errno
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from vault._errors import (
@@ -173,6 +173,29 @@ class Location(abc.ABC):
         with self.failures("read the vault"):
             value = self.kvstore().read(key).result()
         return bytes(value.value) if value.state == "value" else None
+
+    def read_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The values of ``keys`` under the root (None where absent), read concurrently."""
+        if not keys:
+            return []
+        kv = self.kvstore()
+        with self.failures("read the vault"):
+            futures = [kv.read(key) for key in keys]
+            values = [f.result() for f in futures]
+        return [bytes(v.value) if v.state == "value" else None for v in values]
+
+    def child_names(self) -> list[str]:
+        """The names of the folders directly under the root that hold a ``zarr.json``, sorted
+        (a kind that lists one level cheaply may name every folder: callers read the
+        ``zarr.json``). Generic: lists every key."""
+        with self.failures("list the location"):
+            keys = self.kvstore().list().result()
+        names = set()
+        for raw in keys:
+            name, _, rest = bytes(raw).decode().partition("/")
+            if rest == ZARR_JSON:
+                names.add(name)
+        return sorted(names)
 
     def read_tails(self, keys: list[str], size: int = 4) -> list[bytes | None]:
         """The last ``size`` bytes of each key's value (None where absent): a chunk's crc32c.

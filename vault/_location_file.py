@@ -97,6 +97,14 @@ class FileLocation(Location):
                     os.close(fd)
         return out
 
+    def child_names(self) -> list[str]:
+        with self.failures("list the location"):
+            try:
+                entries = list(os.scandir(self.path))
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+        return sorted(e.name for e in entries if e.is_dir())  # callers read their zarr.json
+
     def kvstore(self) -> Any:
         """The root as an open ``KvStore``, once the root is known to be reachable: a path
         that cannot be (a symbolic-link loop, a folder this user may not enter) is a typed

@@ -105,9 +105,15 @@ def load_commit(location: Location, manifest: Manifest) -> CommitRecord:
     return read_commit_bytes(location.read(COMMIT_KEY), str(location), manifest)
 
 
-def load_snapshot(location: Location, writable: bool, manifest: Manifest | None = None) -> Snapshot:
+def load_snapshot(
+    location: Location,
+    writable: bool,
+    manifest: Manifest | None = None,
+    commit: CommitRecord | None = None,
+) -> Snapshot:
     """Open the vault at ``location``: its manifest, commit record and arrays (each array's
-    metadata checked against the manifest)."""
+    metadata checked against the manifest). ``manifest`` and ``commit``: records already read
+    (and checked) by the caller."""
     if manifest is None:
         manifest = load_manifest(location)
     futures = [_open_leaf(location, manifest, i, writable) for i in range(len(manifest.leaves))]
@@ -115,7 +121,8 @@ def load_snapshot(location: Location, writable: bool, manifest: Manifest | None 
     arrays = tuple(
         _opened(location, leaf_key(n), f) for n, f in zip(manifest.leaf_names, futures, strict=True)
     )
-    commit = load_commit(location, manifest)
+    if commit is None:
+        commit = load_commit(location, manifest)
     return Snapshot(location, manifest, commit, arrays, index, writable).with_commit(commit)
 
 

@@ -302,9 +302,9 @@ def check_edge(snap: Any, key: str, read: Any, data: np.ndarray | None = None) -
 
 # -------------------------------------------------------------------------------- verify
 @dataclasses.dataclass
-class _PlaceView:
-    """What the checks above need of a snapshot, built by ``verify`` from records it has
-    already checked."""
+class PlaceView:
+    """What the checks above need of a snapshot, built from records already checked (by
+    ``verify``; by a dataset reading its shards' episode indexes)."""
 
     location: Any
     manifest: Manifest
@@ -325,7 +325,7 @@ def verify_places(
     if not enabled(manifest):
         return []
     edges = record.get("edges", {})
-    view = _PlaceView(
+    view = PlaceView(
         location=location,
         manifest=manifest,
         grids=grids(manifest),

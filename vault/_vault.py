@@ -436,3 +436,11 @@ def vault_of_writer(writer: Writer) -> Vault:
     vault = Vault.__new__(Vault)
     vault._setup(writer.snapshot, "a", writer)
     return vault
+
+
+def vault_of_snapshot(snap: Snapshot) -> Vault:
+    """A read-only :class:`Vault` at ``snap`` (e.g. a dataset's shard, opened from records the
+    dataset has read); :meth:`Vault.refresh` moves it on as usual."""
+    vault = Vault.__new__(Vault)
+    vault._setup(snap, "r", None)
+    return vault
