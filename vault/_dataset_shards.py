@@ -13,6 +13,7 @@ place checks of complete chunks, the committed part of the last chunk).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ from vault._format import (
 from vault._location import Location
 from vault._pins import commit_id
 from vault._snapshot import load_snapshot
-from vault._tags import PlaceView, check_chunks, check_edge, grids
+from vault._tags import Grid, PlaceView, check_chunks, check_edge, grids
 
 if TYPE_CHECKING:
     from vault._vault import Vault
@@ -65,6 +66,10 @@ class Shard:
     @property
     def commit_id(self) -> str:
         return commit_id(self.commit)
+
+    @functools.cached_property
+    def grids(self) -> dict[str, Grid]:
+        return grids(self.manifest)
 
     def opened(self) -> Vault:
         """The shard as a read-only :class:`Vault` at this record's commit (arrays opened now,
@@ -157,26 +162,27 @@ class _Fetched:
 
 def episodes(root: Location, shards: Sequence[Shard], include_open: bool) -> EpisodeTable:
     """Every shard's episode table, shard by shard, with a ``shard`` column. The index chunks
-    of every shard are read in one batch."""
-    wanted: list[tuple[Shard, str, str]] = []
-    for shard in shards:
+    of every shard are read in one batch; a shard's table is kept until its commit moves (its
+    committed episodes never change), so a reader that refreshes reads only what moved."""
+    todo = [s for s in shards if ("table", include_open) not in s.cache]
+    wanted: list[tuple[Shard, str]] = []
+    for shard in todo:
         count = shard.commit.episodes.count if shard.commit.episodes is not None else 0
-        shard_grids = grids(shard.manifest) if count else {}
         for key in (BOUNDS, RETURNS):
             for j in range(-(-count // INDEX_CHUNK)):
-                wanted.append((shard, key, shard_grids[key].chunk(0, j)))
-    raws = root.read_many([f"{SHARDS}/{s.name}/{chunk}" for s, _, chunk in wanted])
+                wanted.append((shard, shard.grids[key].chunk(0, j)))
+    raws = root.read_many([f"{SHARDS}/{s.name}/{chunk}" for s, chunk in wanted])
     fetched: dict[str, dict[str, bytes | None]] = {}
-    for (shard, _, chunk), raw in zip(wanted, raws, strict=True):
+    for (shard, chunk), raw in zip(wanted, raws, strict=True):
         fetched.setdefault(shard.name, {})[chunk] = raw
-    tables = []
     buffers = (np.empty((INDEX_CHUNK, 4), "<i8"), np.empty(INDEX_CHUNK, "<f8"))
-    for shard in shards:
+    for shard in todo:
         table = _table(shard, fetched.get(shard.name, {}), include_open, buffers)
-        tables.append(dataclasses.replace(table, shard=np.full(len(table), shard.name)))
-    if not tables:
+        table = dataclasses.replace(table, shard=np.full(len(table), shard.name))
+        shard.cache[("table", include_open)] = table
+    if not shards:
         return dataclasses.replace(EpisodeTable.empty(), shard=np.zeros(0, str))
-    return EpisodeTable.concat(tables)
+    return EpisodeTable.concat([s.cache[("table", include_open)] for s in shards])
 
 
 def _table(
@@ -190,13 +196,12 @@ def _table(
     state = shard.commit.episodes
     count = 0 if state is None else state.count
     has_reward = cfg.reward is not None
-    shard_grids = grids(shard.manifest)
-    table = EpisodeTable.empty()
+    table = None
     if count:
         where = str(shard.where)
         present = {k: v for k, v in chunks.items() if v is not None}
         view = PlaceView(
-            _Fetched(shard.where, present), shard.manifest, shard_grids, shard.cache, where,
+            _Fetched(shard.where, present), shard.manifest, shard.grids, shard.cache, where,
             shard.commit,
         )  # fmt: skip
         columns = {}
@@ -212,8 +217,9 @@ def _table(
             columns[key] = values
         table = EpisodeTable.from_bounds(columns[BOUNDS], columns[RETURNS], has_reward)
     if include_open and state is not None:
-        table = EpisodeTable.concat([table, open_table(state.open, shard.length, has_reward)])
-    return table
+        opened = open_table(state.open, shard.length, has_reward)
+        table = opened if table is None else EpisodeTable.concat([table, opened])
+    return EpisodeTable.empty() if table is None else table
 
 
 def _decode(where: str, chunk: str, raw: bytes | None, out: np.ndarray) -> np.ndarray:

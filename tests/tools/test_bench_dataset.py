@@ -28,7 +28,13 @@ def test_bench_dataset_smoke(tmp_path: Path) -> None:
     ]
     assert all(w["mb_s"] > 0 for w in doc["writes"])
     metrics = {row["metric"]: row for row in doc["shards_64"]}
-    assert set(metrics) == {"open", "episode table", "stream one epoch", "batches per epoch"}
+    assert set(metrics) == {
+        "open",
+        "episode table",
+        "open + episode table",
+        "stream one epoch",
+        "batches per epoch",
+    }
     # the same data both ways: an epoch has as many batches over 64 shards as over one vault
     assert metrics["batches per epoch"]["vault_s"] == metrics["batches per epoch"]["dataset_s"]
     one, two = doc["streams"]
