@@ -90,9 +90,14 @@ class FileLocation(Location):
                 except (FileNotFoundError, NotADirectoryError):
                     out.append(None)
                     continue
-                try:
-                    end = os.fstat(fd).st_size
-                    out.append(os.pread(fd, size, max(0, end - size)))
+                try:  # three system calls per chunk: open, seek from the end, read
+                    try:
+                        os.lseek(fd, -size, os.SEEK_END)
+                    except OSError as err:  # shorter than ``size``: all of it
+                        if err.errno != errno.EINVAL:
+                            raise
+                        os.lseek(fd, 0, os.SEEK_SET)
+                    out.append(os.read(fd, size))
                 finally:
                     os.close(fd)
         return out
