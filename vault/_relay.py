@@ -64,6 +64,18 @@ def memory_array(meta: dict[str, Any], prefix: str) -> Any:
     return ts.open(spec, open=True, assume_metadata=True, context=context).result()
 
 
+def column_keys(snap: Any, key: str, b: int, k: int) -> list[str]:
+    """The chunk keys of array ``key`` at row block ``b``, time chunk ``k``: one, unless the
+    leaf's chunks cut its item axes (``vault._tags.Grid.chunk`` is the first of them)."""
+    grid = snap.grids[key]
+    if grid.row_block is None:
+        return [grid.chunk(b, k)]
+    leaf = snap.manifest.leaf(key.split("/", 1)[1])
+    counts = [-(-size // step) for size, step in zip(leaf.shape, leaf.chunk[2:], strict=True)]
+    head = f"{key}/c/{b}/{k}"
+    return [head + "".join(f"/{i}" for i in at) for at in itertools.product(*map(range, counts))]
+
+
 def forget(prefix: str) -> None:
     """Drop every in-memory key under ``prefix`` (which ends with ``/``)."""
     _, kv = memory()
@@ -123,9 +135,14 @@ class _Read:
             self.promise.set_result(None)
         kv = snap.location.kvstore()
         for run in runs:
-            chunks = [(b, k) for k in run for b in self.blocks]
+            chunks = [
+                (b, k, chunk)
+                for k in run
+                for b in self.blocks
+                for chunk in column_keys(snap, key, b, k)
+            ]
             with snap.location.failures("read the vault"):
-                gets = [kv.read(grid.chunk(b, k)) for b, k in chunks]
+                gets = [kv.read(chunk) for _, _, chunk in chunks]
             self._when_all([*self.tag_gets, *gets], lambda c=chunks, g=gets: self._arrived(c, g))
 
     @staticmethod
@@ -143,7 +160,7 @@ class _Read:
         for future in futures:
             future.add_done_callback(one)
 
-    def _arrived(self, chunks: list[tuple[int, int]], gets: list[Any]) -> None:
+    def _arrived(self, chunks: list[tuple[int, int, str]], gets: list[Any]) -> None:
         """A run's chunks are in: check them, put them in memory, decode them."""
         grid, snap = self.grid, self.snap
         try:
@@ -153,20 +170,22 @@ class _Read:
             _, mem = memory()
             skip = len(self.key) + 1
             wrong: list[str] = []
-            for (b, k), get in zip(chunks, gets, strict=True):
+            for (b, k, chunk), get in zip(chunks, gets, strict=True):
                 got = get.result()
                 raw = bytes(got.value) if got.state == "value" else None
-                problem = None
-                if raw is None or (tags is not None and k < self.complete):
-                    tag = int(tags[b, k]) if tags is not None and k < self.complete else 0
-                    problem = _tags.place_problem(grid, b, k, raw, tag)
-                if problem is not None or raw is None:
-                    wrong.append(problem or "")
+                tagged = chunk == grid.chunk(b, k)  # the chunk a tag or edge binds
+                if raw is None:
+                    wrong.append(_tags.missing(grid, b, k, chunk))
                     continue
-                if k == self.complete:
+                if tags is not None and tagged and k < self.complete:
+                    problem = _tags.place_problem(grid, b, k, raw, int(tags[b, k]))
+                    if problem is not None:
+                        wrong.append(problem)
+                        continue
+                if tagged and k == self.complete:
                     with self.guard:
                         self.edge[b] = raw[-4:]
-                mem.write(self.prefix + grid.chunk(b, k)[skip:], raw)
+                mem.write(self.prefix + chunk[skip:], raw)
             if wrong:
                 raise _tags.place_error(snap, self.key, wrong)
             a = max(self.t0, chunks[0][1] * grid.step) - self.t0

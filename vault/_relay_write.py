@@ -118,9 +118,9 @@ class WriteRelay:
                 k = begin // grid.step
                 if begin % grid.step:
                     for b in range(grid.row_blocks):
-                        chunk = grid.chunk(b, k)
-                        if chunk not in self._resident:
-                            edges.append((chunk, kv.read(chunk)))
+                        for chunk in _relay.column_keys(snap, key, b, k):
+                            if chunk not in self._resident:
+                                edges.append((chunk, kv.read(chunk)))
                 if _tags.enabled(snap.manifest):
                     j = k // _tags.TAG_CHUNK
                     tag_chunk = kv.read(f"{TAGS}/{key}/c/0/{j}") if k % _tags.TAG_CHUNK else None
@@ -187,9 +187,10 @@ class WriteRelay:
             part = values[:, a - begin : z - begin] if rows else values[a - begin : z - begin]
             future = (twin[:, a:z] if rows else twin[a:z]).write(part)
             chunks = [
-                (grid.chunk(b, k), k)
+                (chunk, k)
                 for k in range(a // grid.step, -(-z // grid.step))
                 for b in range(grid.row_blocks)
+                for chunk in _relay.column_keys(snap, key, b, k)
             ]
             self._staged.append((grid, future, chunks, end))
             a = z

@@ -250,13 +250,21 @@ def place_problem(grid: Grid, b: int, k: int, tail: bytes | None, tag: int) -> s
     """What is wrong with complete chunk ``(b, k)`` whose stored checksum is ``tail`` (None:
     the chunk is absent) where ``tag`` was recorded; None when it is the chunk written
     there."""
-    unit = "episodes" if grid.row_block is None else "timesteps"
-    span = f" ({unit} {k * grid.step}-{(k + 1) * grid.step - 1})"
     if tail is None:
-        return f"{grid.chunk(b, k)}{span} is missing"
+        return missing(grid, b, k)
     if len(tail) < 4 or int.from_bytes(tail[-4:], "little") != tag:
-        return f"{grid.chunk(b, k)}{span} is not the chunk written there"
+        return f"{grid.chunk(b, k)}{_span(grid, k)} is not the chunk written there"
     return None
+
+
+def missing(grid: Grid, b: int, k: int, chunk: str | None = None) -> str:
+    """The problem of a missing chunk (``chunk``: its key, by default ``grid.chunk(b, k)``)."""
+    return f"{chunk or grid.chunk(b, k)}{_span(grid, k)} is missing"
+
+
+def _span(grid: Grid, k: int) -> str:
+    unit = "episodes" if grid.row_block is None else "timesteps"
+    return f" ({unit} {k * grid.step}-{(k + 1) * grid.step - 1})"
 
 
 def place_error(snap: Any, key: str, wrong: Sequence[str]) -> VaultCorruptError:
