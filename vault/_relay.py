@@ -130,6 +130,8 @@ class _Read:
         self.left = len(runs)
         self.errors: list[BaseException] = []
         self.edge: dict[int, bytes] = {}
+        self.promise: Any
+        self.future: Any
         self.promise, self.future = ts.Promise.new()
         if not runs:
             self.promise.set_result(None)

@@ -32,12 +32,13 @@ import tensorstore as ts
 from vault import _relay, _tags
 from vault._errors import VaultCorruptError
 from vault._format import BOUNDS, RETURNS, TAGS, ZARR_JSON, leaf_key
+from vault._location import WriterLock
 
 RUN_BYTES = 1 << 20  # raw bytes encoded and PUT together
 WRITER_ATTR = "rlvault_writer"  # the array metadata's attribute holding the writer's nonce
 
 
-class LeaseLock(Protocol):
+class LeaseLock(WriterLock, Protocol):
     """What the relay needs of the writer lock: fenced records (``S3Lease``)."""
 
     def fence_all(
