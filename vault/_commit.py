@@ -95,13 +95,13 @@ def _apply(
     reclaimer: Reclaimer | None,
     relay: WriteRelay | None,
 ) -> Snapshot:
-    lock.check()  # a writer that lost its lock writes nothing
     if relay is not None:
         try:
             return _append_remote(snap, job, cast(LeaseLock, lock), relay)
         except BaseException:
             relay.reset()  # what is stored past the commit is uncertain now
             raise
+    lock.check()  # a writer that lost its lock writes nothing
     held: list[tuple[Path, int]] = []
     with reclaimer.appending() if reclaimer is not None else contextlib.nullcontext():
         try:
@@ -179,9 +179,9 @@ def _commit(
 def _append_remote(snap: Snapshot, job: AppendJob, lock: LeaseLock, relay: WriteRelay) -> Snapshot:
     """:func:`_append` on a remote location, through the writer's relay: chunks encoded in
     memory and PUT with their checksums known, tags written whole, array metadata fenced
-    (``vault/_relay_write.py``). The same steps and fault points, in the same order."""
-    kv = snap.location.kvstore()
-    history = kv.write(history_key(snap.commit.seq), snap.commit.to_bytes())
+    (``vault/_relay_write.py``). The same steps and fault points, in the same order. The
+    lease check's GET goes out first, and nothing is written before it returns."""
+    checked = lock.start_check()  # a writer that lost its lock writes nothing
     cfg, episodes = snap.manifest.episodes, snap.commit.episodes
     count = 0 if episodes is None else episodes.count
     begins = {leaf_key(name): job.begin for name in snap.names}
@@ -203,6 +203,8 @@ def _append_remote(snap: Snapshot, job: AppendJob, lock: LeaseLock, relay: Write
     if snap.index:
         indexed = 0 if episodes is None else episodes.count
         wants.update({BOUNDS: indexed, RETURNS: indexed})
+    checked()
+    history = snap.location.kvstore().write(history_key(snap.commit.seq), snap.commit.to_bytes())
     if relay.needs_growth(snap, wants):
         shapes = {name: int(a.shape[1]) for name, a in zip(snap.names, snap.arrays, strict=True)}
         info = {"length": job.end, "shapes": shapes}

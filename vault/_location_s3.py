@@ -426,13 +426,27 @@ class S3Lease:
     def check(self) -> None:
         """Raise :class:`VaultLockedError` if the lease is no longer this writer's (broken,
         taken over, run out): one GET, before an append writes any data."""
+        self.start_check()()
+
+    def start_check(self) -> Callable[[], None]:
+        """Send :meth:`check`'s GET; returns what waits for it and raises (work that writes
+        nothing, such as encoding chunks in memory, can go on meanwhile)."""
         with self._guard:
             self._check_held()
+            ours = self._generation
             with self.location.failures("check the writer lock"):
-                current = self._kv.read(LEASE_KEY).result()
-            if current.state != "value" or bytes(current.stamp.generation) != self._generation:
-                self._lost = "its lease was broken or taken over by another writer"
+                pending = self._kv.read(LEASE_KEY)
+
+        def finish() -> None:
+            with self._guard:
+                with self.location.failures("check the writer lock"):
+                    current = pending.result()
+                seen = bytes(current.stamp.generation) if current.state == "value" else None
+                if seen not in (ours, self._generation):  # renewed meanwhile: either is ours
+                    self._lost = "its lease was broken or taken over by another writer"
                 self._check_held()
+
+        return finish
 
     # -- fenced replacement of records
     def replace(self, key: str, value: bytes) -> None:

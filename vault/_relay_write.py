@@ -53,6 +53,8 @@ class LeaseLock(WriterLock, Protocol):
 
     def read_all(self, keys: list[str], doing: str = ...) -> dict[str, bytes | None]: ...
 
+    def start_check(self) -> Callable[[], None]: ...
+
 
 def array_keys(snap: Any) -> list[str]:
     """The keys of every array of the vault: leaves, then the episode index."""
