@@ -319,7 +319,6 @@ def result(snap: Snapshot, future: Any, name: str, group: str = EXPERIENCE) -> A
 def fetch(
     snap: Snapshot,
     items: list[tuple[Any, str, int, int]],
-    during: Callable[[], None] | None = None,
     read: Callable[[np.ndarray, Any, str, int, int], Any] | None = None,
 ) -> list[np.ndarray]:
     """For each ``(view, name, capacity, offset)`` (``offset``: the array's time index of the
@@ -332,10 +331,8 @@ def fetch(
     eighth of the read (8 to 64 MiB) in flight: decoding and disk reads stay parallel while
     the encoded bytes in flight at once stay a small share of the data.
 
-    ``during``: called once, on this thread, when the first reads are in flight (before
-    waiting for any); what it raises is raised once every read has stopped. ``read(out,
-    view, name, t0, t1)``: starts reading a piece (the array's timesteps ``[t0, t1)``) into
-    ``out``, a future (default: TensorStore copies the view).
+    ``read(out, view, name, t0, t1)``: starts reading a piece (the array's timesteps
+    ``[t0, t1)``) into ``out``; a future (default: TensorStore copies the view).
     """
     import tensorstore as ts
 
@@ -359,28 +356,14 @@ def fetch(
     inflight: collections.deque[tuple[Any, str, int]] = collections.deque()
     in_flight_bytes = 0
 
-    def run_during() -> None:
-        nonlocal during
-        work, during = during, None
-        if work is not None:
-            try:
-                work()
-            except BaseException:
-                for future, _, _ in inflight:  # nothing writes into the arrays after this
-                    with contextlib.suppress(Exception):
-                        future.result()
-                raise
-
     for out, source, name, a0, a1, nbytes in pieces:
         while len(inflight) >= 2 and in_flight_bytes + nbytes > budget:
-            run_during()
             future, done_name, done_bytes = inflight.popleft()
             result(snap, future, done_name)
             in_flight_bytes -= done_bytes
         started = ts.array(out).write(source) if read is None else read(out, source, name, a0, a1)
         inflight.append((started, name, nbytes))
         in_flight_bytes += nbytes
-    run_during()
     for future, name, _ in inflight:
         result(snap, future, name)
     return outs

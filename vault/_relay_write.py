@@ -16,13 +16,21 @@ written through memory: the writer's side of ``vault/_relay.py``.
   generation from coming back (an S3 generation is a content hash).
 
 The lease check before an append (one GET) stays: it keeps a writer that lost its lease from
-overwriting the new holder's chunks.
+overwriting the new holder's chunks; it goes out while the chunks are encoded, and nothing is
+written before it returns.
+
+Measured on the benchmark's vector vault (``tools/bench_s3.py``, 12 appends of 1,000
+timesteps, SeaweedFS on loopback): written straight through TensorStore, with the stored
+checksums read back by ranged GETs and the tag arrays read-modify-written, an append took
+about 28 GETs and 25 PUTs and wrote at 0.65 of raw TensorStore; through memory it takes the
+lease GET (plus what the first append fetches) and about 26 PUTs.
 """
 
 from __future__ import annotations
 
 import json
 import uuid
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -88,6 +96,7 @@ class WriteRelay:
         self._staged: list[tuple[Any, Any, list[tuple[str, int]], int]] = []
         self._tails: dict[str, bytes] = {}
         self._puts: list[Any] = []
+        weakref.finalize(self, _relay.forget, self.prefix)  # a writer dropped unclosed
 
     # ----------------------------------------------------------------------- lifecycle
     def reset(self) -> None:
