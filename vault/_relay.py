@@ -94,9 +94,14 @@ def read_into(
     range has been checked for the snapshot (as on a local disk, once per snapshot),
     TensorStore reads the view straight from the store."""
     grid = snap.grids[key]
-    complete = min(snap.length // grid.step, -(-t1 // grid.step))
+    complete = snap.length // grid.step
     seen = snap.cache.get(("seen", key), ())
-    if all((b, k) in seen for b in grid.blocks_of(rows) for k in range(t0 // grid.step, complete)):
+    checked = all(
+        (b, k) in seen
+        for b in grid.blocks_of(rows)
+        for k in range(t0 // grid.step, min(complete, -(-t1 // grid.step)))
+    )
+    if checked and (t1 <= complete * grid.step or _tags.edge_checked(snap, key)):
         return ts.array(dest).write(view)
     return _Read(snap, key, dest, view, rows, t0, t1).future
 

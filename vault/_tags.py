@@ -359,6 +359,13 @@ def check_edge(snap: Any, key: str, read: Any, data: np.ndarray | None = None) -
     snap.cache[done] = True
 
 
+def edge_checked(snap: Any, key: str) -> bool:
+    """Whether the partly filled chunk at the committed end of array ``key`` needs no more
+    checking for this snapshot (none is recorded, or it was checked)."""
+    edge = (snap.commit.edges or {}).get(key)
+    return edge is None or not enabled(snap.manifest) or ("edge", key, edge) in snap.cache
+
+
 def note_edge_tails(snap: Any, key: str, tails: dict[int, bytes]) -> None:
     """Count the committed end's partly filled chunk of array ``key`` as checked when
     ``tails`` (the stored checksums of that chunk by row block, from the very bytes a read is
