@@ -71,6 +71,19 @@ def build_rows(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "x",
             {m: paired(r["streaming"][m]["mb_s"], r["reads"][m]["mb_s"]) for m in STREAMERS},
         )
+        sent = r["requests"]
+        add(
+            v,
+            "S3 requests, read all",
+            "GETs",
+            {m: med(x["read_all_gets"]) for m, x in sent.items()},
+        )
+        add(
+            v, "S3 requests per append", "GETs", {m: med(x["append_gets"]) for m, x in sent.items()}
+        )
+        add(
+            v, "S3 requests per append", "PUTs", {m: med(x["append_puts"]) for m, x in sent.items()}
+        )
     return rows
 
 

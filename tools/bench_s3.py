@@ -37,7 +37,10 @@ Measured (MB = 10**6 bytes of raw experience, i.e. ``rows x steps x bytes per ti
   leaf (no commit record: a floor, no target);
 * streaming: one epoch of ``Vault.open(loc).as_dataset(256, 1, shuffle=True)`` (open
   included; the consumer calls ``jax.block_until_ready`` on each batch): batches/s and
-  yielded MB/s; the ratio streaming / read all (both on S3) per repeat.
+  yielded MB/s; the ratio streaming / read all (both on S3) per repeat;
+* S3 requests (rlvault S3 and TensorStore S3, both through TensorStore's s3 kvstore, whose
+  request counters this reads): GETs of one read all (open included), and GETs and PUTs per
+  append of the write runs (medians over repeats). Per-request costs dominate small vaults.
 
 Every timed measurement is repeated ``repeats`` times (default 3); in each repeat the methods
 take turns (their order rotates), and the table gives medians. A ratio between two methods is
@@ -91,6 +94,7 @@ from _workloads import VARIANTS, DataSource, example_timestep, make_frame_pool, 
 from vault import Vault
 from vault.testing import ACCESS_KEY, REGION, SECRET_KEY, S3TestServer
 
+S3_METHODS = ("rlvault_s3", "tensorstore_s3")  # the methods whose requests are counted
 S3_RETRIES = 3
 S3_CONCURRENCY = 32
 BATCH = 256
@@ -281,6 +285,25 @@ def zarr_read(places: Places, prefix: str, names: list[str]) -> dict[str, np.nda
 # --------------------------------------------------------------------------------------------
 
 
+def s3_requests() -> dict[str, int]:
+    """TensorStore's counts of S3 GETs (``read``) and PUTs (``write``) in this process."""
+    out = {"read": 0, "write": 0}
+    for metric in ts.experimental_collect_matching_metrics("/tensorstore/kvstore/s3/"):
+        kind = metric["name"].rsplit("/", 1)[-1]
+        values = metric.get("values") or [{}]
+        if kind in out and "value" in values[0]:
+            out[kind] = int(values[0]["value"])
+    return out
+
+
+def counted(fn: Callable[[], Any]) -> tuple[Any, dict[str, int]]:
+    """``fn()`` and the S3 requests it sent (GETs, PUTs)."""
+    before = s3_requests()
+    out = fn()
+    after = s3_requests()
+    return out, {k: after[k] - before[k] for k in after}
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     t0 = time.perf_counter()
     out = fn()
@@ -337,6 +360,9 @@ def run_variant(variant: str, cfg: Config, places: Places, phases: Phases) -> di
 
     # ---------------------------------------------------------------------------- writes
     write_s: dict[str, list[float]] = {m: [] for m in WRITERS}
+    requests: dict[str, dict[str, list[float]]] = {
+        m: {"read_all_gets": [], "append_gets": [], "append_puts": []} for m in S3_METHODS
+    }
     layout: list[dict[str, Any]] = []
     kept: dict[str, str] = {}
     with phases.phase(f"{variant} writes"):
@@ -345,11 +371,20 @@ def run_variant(variant: str, cfg: Config, places: Places, phases: Phases) -> di
                 prefix = f"{variant}/{method}/rep{rep}"
                 gc.collect()
                 if method == "tensorstore_s3":
-                    total = write_raw_run(places, prefix, layout, batches, length + len(extra))
+                    total, sent = counted(
+                        lambda p=prefix, lay=layout: write_raw_run(
+                            places, p, lay, batches, length + len(extra)
+                        )
+                    )
                 else:
                     loc = vault_location(places, method, prefix)
-                    total, manifest = write_vault_run(loc, example, batches)
+                    (total, manifest), sent = counted(
+                        lambda loc=loc: write_vault_run(loc, example, batches)
+                    )
                     layout = layout or leaf_layout(manifest)
+                if method in requests:  # the run's requests (creating included) per append
+                    requests[method]["append_gets"].append(sent["read"] / size.rounds)
+                    requests[method]["append_puts"].append(sent["write"] / size.rounds)
                 write_s[method].append(total)
                 log(
                     f"    rep {rep} {LABELS[method]:<15} write {total:7.3f} s "
@@ -377,12 +412,18 @@ def run_variant(variant: str, cfg: Config, places: Places, phases: Phases) -> di
                 prefix = kept["rlvault_s3" if method == "zarr_s3fs" else method]
                 gc.collect()
                 if method == "tensorstore_s3":
-                    dt, out = timed(lambda p=prefix: raw_read(places, p, layout, length))
+                    (dt, out), sent = counted(
+                        lambda p=prefix: timed(lambda: raw_read(places, p, layout, length))
+                    )
                 elif method == "zarr_s3fs":
                     dt, out = timed(lambda p=prefix: zarr_read(places, p, names))
                 else:
                     loc = vault_location(places, method, prefix)
-                    dt, out = timed(lambda loc=loc: Vault.open(loc).read_numpy())
+                    (dt, out), sent = counted(
+                        lambda loc=loc: timed(lambda: Vault.open(loc).read_numpy())
+                    )
+                if method in requests:
+                    requests[method]["read_all_gets"].append(sent["read"])
                 read_s[method].append(dt)
                 log(
                     f"    rep {rep} {LABELS[method]:<15} read  {dt:7.3f} s "
@@ -410,6 +451,7 @@ def run_variant(variant: str, cfg: Config, places: Places, phases: Phases) -> di
                     f"{s['bytes'] / s['seconds'] / MB:8.1f} MB/s)"
                 )
     result["identical_to_written"] = identical
+    result["requests"] = requests
     result["reads"] = {
         m: {**summary(s), "mb_s": [raw_bytes / x / MB for x in s]} for m, s in read_s.items()
     }

@@ -14,9 +14,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -44,17 +44,23 @@ from vault._location import WriterLock
 from vault._pins import history_key
 from vault._plan import AppendJob
 from vault._reclaim import Reclaimer
+from vault._relay_write import LeaseLock, WriteRelay, array_keys, dump, meta_key
 from vault._snapshot import Snapshot, load_commit
 
 
 def apply(
-    snap: Snapshot, job: AppendJob, lock: WriterLock, reclaimer: Reclaimer | None = None
+    snap: Snapshot,
+    job: AppendJob,
+    lock: WriterLock,
+    reclaimer: Reclaimer | None = None,
+    relay: WriteRelay | None = None,
 ) -> Snapshot:
     """Append ``job`` to the vault at ``snap`` (its writer's latest commit) as the holder of
     ``lock``; returns the snapshot of the new commit. ``reclaimer``: where old versions of
-    replaced files go."""
+    replaced files go; ``relay``: the writer's in-memory side on a remote location
+    (``vault/_relay_write.py``)."""
     info = {"begin": job.begin, "end": job.end}
-    return run_point("append", info, lambda: _apply(snap, job, lock, reclaimer))
+    return run_point("append", info, lambda: _apply(snap, job, lock, reclaimer, relay))
 
 
 def fence(snap: Snapshot, lock: WriterLock) -> Snapshot:
@@ -83,8 +89,18 @@ def mark_groups(snap: Snapshot) -> None:
 
 
 def _apply(
-    snap: Snapshot, job: AppendJob, lock: WriterLock, reclaimer: Reclaimer | None
+    snap: Snapshot,
+    job: AppendJob,
+    lock: WriterLock,
+    reclaimer: Reclaimer | None,
+    relay: WriteRelay | None,
 ) -> Snapshot:
+    if relay is not None:
+        try:
+            return _append_remote(snap, job, cast(LeaseLock, lock), relay)
+        except BaseException:
+            relay.reset()  # what is stored past the commit is uncertain now
+            raise
     lock.check()  # a writer that lost its lock writes nothing
     held: list[tuple[Path, int]] = []
     with reclaimer.appending() if reclaimer is not None else contextlib.nullcontext():
@@ -134,6 +150,18 @@ def _append(
         edges = _bind_places(grown, job, added)
     if rec is not None:
         held += rec.hold([COMMIT_KEY])
+    commit = _commit(snap, job, lock, episodes, edges)
+    return dataclasses.replace(snap, commit=commit, arrays=arrays, index=index)
+
+
+def _commit(
+    snap: Snapshot,
+    job: AppendJob,
+    lock: WriterLock,
+    episodes: EpisodeState | None,
+    edges: dict[str, Edge] | None,
+) -> CommitRecord:
+    """Replace the commit record with the one after ``job`` (the last step of an append)."""
     commit = CommitRecord(
         committed_length=job.end,
         source_counter=job.source_counter,
@@ -145,15 +173,67 @@ def _append(
         uid=uuid.uuid4().hex[:12],
     )
     run_point("commit", {"length": job.end}, lambda: lock.replace(COMMIT_KEY, commit.to_bytes()))
-    return dataclasses.replace(snap, commit=commit, arrays=arrays, index=index)
+    return commit
+
+
+def _append_remote(snap: Snapshot, job: AppendJob, lock: LeaseLock, relay: WriteRelay) -> Snapshot:
+    """:func:`_append` on a remote location, through the writer's relay: chunks encoded in
+    memory and PUT with their checksums known, tags written whole, array metadata fenced
+    (``vault/_relay_write.py``). The same steps and fault points, in the same order. The
+    lease check's GET goes out first, and nothing is written before it returns."""
+    checked = lock.start_check()  # a writer that lost its lock writes nothing
+    cfg, episodes = snap.manifest.episodes, snap.commit.episodes
+    count = 0 if episodes is None else episodes.count
+    begins = {leaf_key(name): job.begin for name in snap.names}
+    if snap.index:
+        begins.update({BOUNDS: count, RETURNS: count})
+    relay.prepare(snap, begins)
+    for name, part in zip(snap.names, job.parts, strict=bool(job.parts)):
+        relay.stage(snap, leaf_key(name), job.begin, part)
+    added: list[tuple[str, int, np.ndarray]] = []
+    if cfg is not None and episodes is not None:
+
+        def stage(at: int, bounds: np.ndarray, returns: np.ndarray) -> None:
+            relay.stage(snap, BOUNDS, at, np.asarray(bounds))
+            relay.stage(snap, RETURNS, at, np.asarray(returns))
+
+        _, episodes, _, entries = _index_entries(snap, cfg, job, episodes, None, [], stage)
+        added = [(k, count, values) for k, values in zip((BOUNDS, RETURNS), entries, strict=False)]
+    wants = dict.fromkeys(begins, job.end)
+    if snap.index:
+        indexed = 0 if episodes is None else episodes.count
+        wants.update({BOUNDS: indexed, RETURNS: indexed})
+    checked()
+    history = snap.location.kvstore().write(history_key(snap.commit.seq), snap.commit.to_bytes())
+    if relay.needs_growth(snap, wants):
+        shapes = {name: int(a.shape[1]) for name, a in zip(snap.names, snap.arrays, strict=True)}
+        info = {"length": job.end, "shapes": shapes}
+        grown_meta = run_point("resize", info, lambda: relay.grow(snap, lock, wants))
+    else:
+        grown_meta = relay.grow(snap, lock, wants)  # the first append claims them all
+    relay.upload(snap)
+    arrays, index = relay.handles(snap)
+    grown = dataclasses.replace(snap, arrays=arrays, index=index)
+    edges = None
+    if _tags.enabled(snap.manifest):
+        edges = _bind_places(grown, job, added, relay.tails_of, relay.write_tags)
+    relay.wait()
+    grown_meta()
+    history.result()
+    commit = _commit(snap, job, lock, episodes, edges)
+    return dataclasses.replace(grown, commit=commit)
 
 
 def _bind_places(
-    snap: Snapshot, job: AppendJob, added: list[tuple[str, int, np.ndarray]]
+    snap: Snapshot,
+    job: AppendJob,
+    added: list[tuple[str, int, np.ndarray]],
+    tails_of: Callable[[list[str]], list[bytes | None]] | None = None,
+    write_tags: Callable[..., Any] = _tags.write_tags,
 ) -> dict[str, Edge]:
     """Tag the chunks this append completed and record the new edges (``vault/_tags.py``):
-    the stored checksums of every array are read in one batch and the tag arrays written
-    together."""
+    the stored checksums of every array are read in one batch (``tails_of``: known instead)
+    and the tag arrays written together (by ``write_tags``)."""
     edges = dict(snap.commit.edges or {})
     appends = [
         (leaf_key(name), job.begin, part)
@@ -177,11 +257,11 @@ def _bind_places(
         bound = [] if edge is None else _tags.edge_keys(grid, edge)
         plans.append((key, grid, k0, k1, edge, len(tagged), len(bound)))
         keys += tagged + bound
-    tails = snap.location.read_tails(keys)
+    tails = snap.location.read_tails(keys) if tails_of is None else tails_of(keys)
     futures = []
     at = 0
     for key, grid, k0, k1, edge, n_tagged, n_bound in plans:
-        futures.append(_tags.write_tags(snap, grid, k0, k1, tails[at : at + n_tagged]))
+        futures.append(write_tags(snap, grid, k0, k1, tails[at : at + n_tagged]))
         at += n_tagged
         if edge is None:
             edges.pop(key, None)
@@ -209,9 +289,11 @@ def _index_entries(
     episodes: EpisodeState,
     rec: Reclaimer | None,
     held: list[tuple[Path, int]],
+    stage: Callable[[int, np.ndarray, np.ndarray], None] | None = None,
 ) -> tuple[tuple[Any, ...], EpisodeState, list[Any], tuple[np.ndarray, ...]]:
     """The episodes that end in the job's data: (index handles, new state, write futures,
-    the new (bounds, returns) entries)."""
+    the new (bounds, returns) entries). ``stage(count, bounds, returns)``: writes the entries
+    instead (a remote location's relay; the handles stay)."""
     rows = snap.rows
     open_eps = episodes.open
     if job.lost_before:
@@ -241,6 +323,9 @@ def _index_entries(
                 held += rec.hold(replaced_in_index(snap, count, new_count))
 
             def write() -> tuple[Any, ...]:
+                if stage is not None:
+                    stage(count, bounds, returns)
+                    return index
                 grown = grow_index(snap, new_count)
                 futures.append(grown[0][count:new_count].write(bounds))
                 futures.append(grown[1][count:new_count].write(returns))
@@ -284,13 +369,15 @@ def grow(snap: Snapshot, length: int) -> tuple[Any, ...]:
     return run_point("resize", {"length": length, "shapes": shapes}, resize)
 
 
-def trim(snap: Snapshot, lock: WriterLock) -> Snapshot:
+def trim(snap: Snapshot, lock: WriterLock, relay: WriteRelay | None = None) -> Snapshot:
     """Cut every array's shape down to exactly what is committed (metadata only: no chunk is
     touched), so that a vault at rest shows plain Zarr readers only committed data; the next
     writer grows them again (:func:`grow`). Done by the lock's holder as it closes, and only
     while the commit record is still ``snap``'s (a writer that lost its lock trims nothing).
     Each array stays at least as long as committed at every instant, so a crash part-way
     leaves some arrays longer than committed, as a crash during an append does."""
+    if relay is not None:
+        return _trim_remote(snap, cast(LeaseLock, lock), relay)
     length, count = snap.length, snap.episode_count
     long = [i for i, arr in enumerate(snap.arrays) if arr.shape[1] > length]
     long_index = [i for i, arr in enumerate(snap.index) if arr.shape[0] > count]
@@ -313,6 +400,35 @@ def trim(snap: Snapshot, lock: WriterLock) -> Snapshot:
         return dataclasses.replace(snap, arrays=tuple(arrays), index=tuple(index))
 
     return run_point("trim", {"length": length, "episodes": count}, cut)
+
+
+def _trim_remote(snap: Snapshot, lock: LeaseLock, relay: WriteRelay) -> Snapshot:
+    """:func:`trim` on a remote location. Each array's metadata is read first; then the lease
+    and the commit record (its fence token included) are checked; then the metadata is
+    rewritten conditional on the generation read. A writer that took the lock over meanwhile
+    keeps its shapes: before it relies on them (its first append) it claims every array's
+    metadata (``vault/_relay_write.py``), and from then on these writes fail."""
+    keys = array_keys(snap)
+    try:
+        read = lock.read_all([meta_key(key) for key in keys], "close the vault")
+        cut = relay.trimmed(snap, {key: read[meta_key(key)] for key in keys})
+        if not cut:
+            return snap
+        lock.check()
+    except VaultLockedError:
+        return snap  # the shapes are the lock's new holder's to change
+    if load_commit(snap.location, snap.manifest) != snap.commit:
+        return snap
+
+    def cut_shapes() -> Snapshot:
+        try:
+            lock.replace_all({meta_key(key): dump(doc) for key, doc in cut.items()})
+        except VaultLockedError:
+            return snap  # another writer holds these arrays now
+        arrays, index = relay.handles(snap, cut)
+        return dataclasses.replace(snap, arrays=arrays, index=index)
+
+    return run_point("trim", {"length": snap.length, "episodes": snap.episode_count}, cut_shapes)
 
 
 def _shrunk(arr: Any, axis: int, size: int) -> Any:

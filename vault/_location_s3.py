@@ -426,50 +426,126 @@ class S3Lease:
     def check(self) -> None:
         """Raise :class:`VaultLockedError` if the lease is no longer this writer's (broken,
         taken over, run out): one GET, before an append writes any data."""
+        self.start_check()()
+
+    def start_check(self) -> Callable[[], None]:
+        """Send :meth:`check`'s GET; returns what waits for it and raises (work that writes
+        nothing, such as encoding chunks in memory, can go on meanwhile)."""
         with self._guard:
             self._check_held()
+            ours = self._generation
             with self.location.failures("check the writer lock"):
-                current = self._kv.read(LEASE_KEY).result()
-            if current.state != "value" or bytes(current.stamp.generation) != self._generation:
-                self._lost = "its lease was broken or taken over by another writer"
+                pending = self._kv.read(LEASE_KEY)
+
+        def finish() -> None:
+            with self._guard:
+                with self.location.failures("check the writer lock"):
+                    current = pending.result()
+                seen = bytes(current.stamp.generation) if current.state == "value" else None
+                if seen not in (ours, self._generation):  # renewed meanwhile: either is ours
+                    self._lost = "its lease was broken or taken over by another writer"
                 self._check_held()
+
+        return finish
 
     # -- fenced replacement of records
     def replace(self, key: str, value: bytes) -> None:
         """Replace ``key`` only if nobody replaced it since this writer last did (or read it
         in :meth:`fence`), and only while the lease holds."""
+        self.replace_all({key: value}, "commit")
+
+    def replace_all(self, values: Mapping[str, bytes], doing: str = "write the vault") -> None:
+        """:meth:`replace` of several records at once (the requests go out together); a
+        record replaced by another writer meanwhile loses the lock (VaultLockedError), the
+        others are replaced."""
+        self.start_replace_all(values, doing)()
+
+    def start_replace_all(
+        self, values: Mapping[str, bytes], doing: str = "write the vault"
+    ) -> Callable[[], None]:
+        """Send :meth:`replace_all`'s requests; returns what waits for them (and raises)."""
         with self._guard:
             self._check_held()
-            expect = self._generations.get(key)
-            if expect is None:
-                raise VaultLockedError(f"{self.location}: {key} was not fenced by this writer")
-            with self.location.failures("commit"):
-                written = self._kv.write(key, value, if_equal=expect).result()
-            if not written.generation:
-                self._lost = f"another writer replaced {key} since this writer last did"
+            missing = [key for key in values if key not in self._generations]
+            if missing:
+                raise VaultLockedError(
+                    f"{self.location}: {missing[0]} was not fenced by this writer"
+                )
+            with self.location.failures(doing):
+                pending = {
+                    key: self._kv.write(key, value, if_equal=self._generations[key])
+                    for key, value in values.items()
+                }
+
+        def finish() -> None:
+            with self._guard:
+                with self.location.failures(doing):
+                    written = {key: future.result() for key, future in pending.items()}
+                lost = sorted(key for key, w in written.items() if not w.generation)
+                for key, w in written.items():
+                    if w.generation:
+                        self._generations[key] = bytes(w.generation)
+                if lost:
+                    self._lost = f"another writer replaced {lost[0]} since this writer last did"
                 self._check_held()
-            self._generations[key] = bytes(written.generation)
+
+        return finish
 
     def fence(self, key: str, rewrite: Callable[[bytes | None], bytes]) -> bytes:
         """Rewrite ``key`` (``rewrite(current) -> new``, which must differ from it) on the
         generation just read, so that every earlier holder's :meth:`replace` fails; returns
         what was written."""
+        return self.fence_all({key: rewrite}, "take the writer lock")[key]
+
+    def fence_all(
+        self,
+        rewrites: Mapping[str, Callable[[bytes | None], bytes]],
+        doing: str = "write the vault",
+    ) -> dict[str, bytes]:
+        """:meth:`fence` of several records at once (reads, then conditional writes, each
+        round of requests sent together; a record that changed between the two is read and
+        rewritten again); returns what was written to each."""
+        done: dict[str, bytes] = {}
         with self._guard:
             self._check_held()
+            todo = list(rewrites)
             for _ in range(10):
-                with self.location.failures("take the writer lock"):
-                    current = self._kv.read(key).result()
-                    raw = bytes(current.value) if current.state == "value" else None
-                    new = rewrite(raw)
-                    expect = bytes(current.stamp.generation) if raw is not None else ABSENT
-                    written = self._kv.write(key, new, if_equal=expect).result()
-                if written.generation:
-                    self._generations[key] = bytes(written.generation)
-                    return new
+                with self.location.failures(doing):
+                    reads = {key: self._kv.read(key) for key in todo}
+                    writes = {}
+                    for key, future in reads.items():
+                        current = future.result()
+                        raw = bytes(current.value) if current.state == "value" else None
+                        new = rewrites[key](raw)
+                        expect = bytes(current.stamp.generation) if raw is not None else ABSENT
+                        writes[key] = (new, self._kv.write(key, new, if_equal=expect))
+                    for key, (new, future) in writes.items():
+                        written = future.result()
+                        if written.generation:
+                            self._generations[key] = bytes(written.generation)
+                            done[key] = new
+                todo = [key for key in todo if key not in done]
+                if not todo:
+                    return done
         raise VaultLockedError(
-            f"{self.location}: {key} kept changing while this writer took the lock; another "
+            f"{self.location}: {todo[0]} kept changing while this writer took the lock; another "
             "writer is still committing"
         )
+
+    def read_all(self, keys: list[str], doing: str = "read the vault") -> dict[str, bytes | None]:
+        """Read records (together), remembering their generations: a later :meth:`replace_all`
+        of them is conditional on what was read here."""
+        with self._guard:
+            self._check_held()
+            with self.location.failures(doing):
+                reads = {key: self._kv.read(key) for key in keys}
+                got = {key: future.result() for key, future in reads.items()}
+            out: dict[str, bytes | None] = {}
+            for key, current in got.items():
+                present = current.state == "value"
+                self._generations[key] = bytes(current.stamp.generation) if present else ABSENT
+                out[key] = bytes(current.value) if present else None
+            return out
 
     def release(self) -> None:
         self._finalizer()

@@ -38,7 +38,6 @@ from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
-import tensorstore as ts
 
 from vault import _read, _structure
 from vault._errors import VaultArgumentError, VaultReadError
@@ -225,8 +224,9 @@ class _Plan:
         names, views = _read.views(snap, rows, lo, hi, self.read_names)
         r0 = j * self.layout.block_rows
         for buf, view, name in zip(group.buffers, views, names, strict=True):
-            fut = ts.array(buf[r0 : r0 + count, col : col + hi - lo]).write(view)
-            group.futures.append((snap, name, fut))
+            dest = buf[r0 : r0 + count, col : col + hi - lo]
+            future = _read.read_into(snap, name, dest, view, rows, lo, hi)
+            group.futures.append((snap, name, future))
 
     def _issue(
         self,

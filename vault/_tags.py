@@ -139,11 +139,7 @@ def write_tags(
     when there is nothing to tag."""
     if k1 <= k0:
         return None
-    keys = tag_keys(grid, k0, k1)
-    missing = [key for key, tail in zip(keys, tails, strict=True) if tail is None or len(tail) < 4]
-    if missing:
-        raise VaultCorruptError(f"{snap.where}: chunks just written are missing: {missing[:4]}")
-    values = np.frombuffer(b"".join(t for t in tails if t), "<u4").reshape(grid.row_blocks, -1)
+    values = tag_values_of(snap, grid, k0, k1, tails)
     handle = tag_array(snap, grid, 0, create=True)
     if handle.shape[1] < k1:
         target = -(-max(k1, handle.shape[1] * 5 // 4) // TAG_CHUNK) * TAG_CHUNK
@@ -152,6 +148,18 @@ def write_tags(
         ).result()
         snap.cache[("tags", grid.key)] = handle
     return handle[:, k0:k1].write(values)
+
+
+def tag_values_of(
+    snap: Any, grid: Grid, k0: int, k1: int, tails: Sequence[bytes | None]
+) -> np.ndarray:
+    """The tags ``[row blocks, k1 - k0]`` of chunks ``[k0, k1)`` from their stored checksums
+    ``tails`` (for :func:`tag_keys`)."""
+    keys = tag_keys(grid, k0, k1)
+    missing = [key for key, tail in zip(keys, tails, strict=True) if tail is None or len(tail) < 4]
+    if missing:
+        raise VaultCorruptError(f"{snap.where}: chunks just written are missing: {missing[:4]}")
+    return np.frombuffer(b"".join(t for t in tails if t), "<u4").reshape(grid.row_blocks, -1)
 
 
 def _tails(tails: Sequence[bytes | None]) -> list[int | None]:
@@ -215,56 +223,107 @@ def check_chunks(
     todo = [(b, k) for b in grid.blocks_of(rows) for k in ks if (b, k) not in seen]
     if not todo:
         return
-    tags = snap.cache.get(("tag values", key))
-    if tags is None or tags.shape[1] < complete:
-        tags = read_tags(snap, grid, complete)
-        snap.cache[("tag values", key)] = tags
+    tags = stored_tags(snap, grid, complete)
     keys = [grid.chunk(b, k) for b, k in todo]
     tails = snap.location.read_tails(keys)
-    wrong = []
-    unit = "episodes" if grid.row_block is None else "timesteps"
-    for (b, k), chunk, tail in zip(todo, keys, tails, strict=True):
-        span = f" ({unit} {k * grid.step}-{(k + 1) * grid.step - 1})"
-        if tail is None:
-            wrong.append(f"{chunk}{span} is missing")
-        elif len(tail) < 4 or int(np.frombuffer(tail, "<u4")[0]) != int(tags[b, k]):
-            wrong.append(f"{chunk}{span} is not the chunk written there")
+    wrong = [
+        problem
+        for (b, k), tail in zip(todo, tails, strict=True)
+        if (problem := place_problem(grid, b, k, tail, int(tags[b, k]))) is not None
+    ]
     if wrong:
-        raise VaultCorruptError(
-            f"{snap.where}: array {key}: "
-            + "; ".join(wrong[:4])
-            + (f" (and {len(wrong) - 4} more)" if len(wrong) > 4 else "")
-            + ": its checksum differs from the one recorded for that place (moved, "
-            "overwritten or lost). Its data cannot be trusted; restore the vault from a copy."
-        )
+        raise place_error(snap, key, wrong)
     seen.update(todo)
+
+
+def stored_tags(snap: Any, grid: Grid, complete: int) -> np.ndarray:
+    """The tags of the first ``complete`` time chunks of ``grid``'s array (read once per
+    snapshot, :func:`read_tags`)."""
+    tags = snap.cache.get(("tag values", grid.key))
+    if tags is None or tags.shape[1] < complete:
+        tags = read_tags(snap, grid, complete)
+        snap.cache[("tag values", grid.key)] = tags
+    return tags
+
+
+def place_problem(grid: Grid, b: int, k: int, tail: bytes | None, tag: int) -> str | None:
+    """What is wrong with complete chunk ``(b, k)`` whose stored checksum is ``tail`` (None:
+    the chunk is absent) where ``tag`` was recorded; None when it is the chunk written
+    there."""
+    if tail is None:
+        return missing(grid, b, k)
+    if len(tail) < 4 or int.from_bytes(tail[-4:], "little") != tag:
+        return f"{grid.chunk(b, k)}{_span(grid, k)} is not the chunk written there"
+    return None
+
+
+def missing(grid: Grid, b: int, k: int, chunk: str | None = None) -> str:
+    """The problem of a missing chunk (``chunk``: its key, by default ``grid.chunk(b, k)``)."""
+    return f"{chunk or grid.chunk(b, k)}{_span(grid, k)} is missing"
+
+
+def _span(grid: Grid, k: int) -> str:
+    unit = "episodes" if grid.row_block is None else "timesteps"
+    return f" ({unit} {k * grid.step}-{(k + 1) * grid.step - 1})"
+
+
+def place_error(snap: Any, key: str, wrong: Sequence[str]) -> VaultCorruptError:
+    """The error for the problems ``wrong`` (:func:`place_problem`) of array ``key``."""
+    return VaultCorruptError(
+        f"{snap.where}: array {key}: "
+        + "; ".join(wrong[:4])
+        + (f" (and {len(wrong) - 4} more)" if len(wrong) > 4 else "")
+        + ": its checksum differs from the one recorded for that place (moved, "
+        "overwritten or lost). Its data cannot be trusted; restore the vault from a copy."
+    )
 
 
 def read_tags(snap: Any, grid: Grid, complete: int) -> np.ndarray:
     """The tags of time chunks ``[0, complete)``, ``[row blocks, complete]``.
 
-    Read as the tag array's chunk files and decoded here (its codecs are ``bytes`` little
-    endian then ``crc32c``, fixed by :func:`tag_metadata`), each checked against its crc32c:
-    for a small read, opening the array through TensorStore would cost more than the check."""
+    Read as the tag array's chunk files and decoded here (:func:`decode_tag_chunk`): for a
+    small read, opening the array through TensorStore would cost more than the check."""
+    keys = tag_chunk_keys(grid, complete)
+    raws = [snap.location.read(key) for key in keys]
+    return np.concatenate(
+        [decode_tag_chunk(snap, grid, key, raw) for key, raw in zip(keys, raws, strict=True)],
+        axis=1,
+    )[:, :complete]
+
+
+def tag_chunk_keys(grid: Grid, complete: int) -> list[str]:
+    """The keys of the tag array's chunks that hold the tags of time chunks
+    ``[0, complete)``."""
+    return [f"{TAGS}/{grid.key}/c/0/{j}" for j in range(-(-complete // TAG_CHUNK))]
+
+
+def encode_tag_chunk(values: np.ndarray) -> bytes:
+    """A stored tag chunk holding ``values`` ``[row blocks, TAG_CHUNK]`` (the inverse of
+    :func:`decode_tag_chunk`)."""
     import google_crc32c
 
-    blocks = []
-    for j in range(-(-complete // TAG_CHUNK)):
-        key = f"{TAGS}/{grid.key}/c/0/{j}"
-        raw = snap.location.read(key)
-        if raw is None or len(raw) != grid.row_blocks * TAG_CHUNK * 4 + 4:
-            what = "missing" if raw is None else f"{len(raw)} bytes long"
-            raise VaultCorruptError(
-                f"{snap.where}: checksum chunk {key} is {what}. Restore the vault from a copy."
-            )
-        body, trailer = raw[:-4], raw[-4:]
-        if google_crc32c.value(body) != int.from_bytes(trailer, "little"):
-            raise VaultCorruptError(
-                f"{snap.where}: checksum chunk {key} is corrupt (its crc32c does not match). "
-                "Restore the vault from a copy."
-            )
-        blocks.append(np.frombuffer(body, "<u4").reshape(grid.row_blocks, TAG_CHUNK))
-    return np.concatenate(blocks, axis=1)[:, :complete]
+    body = np.ascontiguousarray(values, "<u4").tobytes()
+    return body + google_crc32c.value(body).to_bytes(4, "little")
+
+
+def decode_tag_chunk(snap: Any, grid: Grid, key: str, raw: bytes | None) -> np.ndarray:
+    """The tags ``[row blocks, TAG_CHUNK]`` in the stored tag chunk ``raw`` (at ``key``; None:
+    absent): its codecs are ``bytes`` little endian then ``crc32c``, fixed by
+    :func:`tag_metadata`; its crc32c is checked."""
+    import google_crc32c
+
+    if raw is None or len(raw) != grid.row_blocks * TAG_CHUNK * 4 + 4:
+        what = "missing" if raw is None else f"{len(raw)} bytes long"
+        raise VaultCorruptError(
+            f"{snap.where}: checksum chunk {key} is {what}. Restore the vault from a copy."
+        )
+    body, trailer = raw[:-4], raw[-4:]
+    if google_crc32c.value(body) != int.from_bytes(trailer, "little"):
+        raise VaultCorruptError(
+            f"{snap.where}: checksum chunk {key} is corrupt (its crc32c does not match). "
+            "Restore the vault from a copy."
+        )
+    return np.frombuffer(body, "<u4").reshape(grid.row_blocks, TAG_CHUNK)
 
 
 def check_edge(snap: Any, key: str, read: Any, data: np.ndarray | None = None) -> None:
@@ -298,6 +357,27 @@ def check_edge(snap: Any, key: str, read: Any, data: np.ndarray | None = None) -
             "data). Restore the vault from a copy."
         )
     snap.cache[done] = True
+
+
+def edge_checked(snap: Any, key: str) -> bool:
+    """Whether the partly filled chunk at the committed end of array ``key`` needs no more
+    checking for this snapshot (none is recorded, or it was checked)."""
+    edge = (snap.commit.edges or {}).get(key)
+    return edge is None or not enabled(snap.manifest) or ("edge", key, edge) in snap.cache
+
+
+def note_edge_tails(snap: Any, key: str, tails: dict[int, bytes]) -> None:
+    """Count the committed end's partly filled chunk of array ``key`` as checked when
+    ``tails`` (the stored checksums of that chunk by row block, from the very bytes a read is
+    decoding) are those the commit recorded for every row block."""
+    edge = (snap.commit.edges or {}).get(key)
+    if edge is None or not edge.tails or not enabled(snap.manifest):
+        return
+    if len(tails) == len(edge.tails) and all(
+        len(tails.get(b, b"")) >= 4 and int.from_bytes(tails[b][-4:], "little") == tag
+        for b, tag in enumerate(edge.tails)
+    ):
+        snap.cache[("edge", key, edge)] = True
 
 
 # -------------------------------------------------------------------------------- verify

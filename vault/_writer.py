@@ -32,6 +32,7 @@ from vault._plan import (
     same_buffer,
 )
 from vault._reclaim import Reclaimer
+from vault._relay_write import WriteRelay
 from vault._snapshot import Snapshot
 
 
@@ -48,6 +49,8 @@ class Writer:
         self._queue = BackgroundQueue()
         self._reclaimer: Reclaimer | None = None
         self._reclaimer_checked = False
+        # where every request is a round trip: chunks written through memory
+        self._relay = WriteRelay() if snapshot.location.remote else None
         # the reference-style constructor: a buffer the writer has not seen is appended whole
         self.adopt_buffers = False
 
@@ -181,7 +184,7 @@ class Writer:
     def _apply(self, job: AppendJob) -> None:
         if self._lock is None:
             raise VaultModeError(f"{self.where}: this Vault was closed")
-        self.snapshot = _commit.apply(self.snapshot, job, self._lock, self.reclaimer)
+        self.snapshot = _commit.apply(self.snapshot, job, self._lock, self.reclaimer, self._relay)
 
     def _back_to_commit(self) -> None:
         """After a failed append: the tip is what is really committed."""
@@ -218,7 +221,7 @@ class Writer:
         if self._lock is None:
             return
         try:
-            self.snapshot = _commit.trim(self.snapshot, self._lock)
+            self.snapshot = _commit.trim(self.snapshot, self._lock, self._relay)
         except Exception as err:
             warnings.warn(
                 f"{self.where}: the arrays' shapes could not be cut to the committed length "
@@ -250,6 +253,8 @@ class Writer:
             if self._reclaimer is not None:
                 self._reclaimer.close()
                 self._reclaimer = None
+            if self._relay is not None:
+                self._relay.close()
             self._queue.close()
             if self._lock is not None:
                 self._lock.release()

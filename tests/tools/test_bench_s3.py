@@ -20,6 +20,9 @@ METRICS = {
     ("streaming (256 x 1, shuffled, 1 epoch)", "batches/s"): {"rlvault_s3", "rlvault_local"},
     ("streaming (256 x 1, shuffled, 1 epoch)", "MB/s"): {"rlvault_s3", "rlvault_local"},
     ("streaming / read all", "x"): {"rlvault_s3", "rlvault_local"},
+    ("S3 requests, read all", "GETs"): {"rlvault_s3", "tensorstore_s3"},
+    ("S3 requests per append", "GETs"): {"rlvault_s3", "tensorstore_s3"},
+    ("S3 requests per append", "PUTs"): {"rlvault_s3", "tensorstore_s3"},
 }
 METHODS = {"rlvault_s3", "rlvault_local", "tensorstore_s3", "zarr_s3fs"}
 
@@ -65,6 +68,10 @@ def test_bench_s3_quick(tmp_path: Path) -> None:
         assert t["reference"] > 0
         assert t["ratio"] > 0
         assert isinstance(t["met"], bool)
+
+    for variant in ("image", "vector"):  # a read gets each chunk once, as raw TensorStore
+        gets = rows[(variant, "S3 requests, read all", "GETs")]
+        assert gets["rlvault_s3"] <= gets["tensorstore_s3"] + 12, gets
 
     for v in doc["variants"]:
         # every method read back exactly what was written
