@@ -81,6 +81,14 @@ class Snapshot:
         commit = load_commit(self.location, self.manifest)
         return self if commit == self.commit else self.with_commit(commit)
 
+    def reopened(self) -> Snapshot:
+        """The commit record as stored now, every array opened afresh: after a failed append
+        whose resize ran, the stored arrays are longer than these handles know, and a handle's
+        next resize would be refused as a shrink. The checks' cache is kept (committed chunks
+        never change)."""
+        fresh = load_snapshot(self.location, self.writable, manifest=self.manifest)
+        return dataclasses.replace(fresh, cache=self.cache)
+
     def with_commit(self, commit: CommitRecord) -> Snapshot:
         """This vault at ``commit``: arrays shorter than it (grown by another process since
         they were opened) are reopened to see their new shape."""

@@ -187,8 +187,8 @@ class Writer:
         self.snapshot = _commit.apply(self.snapshot, job, self._lock, self.reclaimer, self._relay)
 
     def _back_to_commit(self) -> None:
-        """After a failed append: the tip is what is really committed."""
-        self.snapshot = self.snapshot.refreshed()
+        """After a failed append: the tip is what is really committed, the arrays as stored."""
+        self.snapshot = self.snapshot.reopened()
         self.tip = Tip.of(self.snapshot.commit)
 
     # ------------------------------------------------------------------------- lifecycle
