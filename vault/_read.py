@@ -326,6 +326,7 @@ def fetch(
     read: Callable[[np.ndarray, Any, str, int, int], Any] | None = None,
     block_bytes: int = READ_BLOCK_BYTES,
     inflight_min: int = READ_INFLIGHT_MIN,
+    last_issued: Callable[[], None] | None = None,
 ) -> list[np.ndarray]:
     """For each ``(view, name, capacity, offset)`` (``offset``: the array's time index of the
     view's time 0): the view as an aligned numpy array ``[rows, capacity, ...]`` (data first,
@@ -340,6 +341,8 @@ def fetch(
     ``read(out, view, name, t0, t1)``: starts reading a piece (the array's timesteps
     ``[t0, t1)``) into ``out``; a future (default: TensorStore copies the view).
     ``block_bytes``, ``inflight_min``: the piece size and the least in flight.
+    ``last_issued()``: called once every piece has been started, while the last ones are
+    decoded (a small read: all of it).
     """
     import tensorstore as ts
 
@@ -371,6 +374,8 @@ def fetch(
         started = ts.array(out).write(source) if read is None else read(out, source, name, a0, a1)
         inflight.append((started, name, nbytes))
         in_flight_bytes += nbytes
+    if last_issued is not None:
+        last_issued()
     for future, name, _ in inflight:
         result(snap, future, name)
     return outs
@@ -396,8 +401,7 @@ def fetch_checked(
             return _relay.read_into(snap, leaf_key(name), out, view, picked, t0, t1)
 
         return fetch(snap, items, relay, REMOTE_READ_BLOCK_BYTES, READ_INFLIGHT_MAX)
-    out = fetch(snap, items)
-    check_places(snap, names, row_sel, lo, hi, edge=False)
+    out = fetch(snap, items, last_issued=lambda: check_places(snap, names, row_sel, lo, hi, False))
     return out
 
 

@@ -166,6 +166,9 @@ def _opened(location: Location, key: str, future: Any) -> Any:
         text = str(err)
         if text.startswith(("PERMISSION_DENIED", "UNAVAILABLE", "DEADLINE_EXCEEDED")):
             raise
+        typed = location.typed_failure(err, f"open array {key}")
+        if typed is not None:  # the storage failed (e.g. a server that does not answer)
+            raise typed from err
         reason = text.split(" [", 1)[0]
         raise VaultCorruptError(
             f"{location}: array {key}: its metadata ({key}/{ZARR_JSON}) is missing, damaged or "

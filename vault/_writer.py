@@ -45,6 +45,7 @@ class Writer:
         self.snapshot = snapshot  # the latest commit of this writer
         self.tip = Tip.of(snapshot.commit)
         self.closed = False
+        self._reopen = False  # the arrays must be reopened before the next write
         self._lock: WriterLock | None = lock
         self._queue = BackgroundQueue()
         self._reclaimer: Reclaimer | None = None
@@ -187,8 +188,15 @@ class Writer:
         self.snapshot = _commit.apply(self.snapshot, job, self._lock, self.reclaimer, self._relay)
 
     def _back_to_commit(self) -> None:
-        """After a failed append: the tip is what is really committed, the arrays as stored."""
-        self.snapshot = self.snapshot.reopened()
+        """After a failed append: the tip is what is really committed, the arrays as stored.
+        Where the storage is failing too (a dead server), the failure being reported stays the
+        one raised, and the next write reopens first."""
+        try:
+            self.snapshot = self.snapshot.reopened()
+        except Exception:
+            self._reopen = True
+        else:
+            self._reopen = False
         self.tip = Tip.of(self.snapshot.commit)
 
     # ------------------------------------------------------------------------- lifecycle
@@ -196,6 +204,10 @@ class Writer:
         self._raise_background_error()
         if self.closed:
             raise VaultModeError(f"{self.where}: this Vault was closed")
+        if self._reopen:  # a failed append could not reopen the arrays then
+            self.snapshot = self.snapshot.reopened()
+            self.tip = Tip.of(self.snapshot.commit)
+            self._reopen = False
 
     def _raise_background_error(self) -> None:
         self._raise_failure(self._queue.take_error())
