@@ -38,9 +38,10 @@ from vault._errors import (
     VaultPinError,
     VaultStructureError,
 )
-from vault._format import MANIFEST_KEY, Manifest, group_json, parse_json
+from vault._format import MANIFEST_KEY, REFS, Manifest, group_json, parse_json
 from vault._location import Location
 from vault._locations import LocationLike, parse_location
+from vault._pins import check_tag_name
 from vault._vault import Vault, vault_of_writer
 
 if TYPE_CHECKING:
@@ -219,15 +220,16 @@ class Dataset:
                 f"a dataset is pinned by a tag name (commit numbers and ids are each shard's "
                 f"own: open one shard with Vault.open(..., at=...)), got {tag!r}"
             )
-        for name in self._list_names():
-            try:
-                vault = Vault.open(self._where.child(f"{SHARDS}/{name}"))
-            except VaultNotFoundError:
-                continue
-            if tag not in vault.tags():
+        try:
+            names = self._list_names() if check_tag_name(tag) else []
+        except VaultArgumentError:
+            names = []  # not a tag name: no shard has it
+        refs = self._where.read_many([f"{SHARDS}/{name}/{REFS}/{tag}" for name in names])
+        for name, ref in zip(names, refs, strict=True):
+            if ref is None:
                 continue  # added after the tag was set
-            self._check_shard(name, vault.manifest)
             pinned = Vault.open(self._where.child(f"{SHARDS}/{name}"), at=tag)
+            self._check_shard(name, pinned.manifest)
             snap = pinned.snapshot
             self._shards[name] = Shard(name, snap.location, snap.manifest, snap.commit, b"", pinned)
         if not self._shards:

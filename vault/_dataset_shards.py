@@ -153,8 +153,8 @@ class _Fetched:
         fetched = dict(zip(missing, self.inner.read_tails(missing, size), strict=True))
         return [self.values[k][-size:] if k in self.values else fetched[k] for k in keys]
 
-    def read(self, key: str) -> bytes | None:
-        return self.inner.read(key)
+    def read_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        return self.inner.read_many(keys)
 
     def __str__(self) -> str:
         return str(self.inner)

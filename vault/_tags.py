@@ -284,7 +284,7 @@ def read_tags(snap: Any, grid: Grid, complete: int) -> np.ndarray:
     Read as the tag array's chunk files and decoded here (:func:`decode_tag_chunk`): for a
     small read, opening the array through TensorStore would cost more than the check."""
     keys = tag_chunk_keys(grid, complete)
-    raws = [snap.location.read(key) for key in keys]
+    raws = snap.location.read_many(keys)
     return np.concatenate(
         [decode_tag_chunk(snap, grid, key, raw) for key, raw in zip(keys, raws, strict=True)],
         axis=1,

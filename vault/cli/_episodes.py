@@ -161,8 +161,9 @@ def plot(
             f"{source.timesteps} timesteps"
         )
         size = _plot.draw(title, table, leaf, curve, out, max_rows=max_rows, labels=source.shards)
-        rows, lines = sum(v.rows for _, v in source.vaults()), len(source.shards)
-        extra: dict[str, Any] = {"kind": "dataset", "shards": source.describe()["shards"]}
+        shards = source.describe()["shards"]
+        rows, lines = sum(s["rows"] for s in shards), len(shards)
+        extra: dict[str, Any] = {"kind": "dataset", "shards": shards}
     else:
         with progress_bar("reading rewards", bytes_unit=True) as progress:
             curve = _plot.reward_curve(source, leaf, progress=progress) if leaf else None

@@ -50,12 +50,12 @@ def reward_leaf(source: Vault | Dataset, wanted: str | None) -> str | None:
 def shards_curve(dataset: Dataset, leaf: str, progress: ProgressFn | None = None) -> dict[str, Any]:
     """:func:`reward_curve` of every shard on one time axis (bins of the same width), each
     shard one "row" of the result: the mean over its rows (NaN past its committed length)."""
-    longest = max((v.committed_length for _, v in dataset.vaults()), default=0)
+    longest = max(dataset.committed_lengths.values(), default=0)
     width = max(1, math.ceil(longest / MAX_POINTS))
     bins = math.ceil(longest / width)
     rows = np.full((len(dataset.shards), bins), np.nan)
     counts = np.minimum(width, longest - np.arange(bins) * width)
-    total = sum(v.rows * v.committed_length for _, v in dataset.vaults())
+    total = dataset.timesteps
     done = 0
     for i, (_, vault) in enumerate(dataset.vaults()):
         base = done
