@@ -21,10 +21,12 @@ import dataclasses
 import os
 import re
 import socket
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from vault import _dataset_catalog as catalog_io
 from vault import _dataset_shards as shards_io
 from vault._create import create_vault, plan_manifest
 from vault._dataset_shards import SHARDS, ManifestCache, Shard
@@ -38,7 +40,7 @@ from vault._errors import (
     VaultPinError,
     VaultStructureError,
 )
-from vault._format import MANIFEST_KEY, REFS, Manifest, group_json, parse_json
+from vault._format import MANIFEST_KEY, REFS, Manifest, digest, group_json, parse_json
 from vault._location import Location
 from vault._locations import LocationLike, parse_location
 from vault._pins import check_tag_name
@@ -51,6 +53,8 @@ DATASET_ATTR = "rlvault_dataset"
 DATASET_FORMAT = 1
 _ABSENT = b"\x02"  # TensorStore's generation of a key that does not exist
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+CATALOG_EVERY = 10.0  # seconds between a Dataset object's writes of the catalog
+CATALOG_MIN_SHARDS = 8  # fewer shards: no catalog is written (it would save little)
 _COMMIT_ID = re.compile(r"\d+(-[0-9a-f]{4,64})?")
 
 
@@ -130,6 +134,11 @@ class Dataset:
         self._shards: dict[str, Shard] = {}  # by name, sorted; arrays opened on first read
         self._manifests = ManifestCache(self._check_shard)
         self._tag: str | None = None  # the tag this dataset is pinned to (None: the latest)
+        self._catalog: catalog_io.Catalog | None = None  # as last read or written
+        self._catalog_key = digest(template.to_json())
+        self._catalog_written = -float("inf")  # time.monotonic() of this object's last write
+        self._write_catalog = False  # Dataset.open(write_catalog=True) allows it
+        self._catalog_writes = 0
 
     # ------------------------------------------------------------------------ entry points
     @classmethod
@@ -196,20 +205,32 @@ class Dataset:
         *,
         at: Pin | None = None,
         storage: dict[str, Any] | None = None,
+        write_catalog: bool = True,
     ) -> Dataset:
         """The dataset at ``location``, with every shard's committed data as of now.
+
+        ``write_catalog``: whether this reader may write the dataset's catalog, a cache at the
+        root that lets later readers of a dataset of many shards open it and build its episode
+        table without reading every shard's records (written when there are at least
+        ``CATALOG_MIN_SHARDS`` shards and a quarter of them are new to it; never trusted
+        beyond the exact commit records it was made from). A catalog there is always used.
+        The ``vault`` command only reads it.
 
         ``at``: a tag set by :meth:`tag` (``vault tag DATASET NAME``): the dataset as it was
         tagged, i.e. every shard that has the tag, each pinned to its tagged commit (shards
         added later, which lack it, are left out); :meth:`refresh` then changes nothing.
         :class:`VaultPinError` when no shard has the tag."""
         where = parse_location(location, storage)
-        doc = _read_root(where)
+        raw, raw_catalog = where.read_many([MANIFEST_KEY, catalog_io.CATALOG_KEY])
+        doc = _root_doc(where, raw)
         if doc is None:
             raise VaultNotFoundError(f"no dataset at {where} (no dataset {MANIFEST_KEY})")
         dataset = cls(where, _template_of(doc, where))
+        dataset._write_catalog = bool(write_catalog)
         if at is None:
+            dataset._catalog = catalog_io.parse(raw_catalog, where, dataset._catalog_key)
             dataset.refresh()
+            dataset._save_catalog()
         else:
             dataset._pin(at)
         return dataset
@@ -231,7 +252,10 @@ class Dataset:
             pinned = Vault.open(self._where.child(f"{SHARDS}/{name}"), at=tag)
             self._check_shard(name, pinned.manifest)
             snap = pinned.snapshot
-            self._shards[name] = Shard(name, snap.location, snap.manifest, snap.commit, b"", pinned)
+            self._shards[name] = Shard(
+                name, self._where.child(SHARDS), snap.manifest, b"", b"", snap.commit,
+                vault=pinned,
+            )  # fmt: skip
         if not self._shards:
             raise VaultPinError(f"{self._where}: no shard has the tag {tag!r}")
         self._tag = tag
@@ -316,8 +340,30 @@ class Dataset:
             return 0
         before = self.timesteps
         names = self._list_names()
-        self._shards = shards_io.load(self._where, names, self._shards, self._manifests)
+        self._shards = shards_io.load(
+            self._where, names, self._shards, self._manifests, self._catalog
+        )
         return self.timesteps - before
+
+    def _save_catalog(self) -> None:
+        """Write the dataset's catalog (``vault/_dataset_catalog.py``) when it would spare
+        later readers enough work; after an object's first two writes, at most once per
+        ``CATALOG_EVERY`` seconds, so a reader that refreshes in a loop while shards are
+        written does not rewrite it each time."""
+        if not self._write_catalog or self._tag is not None:
+            return
+        if len(self._shards) < CATALOG_MIN_SHARDS:
+            return
+        if self._catalog_writes >= 2 and time.monotonic() - self._catalog_written < CATALOG_EVERY:
+            return  # the first two (open, first table) are never held back
+        shards = list(self._shards.values())
+        entries = catalog_io.worth_writing(self._catalog, shards)
+        if entries is None:
+            return
+        self._catalog_written = time.monotonic()
+        self._catalog_writes += 1
+        if catalog_io.write(self._where, entries, self._catalog_key):
+            self._catalog = catalog_io.adopt(shards, entries)
 
     def _list_names(self) -> list[str]:
         names = self._where.child(SHARDS).child_names()
@@ -394,7 +440,9 @@ class Dataset:
         shards' indexes read in one batch, checked as each shard's own read checks them)."""
         if self._template.episodes is None and self._shards:
             return self.vault(self.shards[0]).episodes()  # the vault's own error
-        return shards_io.episodes(self._where, list(self._shards.values()), include_open)
+        table = shards_io.episodes(self._where, list(self._shards.values()), include_open)
+        self._save_catalog()
+        return table
 
     def leaf_stats(self, **options: Any) -> Any:
         """:func:`vault.leaf_stats` over every shard's committed data."""

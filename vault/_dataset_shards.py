@@ -37,23 +37,39 @@ from vault._snapshot import load_snapshot
 from vault._tags import Grid, PlaceView, check_chunks, check_edge, grids
 
 if TYPE_CHECKING:
+    from vault._dataset_catalog import Catalog, Entry
     from vault._vault import Vault
 
 SHARDS = "shards"
+INDEX = "index"  # Shard.cache key of the index columns read (bounds, returns)
 
 
 @dataclasses.dataclass
 class Shard:
-    """One shard as the dataset last saw it: its manifest and commit record (its raw bytes, to
-    see cheaply whether it moved), and its :class:`Vault` once its data has been read."""
+    """One shard as the dataset last saw it: its manifest and commit record (and their raw
+    bytes, to see cheaply whether it moved and for the catalog), and its :class:`Vault` once
+    its data has been read. A shard taken from the dataset's catalog (``known``) parses its
+    commit record only when it is needed: the catalog entry was made from these very bytes."""
 
     name: str
-    where: Location
+    folder: Location  # the dataset's shards/ folder (``where`` is made from it when needed)
     manifest: Manifest
-    commit: CommitRecord
+    raw_manifest: bytes
     raw_commit: bytes
+    parsed: CommitRecord | None = None
+    known: Entry | None = None  # the catalog's entry for raw_commit
     vault: Vault | None = None
     cache: dict[Any, Any] = dataclasses.field(default_factory=dict)  # place checks done
+
+    @functools.cached_property
+    def where(self) -> Location:
+        return self.folder.child(self.name)
+
+    @property
+    def commit(self) -> CommitRecord:
+        if self.parsed is None:
+            self.parsed = read_commit_bytes(self.raw_commit, str(self.where), self.manifest)
+        return self.parsed
 
     @property
     def rows(self) -> int:
@@ -61,11 +77,32 @@ class Shard:
 
     @property
     def length(self) -> int:
+        if self.parsed is None and self.known is not None:
+            return self.known.length
         return self.commit.committed_length
 
     @property
     def commit_id(self) -> str:
+        if self.parsed is None and self.known is not None:
+            return self.known.commit_id
         return commit_id(self.commit)
+
+    @property
+    def indexed_episodes(self) -> int:
+        """Episodes in the shard's index (-1: it keeps none)."""
+        if self.parsed is None and self.known is not None:
+            return self.known.episodes
+        state = self.commit.episodes
+        return -1 if self.manifest.episodes is None else 0 if state is None else state.count
+
+    def index_columns(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The committed episodes' bounds and returns as read from the index (None: not read
+        yet)."""
+        columns = self.cache.get(INDEX)
+        if columns is None and self.known is not None and self.known.bounds is not None:
+            assert self.known.returns is not None
+            columns = self.cache[INDEX] = (self.known.bounds, self.known.returns)
+        return columns
 
     @functools.cached_property
     def grids(self) -> dict[str, Grid]:
@@ -90,10 +127,10 @@ class ManifestCache:
         self._check = check
         self._parsed: dict[bytes, Manifest] = {}
 
-    def manifest(self, name: str, where: Location, raw: bytes) -> Manifest:
+    def manifest(self, name: str, folder: Location, raw: bytes) -> Manifest:
         manifest = self._parsed.get(raw)
         if manifest is None:
-            manifest = read_manifest_bytes(raw, str(where))
+            manifest = read_manifest_bytes(raw, str(folder.child(name)))
             self._check(name, manifest)
             if len(self._parsed) < 4096:
                 self._parsed[raw] = manifest
@@ -101,33 +138,60 @@ class ManifestCache:
 
 
 def load(
-    root: Location, names: Sequence[str], known: dict[str, Shard], manifests: ManifestCache
+    root: Location,
+    names: Sequence[str],
+    known: dict[str, Shard],
+    manifests: ManifestCache,
+    catalog: Catalog | None = None,
 ) -> dict[str, Shard]:
-    """Every shard of ``names`` as it is now: the commit records of ``known`` shards and the
-    manifests and commit records of new ones read in one batch. A shard without a manifest
-    yet (being created) is left out."""
+    """Every shard of ``names`` as it is now: the commit records of every shard and the
+    manifests of new ones read in one batch (a shard the ``catalog`` has at exactly its current
+    commit record is taken from it; one it has at another needs a second batch for its
+    manifest). A shard without a manifest yet (being created) is left out."""
+    listed = {} if catalog is None else catalog.entries
+    folder = root.child(SHARDS)
     keys: list[str] = []
     for name in names:
-        if name not in known:
+        if name not in known and name not in listed:
             keys.append(f"{SHARDS}/{name}/{MANIFEST_KEY}")
         keys.append(f"{SHARDS}/{name}/{COMMIT_KEY}")
     values = iter(root.read_many(keys))
     out: dict[str, Shard] = {}
+    later: list[tuple[str, bytes | None]] = []  # cataloged at another commit
     for name in names:
         old = known.get(name)
-        raw_manifest = next(values) if old is None else None
+        fresh = old is None and name not in listed
+        raw_manifest = next(values) if fresh else None
         raw_commit = next(values)
-        if old is None and raw_manifest is None:
-            continue  # being created: shown once its manifest is there
         if old is not None:
             out[name] = _moved(old, raw_commit)
-            continue
-        where = root.child(f"{SHARDS}/{name}")
-        assert raw_manifest is not None
-        manifest = manifests.manifest(name, where, raw_manifest)
-        commit = read_commit_bytes(raw_commit, str(where), manifest)
-        out[name] = Shard(name, where, manifest, commit, raw_commit or b"")
+        elif not fresh:
+            assert catalog is not None
+            entry = catalog.hit(name, raw_commit)
+            if entry is None:
+                later.append((name, raw_commit))
+            else:
+                manifest = manifests.manifest(name, folder, entry.manifest)
+                assert raw_commit is not None
+                out[name] = Shard(name, folder, manifest, entry.manifest, raw_commit, known=entry)
+        elif raw_manifest is not None:  # None: being created, shown once its manifest is there
+            out[name] = _fresh(folder, name, raw_manifest, raw_commit, manifests)
+    if later:
+        raws = root.read_many([f"{SHARDS}/{name}/{MANIFEST_KEY}" for name, _ in later])
+        for (name, raw_commit), raw_manifest in zip(later, raws, strict=True):
+            if raw_manifest is not None:
+                out[name] = _fresh(folder, name, raw_manifest, raw_commit, manifests)
+        out = {name: out[name] for name in names if name in out}
     return out
+
+
+def _fresh(
+    folder: Location, name: str, raw_manifest: bytes, raw_commit: bytes | None, cache: ManifestCache
+) -> Shard:
+    manifest = cache.manifest(name, folder, raw_manifest)
+    shard = Shard(name, folder, manifest, raw_manifest, raw_commit or b"")
+    shard.parsed = read_commit_bytes(raw_commit, str(shard.where), manifest)
+    return shard
 
 
 def _moved(shard: Shard, raw_commit: bytes | None) -> Shard:
@@ -137,8 +201,11 @@ def _moved(shard: Shard, raw_commit: bytes | None) -> Shard:
     commit = read_commit_bytes(raw_commit, str(shard.where), shard.manifest)
     if shard.vault is not None:
         shard.vault.refresh()
-        commit = shard.vault.snapshot.commit
-    return dataclasses.replace(shard, commit=commit, raw_commit=raw_commit or b"", cache={})
+        if shard.vault.snapshot.commit != commit:  # it moved again meanwhile
+            commit, raw_commit = shard.vault.snapshot.commit, None  # bytes unknown: not cataloged
+    return dataclasses.replace(
+        shard, parsed=commit, raw_commit=raw_commit or b"", known=None, cache={}
+    )
 
 
 # ------------------------------------------------------------------------------- episodes
@@ -162,12 +229,15 @@ class _Fetched:
 
 def episodes(root: Location, shards: Sequence[Shard], include_open: bool) -> EpisodeTable:
     """Every shard's episode table, shard by shard, with a ``shard`` column. The index chunks
-    of every shard are read in one batch; a shard's table is kept until its commit moves (its
-    committed episodes never change), so a reader that refreshes reads only what moved."""
+    of every shard whose index was not read yet (nor taken from the catalog) are read in one
+    batch; a shard's table is kept until its commit moves (its committed episodes never
+    change), so a reader that refreshes reads only what moved."""
     todo = [s for s in shards if ("table", include_open) not in s.cache]
     wanted: list[tuple[Shard, str]] = []
     for shard in todo:
-        count = shard.commit.episodes.count if shard.commit.episodes is not None else 0
+        if shard.index_columns() is not None:
+            continue
+        count = max(0, shard.indexed_episodes)
         for key in (BOUNDS, RETURNS):
             for j in range(-(-count // INDEX_CHUNK)):
                 wanted.append((shard, shard.grids[key].chunk(0, j)))
@@ -176,6 +246,12 @@ def episodes(root: Location, shards: Sequence[Shard], include_open: bool) -> Epi
     for (shard, chunk), raw in zip(wanted, raws, strict=True):
         fetched.setdefault(shard.name, {})[chunk] = raw
     buffers = (np.empty((INDEX_CHUNK, 4), "<i8"), np.empty(INDEX_CHUNK, "<f8"))
+    if not include_open:  # one table from every shard's columns
+        for shard in todo:
+            count = max(0, shard.indexed_episodes)
+            if count and shard.index_columns() is None:
+                _read_index(shard, fetched.get(shard.name, {}), count, buffers)
+        return _closed_table(shards)
     for shard in todo:
         table = _table(shard, fetched.get(shard.name, {}), include_open, buffers)
         table = dataclasses.replace(table, shard=np.full(len(table), shard.name))
@@ -183,6 +259,26 @@ def episodes(root: Location, shards: Sequence[Shard], include_open: bool) -> Epi
     if not shards:
         return dataclasses.replace(EpisodeTable.empty(), shard=np.zeros(0, str))
     return EpisodeTable.concat([s.cache[("table", include_open)] for s in shards])
+
+
+def _closed_table(shards: Sequence[Shard]) -> EpisodeTable:
+    """The indexed episodes of every shard (each one's index columns read) as one table."""
+    names, counts, bounds, returns = [], [], [], []
+    for shard in shards:
+        columns = shard.index_columns() if shard.indexed_episodes > 0 else None
+        if columns is not None:
+            names.append(shard.name)
+            counts.append(len(columns[0]))
+            bounds.append(columns[0])
+            returns.append(columns[1])
+    if not names:
+        return dataclasses.replace(EpisodeTable.empty(), shard=np.zeros(0, str))
+    cfg = shards[0].manifest.episodes
+    assert cfg is not None
+    table = EpisodeTable.from_bounds(
+        np.concatenate(bounds), np.concatenate(returns), cfg.reward is not None
+    )
+    return dataclasses.replace(table, shard=np.repeat(np.array(names), counts))
 
 
 def _table(
@@ -193,33 +289,43 @@ def _table(
 ) -> EpisodeTable:
     cfg = shard.manifest.episodes
     assert cfg is not None
-    state = shard.commit.episodes
-    count = 0 if state is None else state.count
+    count = max(0, shard.indexed_episodes)
     has_reward = cfg.reward is not None
     table = None
     if count:
-        where = str(shard.where)
-        present = {k: v for k, v in chunks.items() if v is not None}
-        view = PlaceView(
-            _Fetched(shard.where, present), shard.manifest, shard.grids, shard.cache, where,
-            shard.commit,
-        )  # fmt: skip
-        columns = {}
-        for key, buffer in ((BOUNDS, buffers[0]), (RETURNS, buffers[1])):
-            parts = []
-            for j, chunk in enumerate([k for k in chunks if k.startswith(f"{key}/")]):
-                held = min(INDEX_CHUNK, count - j * INDEX_CHUNK)  # chunks are in order
-                parts.append(_decode(where, chunk, chunks[chunk], buffer)[:held].copy())
-            values = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            check_chunks(view, key, count, None, 0, count)
-            start = count // INDEX_CHUNK * INDEX_CHUNK
-            check_edge(view, key, None, values[None, start:count])
-            columns[key] = values
-        table = EpisodeTable.from_bounds(columns[BOUNDS], columns[RETURNS], has_reward)
-    if include_open and state is not None:
+        columns = shard.index_columns() or _read_index(shard, chunks, count, buffers)
+        table = EpisodeTable.from_bounds(columns[0], columns[1], has_reward)
+    state = shard.commit.episodes if include_open else None
+    if state is not None:
         opened = open_table(state.open, shard.length, has_reward)
         table = opened if table is None else EpisodeTable.concat([table, opened])
     return EpisodeTable.empty() if table is None else table
+
+
+def _read_index(
+    shard: Shard, chunks: dict[str, bytes | None], count: int, buffers: tuple[np.ndarray, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The bounds and returns of the shard's ``count`` indexed episodes from its index chunks
+    (``chunks``, read), checked as the shard's own read checks them; kept in its cache."""
+    where = str(shard.where)
+    present = {k: v for k, v in chunks.items() if v is not None}
+    view = PlaceView(
+        _Fetched(shard.where, present), shard.manifest, shard.grids, shard.cache, where,
+        shard.commit,
+    )  # fmt: skip
+    columns = []
+    for key, buffer in ((BOUNDS, buffers[0]), (RETURNS, buffers[1])):
+        parts = []
+        for j, chunk in enumerate([k for k in chunks if k.startswith(f"{key}/")]):
+            held = min(INDEX_CHUNK, count - j * INDEX_CHUNK)  # chunks are in order
+            parts.append(_decode(where, chunk, chunks[chunk], buffer)[:held].copy())
+        values = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        check_chunks(view, key, count, None, 0, count)
+        start = count // INDEX_CHUNK * INDEX_CHUNK
+        check_edge(view, key, None, values[None, start:count])
+        columns.append(values)
+    shard.cache[INDEX] = (columns[0], columns[1])
+    return shard.cache[INDEX]
 
 
 def _decode(where: str, chunk: str, raw: bytes | None, out: np.ndarray) -> np.ndarray:

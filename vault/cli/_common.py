@@ -236,7 +236,7 @@ def open_source(path: str, shard: str | None = None) -> Vault | Dataset:
         if shard is not None:
             fail(f"--shard picks a shard of a dataset, but {path} is a vault; leave --shard out")
         return open_vault(path)
-    dataset = Dataset.open(path)
+    dataset = Dataset.open(path, write_catalog=False)
     if shard is None:
         return dataset
     if shard not in dataset.shards:

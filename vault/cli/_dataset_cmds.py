@@ -29,7 +29,7 @@ def open_dataset(path: str, at: str | None = None) -> Any:
             "shard); a commit number or id is one shard's: pass the shard, "
             "DATASET/shards/NAME, instead"
         )
-    return Dataset.open(path, at=at)
+    return Dataset.open(path, at=at, write_catalog=False)
 
 
 def _shard_rows(dataset: Any) -> list[dict[str, Any]]:

@@ -168,7 +168,11 @@ def subsample(
     import vault as lib
 
     _check_out(out)
-    src: Any = lib.Dataset.open(source) if lib.is_dataset(source) else open_vault(source)
+    src: Any = (
+        lib.Dataset.open(source, write_catalog=False)
+        if lib.is_dataset(source)
+        else open_vault(source)
+    )
     require_episodes(src)
     table = src.episodes().select(
         min_return=min_return,
@@ -211,7 +215,7 @@ def combine(
         if not lib.is_dataset(path):
             opened.append(open_vault(path))
             continue
-        dataset = lib.Dataset.open(path)
+        dataset = lib.Dataset.open(path, write_catalog=False)
         if not dataset.shards:
             fail(f"{path}: the dataset has no shards yet; nothing to combine")
         datasets.append(path)

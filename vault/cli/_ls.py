@@ -64,7 +64,7 @@ def ls(
             EXIT_NOT_FOUND,
         )
     if is_dataset(directory):
-        _ls_shards(Dataset.open(directory), directory, json_out)
+        _ls_shards(Dataset.open(directory, write_catalog=False), directory, json_out)
         return
     entries: list[dict[str, Any]] = []
     roots: dict[str, bool] = {}  # a candidate dataset root -> whether it is one
@@ -81,7 +81,7 @@ def ls(
             entries.append({"path": found.location, "error": _error_text(err)})
     for root in (r for r, yes in roots.items() if yes):
         try:
-            entries.append(_facts.dataset_summary(Dataset.open(root)))
+            entries.append(_facts.dataset_summary(Dataset.open(root, write_catalog=False)))
         except Exception as err:  # a broken dataset is listed with its error, never fatal
             entries.append({"path": root, "kind": "dataset", "error": _error_text(err)})
     entries.sort(key=lambda e: str(e["path"]))

@@ -1,0 +1,217 @@
+"""The dataset catalog (vault/_dataset_catalog.py): a cache at a dataset's root that lets a
+reader of many shards skip their records and index. It must only ever save work: every answer
+with a catalog (current, stale, damaged, another dataset's) equals the answer without one.
+Real TensorStore/Zarr in a temp dir; one test on the real S3 test server."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import vault
+from vault import Dataset, Vault
+
+EXAMPLE = {"obs": np.zeros((2,), np.float32), "reward": np.float32(0), "done": np.bool_(False)}
+ROWS = 2
+SHARDS = 8  # CATALOG_MIN_SHARDS: fewer shards get no catalog
+COLUMNS = ("row", "start", "length", "returns", "truncated", "complete", "start_known")
+
+
+def _block(seed: int, steps: int = 12) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {
+        "obs": rng.standard_normal((ROWS, steps, 2)).astype(np.float32),
+        "reward": rng.standard_normal((ROWS, steps)).astype(np.float32),
+        "done": rng.random((ROWS, steps)) < 0.3,
+    }
+
+
+def _build(root: str, shards: int = SHARDS) -> None:
+    ds = Dataset.create(root, EXAMPLE, rows=ROWS, done_leaf="done", reward_leaf="reward")
+    for i in range(shards):
+        with ds.shard(f"s{i}") as shard:
+            shard.append(_block(i))
+
+
+def _truth(root: Path) -> dict[str, Any]:
+    """What a reader without any catalog sees (each shard opened as a vault)."""
+    names = sorted(p.name for p in (root / "shards").iterdir())
+    vaults = [Vault.open(str(root / "shards" / n)) for n in names]
+    tables = [v.episodes() for v in vaults]
+    return {
+        "lengths": {n: v.committed_length for n, v in zip(names, vaults, strict=True)},
+        "ids": {n: v.commit_id for n, v in zip(names, vaults, strict=True)},
+        "table": vault.EpisodeTable.concat(tables),
+        "shard": np.concatenate([np.full(len(t), n) for n, t in zip(names, tables, strict=True)]),
+        "open": vault.EpisodeTable.concat([v.episodes(include_open=True) for v in vaults]),
+    }
+
+
+def _assert_sees(ds: Dataset, truth: dict[str, Any]) -> None:
+    assert ds.committed_lengths == truth["lengths"]
+    assert ds.commit_ids == truth["ids"]
+    table = ds.episodes()
+    for column in COLUMNS:
+        np.testing.assert_array_equal(getattr(table, column), getattr(truth["table"], column))
+    np.testing.assert_array_equal(table.shard, truth["shard"])
+    with_open = ds.episodes(include_open=True)
+    for column in COLUMNS:
+        np.testing.assert_array_equal(getattr(with_open, column), getattr(truth["open"], column))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("catalog") / "ds"
+    _build(str(root))
+    return root
+
+
+def _copy(built: Path, tmp_path: Path) -> Path:
+    root = tmp_path / "ds"
+    shutil.copytree(built, root)
+    return root
+
+
+def test_a_reader_writes_the_catalog_and_the_next_one_reads_nothing_else(
+    built: Path, tmp_path: Path
+) -> None:
+    root = _copy(built, tmp_path)
+    (root / "catalog").unlink(missing_ok=True)
+    truth = _truth(root)
+    first = Dataset.open(str(root))
+    assert (root / "catalog").is_file()  # open wrote it (records only)
+    _assert_sees(first, truth)  # the first table adds the index columns
+    # every shard's index chunks gone: a reader that still gets the table took it from the
+    # catalog (and a reader without it fails: the catalog is what answered)
+    for index in (root / "shards").glob("*/episodes"):
+        shutil.rmtree(index)
+    second = Dataset.open(str(root))
+    _assert_sees(second, truth)
+    (root / "catalog").unlink()
+    with pytest.raises(vault.VaultCorruptError, match="episode index chunk"):
+        Dataset.open(str(root), write_catalog=False).episodes()
+
+
+def test_a_shard_that_committed_since_is_read_as_without_a_catalog(
+    built: Path, tmp_path: Path
+) -> None:
+    root = _copy(built, tmp_path)
+    Dataset.open(str(root)).episodes()  # a catalog with every table
+    with Dataset.open(str(root)).shard("s3") as shard:
+        shard.append(_block(100, steps=30))
+    with Dataset.open(str(root)).shard("new") as shard:
+        shard.append(_block(101))
+    truth = _truth(root)
+    ds = Dataset.open(str(root))
+    _assert_sees(ds, truth)
+    assert ds.committed_lengths["s3"] == 42
+    np.testing.assert_array_equal(
+        ds.read_numpy("s3")["obs"], Vault.open(str(root / "shards" / "s3")).read_numpy()["obs"]
+    )
+
+
+def _damage(path: Path, how: str, other: Path) -> None:
+    raw = path.read_bytes()
+    if how == "flip":
+        damaged = bytearray(raw)
+        damaged[len(raw) // 3] ^= 0x04
+        path.write_bytes(bytes(damaged))
+    elif how == "truncate":
+        path.write_bytes(raw[: len(raw) // 2])
+    elif how == "extended":  # a stale tail after a valid catalog (a torn rewrite)
+        path.write_bytes(raw + b"\0" * 64)
+    elif how == "garbage":
+        path.write_bytes(b"not a catalog")
+    elif how == "empty":
+        path.write_bytes(b"")
+    else:  # another dataset's (valid) catalog
+        shutil.copyfile(other, path)
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate", "extended", "garbage", "empty", "foreign"])
+def test_a_damaged_or_foreign_catalog_is_ignored_and_rewritten(
+    built: Path, tmp_path: Path, how: str
+) -> None:
+    root = _copy(built, tmp_path)
+    Dataset.open(str(root)).episodes()
+    other = tmp_path / "other"
+    _build(str(other))
+    Dataset.open(str(other)).episodes()
+    truth = _truth(root)
+    _damage(root / "catalog", how, other / "catalog")
+    damaged = (root / "catalog").read_bytes()
+    _assert_sees(Dataset.open(str(root)), truth)
+    rewritten = (root / "catalog").read_bytes()
+    assert rewritten != damaged  # replaced by a sound one
+    for index in (root / "shards").glob("*/episodes"):
+        shutil.rmtree(index)
+    _assert_sees(Dataset.open(str(root)), truth)  # ... which the next reader uses
+
+
+def test_a_catalog_made_before_the_index_was_damaged_still_gives_the_true_table(
+    built: Path, tmp_path: Path
+) -> None:
+    """The catalog holds what was read and checked: damage done to the index later does not
+    reach readers through it, and verify still finds the damage."""
+    root = _copy(built, tmp_path)
+    Dataset.open(str(root)).episodes()
+    truth = _truth(root)
+    chunk = root / "shards" / "s1" / "episodes" / "bounds" / "c" / "0" / "0"
+    chunk.write_bytes(bytes(len(chunk.read_bytes())))
+    _assert_sees(Dataset.open(str(root)), truth)
+    assert vault.verify(str(root / "shards" / "s1")).problems
+
+
+def test_small_datasets_readers_at_tags_and_the_cli_write_no_catalog(
+    built: Path, tmp_path: Path
+) -> None:
+    small = tmp_path / "small"
+    _build(str(small), shards=SHARDS - 1)
+    Dataset.open(str(small)).episodes()
+    assert not (small / "catalog").exists()
+    root = _copy(built, tmp_path)
+    (root / "catalog").unlink(missing_ok=True)
+    Dataset.open(str(root), write_catalog=False).episodes()
+    assert not (root / "catalog").exists()
+    Dataset.open(str(root)).tag("v1")
+    (root / "catalog").unlink()
+    Dataset.open(str(root), at="v1").episodes()
+    assert not (root / "catalog").exists()
+    from typer.testing import CliRunner
+
+    from vault.cli import app
+
+    for args in (["ls", str(tmp_path)], ["episodes", str(root)], ["verify", str(root)]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 0, result.output
+    assert not (root / "catalog").exists()
+
+
+def test_a_catalog_that_cannot_be_written_is_no_error(built: Path, tmp_path: Path) -> None:
+    root = _copy(built, tmp_path)
+    (root / "catalog").unlink(missing_ok=True)
+    (root / "catalog").mkdir()  # the key is a folder: every write of it fails
+    (root / "catalog" / "keep").write_bytes(b"")
+    truth = _truth(root)
+    _assert_sees(Dataset.open(str(root)), truth)
+    assert (root / "catalog").is_dir()
+
+
+def test_the_catalog_on_s3(s3_env: Any) -> None:
+    root = f"s3://{s3_env.bucket}/catalog-{uuid.uuid4().hex[:10]}"
+    _build(root)
+    first = Dataset.open(root)
+    table = first.episodes()
+    second = Dataset.open(root)
+    assert second.committed_lengths == first.committed_lengths
+    again = second.episodes()
+    for column in COLUMNS:
+        np.testing.assert_array_equal(getattr(again, column), getattr(table, column))
+    from vault import parse_location
+
+    assert parse_location(root).read("catalog") is not None
