@@ -13,7 +13,9 @@ Measured, in one run:
   episode table (``episodes()`` again on the open object, as a learner that refreshes calls
   it), a fresh open followed by the episode table, and one epoch of a shuffled stream
   (``as_dataset``, batches of 256 sequences of 2), each the median of ``--repeats`` runs, page
-  cache warm. The target is a dataset at most 2x the single vault's time;
+  cache warm. Opens are timed with the dataset's catalog current (every reader after the
+  first, once shards stop moving) and without one (the first reader, or every shard moved
+  since). The target is a dataset at most 2x the single vault's time;
 * **streaming per process with 1 and 2 JAX processes**: the 64-shard dataset streamed for one
   epoch (global batches of 256 sequences of 2) by one process, then by two processes under
   ``jax.distributed`` on loopback (each reads its share and yields global ``jax.Array``s for a
@@ -204,6 +206,9 @@ def time_median(fn: Any, repeats: int) -> float:
 
 
 def overhead(one: str, root: str, repeats: int) -> list[dict[str, Any]]:
+    """The single vault against the dataset, with the dataset's catalog current (as every
+    reader after the first finds it once the shards stop moving) and with none (the first
+    reader, or every shard committed since the catalog was written)."""
     from vault import Dataset, Vault
 
     def stream(source: Any) -> int:
@@ -213,19 +218,42 @@ def overhead(one: str, root: str, repeats: int) -> list[dict[str, Any]]:
                 n += 1
         return n
 
+    catalog = Path(root) / "catalog"
+
+    def with_catalog(present: bool) -> None:
+        if present:
+            Dataset.open(root).episodes()  # writes it, index columns included
+            assert catalog.is_file()
+        else:
+            catalog.unlink(missing_ok=True)
+
     vault, dataset = Vault.open(one), Dataset.open(root)
     stream(vault), stream(dataset)  # compile and warm both
     rows = []
-    for name, fv, fd in (
-        ("open", lambda: Vault.open(one), lambda: Dataset.open(root)),
-        ("episode table", lambda: vault.episodes(), lambda: dataset.episodes()),
+    for name, present, fv, fd in (
+        ("open", True, lambda: Vault.open(one), lambda: Dataset.open(root)),
+        (
+            "open, no catalog",
+            False,
+            lambda: Vault.open(one),
+            lambda: Dataset.open(root, write_catalog=False),
+        ),
+        ("episode table, again on the open object", True, vault.episodes, dataset.episodes),
         (
             "open + episode table",
+            True,
             lambda: Vault.open(one).episodes(),
             lambda: Dataset.open(root).episodes(),
         ),
-        ("stream one epoch", lambda: stream(vault), lambda: stream(dataset)),
+        (
+            "open + episode table, no catalog",
+            False,
+            lambda: Vault.open(one).episodes(),
+            lambda: Dataset.open(root, write_catalog=False).episodes(),
+        ),
+        ("stream one epoch", True, lambda: stream(vault), lambda: stream(dataset)),
     ):
+        with_catalog(present)
         tv, td = time_median(fv, repeats), time_median(fd, repeats)
         rows.append({"metric": name, "vault_s": tv, "dataset_s": td, "ratio": td / tv})
     counts = {"vault_s": stream(vault), "dataset_s": stream(dataset)}
@@ -240,6 +268,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=500, help="timesteps per append")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--shards-only", action="store_true", help="only the 64-shard overhead (no writers)"
+    )
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     parser.add_argument("--stream-child", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -266,7 +297,7 @@ def main() -> None:
             places["s3"] = lambda i: f"s3://{server.bucket}/bench-{os.getpid()}-{i}"
         try:
             writes = []
-            for kind, place in places.items():
+            for kind, place in places.items() if not args.shards_only else ():
                 for n in (1, 2, 4):
                     log(f"{kind}: {n} writers x {appends} appends of {args.steps} steps")
                     row = run_writers(place(n), n, appends, args.steps)
@@ -279,7 +310,7 @@ def main() -> None:
         one, root = build_pair(Path(tmp), 64, shard_rows, shard_steps)
         result["shards_64"] = overhead(one, root, args.repeats)
         log("streaming the 64-shard dataset with 1, then 2 JAX processes")
-        result["streams"] = [run_streams(root, n) for n in (1, 2)]
+        result["streams"] = [] if args.shards_only else [run_streams(root, n) for n in (1, 2)]
     result["load_end"] = loadavg()
     print("| store | writers | MB | seconds | MB/s | vs 1 writer |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -12,7 +12,9 @@ Readers (:meth:`Dataset.open`) see every shard's committed data as one: reads by
 episode table across shards (with a ``shard`` column), statistics, verification and streams
 over every shard; :meth:`Dataset.refresh` picks up new shards and new commits. A shard whose
 manifest does not match the template is refused (:class:`VaultStructureError` naming it);
-one still being created (no manifest yet) is not shown until it is.
+one still being created (no manifest yet) is not shown until it is. Readers of many shards
+keep a cache at the root, the catalog (``vault/_dataset_catalog.py``), so that the next reader
+need not parse every shard's records nor read its index; writers never touch it.
 """
 
 from __future__ import annotations
@@ -40,7 +42,15 @@ from vault._errors import (
     VaultPinError,
     VaultStructureError,
 )
-from vault._format import MANIFEST_KEY, REFS, Manifest, digest, group_json, parse_json
+from vault._format import (
+    DATASET_ATTR,
+    MANIFEST_KEY,
+    REFS,
+    Manifest,
+    digest,
+    group_json,
+    parse_json,
+)
 from vault._location import Location
 from vault._locations import LocationLike, parse_location
 from vault._pins import check_tag_name
@@ -49,7 +59,6 @@ from vault._vault import Vault, vault_of_writer
 if TYPE_CHECKING:
     from vault._pins import Pin
 
-DATASET_ATTR = "rlvault_dataset"
 DATASET_FORMAT = 1
 _ABSENT = b"\x02"  # TensorStore's generation of a key that does not exist
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")

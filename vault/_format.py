@@ -52,6 +52,7 @@ TRASH_DIR = "trash"
 TAGS = "tags"  # tags/<array key>: the stored crc32c of every complete chunk, by place
 DIGEST = "digest"  # a record's checksum of its own content
 MANIFEST_ATTR = "rlvault"
+DATASET_ATTR = "rlvault_dataset"  # a dataset root's attributes (vault/_dataset.py)
 COMMIT_ATTR = "rlvault_commit"
 FILL_CHUNKS_KEY = "fill_chunks_stored"
 """Manifest flag: the writer stores every chunk, even one equal to the fill value, so a chunk

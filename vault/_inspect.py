@@ -12,17 +12,25 @@ from vault._locations import LocationLike, parse_location
 
 @dataclasses.dataclass(frozen=True)
 class FoundVault:
-    """A vault found under a prefix: its location, and why it looks broken (None: sound)."""
+    """A vault (or, with ``find_vaults(..., datasets=True)``, a dataset's root: ``kind``
+    ``"dataset"``) found under a prefix: its location, and why it looks broken (None: sound)."""
 
     location: str
     problem: str | None = None
+    kind: str = "vault"
 
 
-def find_vaults(prefix: LocationLike) -> list[FoundVault]:
+def find_vaults(prefix: LocationLike, *, datasets: bool = False) -> list[FoundVault]:
     """Every vault under ``prefix`` (vaults are not searched inside; hidden folders are
     skipped on a file system), sorted by location. Something with the layout of a vault whose
-    manifest cannot be read is listed with its problem."""
-    return [FoundVault(str(loc), why) for loc, why in parse_location(prefix).find_vaults()]
+    manifest cannot be read is listed with its problem. ``datasets``: list the roots of
+    datasets too (kind ``"dataset"``, even one with no shard yet); their shards are listed
+    as vaults either way."""
+    return [
+        FoundVault(str(loc), why, kind)
+        for loc, kind, why in parse_location(prefix).find_roots()
+        if datasets or kind == "vault"
+    ]
 
 
 def lock_holder(location: LocationLike) -> LockHolder | None:

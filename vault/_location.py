@@ -34,7 +34,7 @@ from vault._errors import (
     VaultNotFoundError,
     VaultStorageError,
 )
-from vault._format import COMMIT_KEY, MANIFEST_ATTR, MANIFEST_KEY, ZARR_JSON
+from vault._format import COMMIT_KEY, DATASET_ATTR, MANIFEST_ATTR, MANIFEST_KEY, ZARR_JSON
 
 if TYPE_CHECKING:
     import tensorstore as ts
@@ -318,28 +318,36 @@ class Location(abc.ABC):
 
     def find_vaults(self) -> list[tuple[Location, str | None]]:
         """Every vault under this location (not searched inside), sorted, each with None or
+        why it looks broken."""
+        return [(where, why) for where, kind, why in self.find_roots() if kind == "vault"]
+
+    def find_roots(self) -> list[tuple[Location, str, str | None]]:
+        """Every vault (kind ``"vault"``, not searched inside) and dataset root (``"dataset"``,
+        searched inside: its shards are vaults) under this location, sorted, each with None or
         why it looks broken. Generic: lists every ``zarr.json`` key."""
         with self.failures("list the location"):
             keys = sorted(bytes(k).decode() for k in self.kvstore().list().result())
         roots = sorted(
             {k[: -len(ZARR_JSON)] for k in keys if k.endswith(ZARR_JSON) or k == ZARR_JSON}
         )
-        found: list[tuple[Location, str | None]] = []
+        found: list[tuple[Location, str, str | None]] = []
         taken: list[str] = []
         for prefix in roots:
             if any(prefix.startswith(t) for t in taken) or "/." in f"/{prefix}":
                 continue
             here = self.child(prefix) if prefix else self
             kind = vault_kind(here.read, looks_like=f"{prefix}{COMMIT_KEY}" in keys)
-            if kind is not None:
+            if kind == "dataset":
+                found.append((here, kind, None))
+            elif kind is not None:
                 taken.append(prefix)
-                found.append((here, None if kind == "ok" else kind))
+                found.append((here, "vault", None if kind == "ok" else kind))
         return found
 
 
 def vault_kind(read: Callable[[str], bytes | None], looks_like: bool) -> str | None:
-    """``"ok"`` for a vault, a reason for something that looks like a broken one, None for
-    anything else."""
+    """``"ok"`` for a vault, ``"dataset"`` for a dataset's root, a reason for something that
+    looks like a broken vault, None for anything else."""
     raw = read(MANIFEST_KEY)
     if raw is None:
         return "no zarr.json (not a vault any more)" if looks_like else None
@@ -350,6 +358,8 @@ def vault_kind(read: Callable[[str], bytes | None], looks_like: bool) -> str | N
     attrs = doc.get("attributes") if isinstance(doc, dict) else None
     if isinstance(attrs, dict) and MANIFEST_ATTR in attrs:
         return "ok"
+    if isinstance(attrs, dict) and isinstance(attrs.get(DATASET_ATTR), dict):
+        return "dataset"
     return "zarr.json has no 'rlvault' attributes" if looks_like else None
 
 

@@ -257,10 +257,10 @@ class FileLocation(Location):
                     else:
                         child.unlink(missing_ok=True)
 
-    def find_vaults(self) -> list[tuple[Location, str | None]]:
-        """Every vault under the directory (recursively, hidden folders skipped), sorted by
-        path; vaults are not searched inside."""
-        found: list[tuple[Location, str | None]] = []
+    def find_roots(self) -> list[tuple[Location, str, str | None]]:
+        """Every vault and dataset root under the directory (recursively, hidden folders
+        skipped), sorted by path; vaults are not searched inside, dataset roots are."""
+        found: list[tuple[Location, str, str | None]] = []
         with self.failures("search for vaults"):
             for dirpath, dirs, files in os.walk(self.path, onerror=self._walk_error):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -272,8 +272,10 @@ class FileLocation(Location):
                     kind = vault_kind(here.read, looks_like)
                 except VaultError as err:  # a vault (or not) that cannot be read: say why
                     kind = str(err)
-                if kind is not None:
-                    found.append((here, None if kind == "ok" else kind))
+                if kind == "dataset":
+                    found.append((here, kind, None))
+                elif kind is not None:
+                    found.append((here, "vault", None if kind == "ok" else kind))
                     dirs[:] = []
         return sorted(found, key=lambda item: str(item[0]))
 

@@ -74,13 +74,19 @@ class MemoryLocation(Location):
             holder = _HOLDERS.get(self.path)
         return None if holder is None else LockHolder.from_json(holder)
 
-    def find_vaults(self) -> list[tuple[Location, str | None]]:
+    def find_roots(self) -> list[tuple[Location, str, str | None]]:
         # Each memory location has its own context (store): children share the parent's name
         # as a prefix but not its store, so only this location itself can be a vault here.
         from vault._location import vault_kind
 
         kind = vault_kind(self.read, looks_like=False)
-        return [] if kind is None else [(self, None if kind == "ok" else kind)]
+        if kind is None:
+            return []
+        return [
+            (self, "dataset", None)
+            if kind == "dataset"
+            else (self, "vault", None if kind == "ok" else kind)
+        ]
 
 
 class _MemoryLock(OsExclusiveLock):

@@ -103,6 +103,10 @@ def test_ls_of_a_dataset_lists_its_shards(folder: Path, tmp_path: Path) -> None:
     Dataset.create(str(tmp_path / "new"), EXAMPLE, rows=2)
     assert cli.json("ls", tmp_path / "new") == []
     assert "a dataset with no shards yet" in cli("ls", tmp_path / "new").stdout
+    # a dataset with no shard yet is still listed under its folder (found by its root)
+    (empty,) = [checked(e) for e in cli.json("ls", tmp_path) if e["path"].endswith("/new")]
+    assert (empty["kind"], empty["shards"], empty["timesteps"]) == ("dataset", [], 0)
+    assert "new (dataset, 0 shards)" in cli("ls", tmp_path).stdout
 
 
 # -------------------------------------------------------------------------------------- show

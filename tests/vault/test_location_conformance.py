@@ -167,3 +167,20 @@ def test_unsupported_locations_are_typed_errors() -> None:
         Vault.open({"driver": "gcs", "bucket": "b"})
     with pytest.raises(vault.VaultLocationError, match="storage= settings apply to object-store"):
         Vault.open("/tmp/x", storage={"endpoint": "http://127.0.0.1:1"})
+
+
+def test_dataset_roots_are_found_with_and_without_shards(where: Location) -> None:
+    from vault import Dataset
+
+    Dataset.create(where, EXAMPLE, rows=ROWS)
+    assert vault.find_vaults(where) == []  # a dataset root is not a vault
+    found = vault.find_vaults(where, datasets=True)
+    assert [(f.location, f.kind, f.problem) for f in found] == [(str(where), "dataset", None)]
+    if where.spec["driver"] == "memory":
+        return  # one store per memory location: a shard there is another location's
+    with Dataset.open(where).shard("a") as shard:
+        shard.append(block(0, 4))
+    found = vault.find_vaults(where, datasets=True)
+    assert [f.kind for f in found] == ["dataset", "vault"]
+    assert found[1].location.rstrip("/").endswith("/shards/a")
+    assert [f.location for f in vault.find_vaults(where)] == [found[1].location]

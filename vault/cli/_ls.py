@@ -68,7 +68,11 @@ def ls(
         return
     entries: list[dict[str, Any]] = []
     roots: dict[str, bool] = {}  # a candidate dataset root -> whether it is one
-    for found in find_vaults(directory):
+    found_all = find_vaults(directory, datasets=True)
+    for found in found_all:
+        if found.kind == "dataset":  # listed even before its first shard
+            roots[found.location.rstrip("/")] = True
+    for found in (f for f in found_all if f.kind == "vault"):
         root = _dataset_root(found.location, directory, roots)
         if root is not None and found.problem is None:
             continue  # listed once, as its dataset
