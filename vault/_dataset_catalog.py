@@ -185,19 +185,25 @@ def encode(entries: Sequence[Entry], root_key: str) -> bytes:
     return body + google_crc32c.value(body).to_bytes(4, "little")
 
 
-def entry_of(shard: Shard) -> Entry | None:
-    """What the catalog keeps of ``shard`` (None: nothing known worth keeping)."""
+TABLE_ROWS = 8192  # a shard with more indexed episodes keeps no table here (one index chunk)
+TABLE_ROWS_TOTAL = 1 << 18  # episodes with tables in one catalog (10 MiB of columns)
+
+
+def entry_of(shard: Shard, table: bool = True) -> Entry | None:
+    """What the catalog keeps of ``shard`` (None: nothing known worth keeping); its index
+    columns only with ``table`` and when it has at most ``TABLE_ROWS`` episodes."""
     if not shard.raw_commit:
         return None  # pinned at a tag: not the shard's current record
-    index = shard.index_columns()
-    count = shard.indexed_episodes
+    index = shard.index_columns() if table else None
+    if index is not None and len(index[0]) > TABLE_ROWS:
+        index = None  # reading its index costs its size, not a round trip: nothing to spare
     return Entry(
         shard.name,
         shard.raw_manifest,
         commit_hash(shard.raw_commit),
         shard.length,
         shard.commit_id,
-        count,
+        shard.indexed_episodes,
         *(index if index is not None else (None, None)),
     )
 
@@ -205,16 +211,35 @@ def entry_of(shard: Shard) -> Entry | None:
 def worth_writing(old: Catalog | None, shards: Sequence[Shard]) -> list[Entry] | None:
     """The entries of a new catalog when writing one would spare later readers enough work
     (a quarter of the shards, at least one, missing from ``old``, changed since, or now with a
-    table where ``old`` has none); None otherwise. Each shard's ``known`` entry becomes the
-    new one when it is written (see :func:`adopt`)."""
+    table where ``old`` has none); None otherwise. Tables are kept for shards of at most
+    ``TABLE_ROWS`` episodes, ``TABLE_ROWS_TOTAL`` in all (so that reading the catalog never
+    costs more than it spares). Each shard's ``known`` entry becomes the new one when it is
+    written (see :func:`adopt`)."""
     gained = 0
+    held = sum(len(s.known.bounds) for s in shards if s.known and s.known.bounds is not None)
+    room = TABLE_ROWS_TOTAL - held  # tables that a new catalog could add
     for shard in shards:
         known = shard.known
-        if known is None or (known.bounds is None and shard.index_columns() is not None):
+        if known is None:
             gained += shard.raw_commit != b""  # one pinned at a tag is not kept
+        elif known.bounds is None:
+            index = shard.index_columns()
+            if index is not None and len(index[0]) <= min(TABLE_ROWS, room):
+                gained += 1
+                room -= len(index[0])
     if not gained or (old is not None and gained < max(1, len(shards) // 4)):
         return None
-    return [e for e in map(entry_of, shards) if e is not None]
+    entries = []
+    room = TABLE_ROWS_TOTAL
+    for shard in shards:
+        entry = entry_of(shard, table=room > 0)
+        if entry is not None and entry.bounds is not None:
+            if len(entry.bounds) > room:
+                entry = dataclasses.replace(entry, bounds=None, returns=None)
+            room -= len(entry.bounds) if entry.bounds is not None else 0
+        if entry is not None:
+            entries.append(entry)
+    return entries
 
 
 def adopt(shards: Sequence[Shard], entries: Sequence[Entry]) -> Catalog:

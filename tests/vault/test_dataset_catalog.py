@@ -215,3 +215,28 @@ def test_the_catalog_on_s3(s3_env: Any) -> None:
     from vault import parse_location
 
     assert parse_location(root).read("catalog") is not None
+
+
+def test_tables_are_kept_for_small_shards_only_and_within_a_budget(
+    built: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catalog that held every table of a big dataset would cost more to read at each open
+    than it spares: tables are kept for shards of few episodes, up to a total."""
+    from vault import _dataset_catalog as catalog
+
+    root = _copy(built, tmp_path)
+    (root / "catalog").unlink(missing_ok=True)
+    truth = _truth(root)
+    counts = {n: int((truth["shard"] == n).sum()) for n in truth["lengths"]}
+    per_shard, total = sorted(counts.values())[len(counts) // 2], 2 * max(counts.values())
+    monkeypatch.setattr(catalog, "TABLE_ROWS", per_shard)
+    monkeypatch.setattr(catalog, "TABLE_ROWS_TOTAL", total)
+    _assert_sees(Dataset.open(str(root)), truth)
+    raw = (root / "catalog").read_bytes()
+    kept = catalog.decode(raw, Dataset.open(str(root), write_catalog=False)._catalog_key)
+    tabled = {n: len(e.bounds) for n, e in kept.entries.items() if e.bounds is not None}
+    assert tabled and all(rows <= per_shard for rows in tabled.values())
+    assert sum(tabled.values()) <= total
+    assert len(tabled) < len(counts)  # some shards left to their index
+    _assert_sees(Dataset.open(str(root)), truth)  # those read their index, the rest not
+    assert (root / "catalog").read_bytes() == raw  # and nothing worth rewriting
