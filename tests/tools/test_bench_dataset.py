@@ -30,8 +30,10 @@ def test_bench_dataset_smoke(tmp_path: Path) -> None:
     metrics = {row["metric"]: row for row in doc["shards_64"]}
     assert set(metrics) == {
         "open",
-        "episode table",
+        "open, no catalog",
+        "episode table, again on the open object",
         "open + episode table",
+        "open + episode table, no catalog",
         "stream one epoch",
         "batches per epoch",
     }
@@ -40,5 +42,6 @@ def test_bench_dataset_smoke(tmp_path: Path) -> None:
     one, two = doc["streams"]
     assert (one["processes"], two["processes"]) == (1, 2)
     assert two["batches"][0] == two["batches"][1]  # both processes step together
+    assert all(row["dataset_s"] > 0 for row in doc["shards_64"])
     assert "| 64 shards vs one vault |" in done.stdout
     assert "| JAX processes |" in done.stdout
