@@ -148,6 +148,7 @@ class Dataset:
         self._catalog_written = -float("inf")  # time.monotonic() of this object's last write
         self._write_catalog = False  # Dataset.open(write_catalog=True) allows it
         self._catalog_writes = 0
+        self._catalog_found = "absent"  # what open found: "absent", "damaged" or "valid"
 
     # ------------------------------------------------------------------------ entry points
     @classmethod
@@ -238,6 +239,13 @@ class Dataset:
         dataset._write_catalog = bool(write_catalog)
         if at is None:
             dataset._catalog = catalog_io.parse(raw_catalog, where, dataset._catalog_key)
+            dataset._catalog_found = (
+                "absent"
+                if raw_catalog is None
+                else "damaged"
+                if dataset._catalog is None
+                else "valid"
+            )
             dataset.refresh()
             dataset._save_catalog()
         else:
@@ -356,23 +364,18 @@ class Dataset:
 
     def _save_catalog(self) -> None:
         """Write the dataset's catalog (``vault/_dataset_catalog.py``) when it would spare
-        later readers enough work; after an object's first two writes, at most once per
-        ``CATALOG_EVERY`` seconds, so a reader that refreshes in a loop while shards are
-        written does not rewrite it each time."""
-        if not self._write_catalog or self._tag is not None:
-            return
-        if len(self._shards) < CATALOG_MIN_SHARDS:
+        later readers enough work; after an object's first two writes (open, first table), at
+        most once per ``CATALOG_EVERY`` seconds (a reader refreshing in a loop)."""
+        shards = list(self._shards.values())
+        if not self._write_catalog or self._tag is not None or len(shards) < CATALOG_MIN_SHARDS:
             return
         if self._catalog_writes >= 2 and time.monotonic() - self._catalog_written < CATALOG_EVERY:
-            return  # the first two (open, first table) are never held back
-        shards = list(self._shards.values())
-        entries = catalog_io.worth_writing(self._catalog, shards)
-        if entries is None:
             return
-        self._catalog_written = time.monotonic()
-        self._catalog_writes += 1
-        if catalog_io.write(self._where, entries, self._catalog_key):
-            self._catalog = catalog_io.adopt(shards, entries)
+        entries = catalog_io.worth_writing(self._catalog, shards)
+        if entries is not None:
+            self._catalog_written, self._catalog_writes = time.monotonic(), self._catalog_writes + 1
+            if catalog_io.write(self._where, entries, self._catalog_key):
+                self._catalog = catalog_io.adopt(shards, entries)
 
     def _list_names(self) -> list[str]:
         names = self._where.child(SHARDS).child_names()
@@ -499,6 +502,14 @@ class Dataset:
 
     def __repr__(self) -> str:
         return f"Dataset({self._where}, shards={len(self._shards)})"
+
+    def check_catalog(self) -> dict[str, Any]:
+        """For ``vault verify``: the catalog found at open (``state``: ``"absent"``,
+        ``"damaged"`` (so ignored) or ``"valid"``), the shards it served (``used``), and
+        ``problems``: each of those whose entry disagrees with the shard's own commit record
+        or index (readers would get the catalog's version: delete the catalog)."""
+        used, problems = shards_io.audit_catalog(list(self._shards.values()))
+        return {"state": self._catalog_found, "used": used, "problems": problems}
 
     def describe(self) -> dict[str, Any]:
         """A JSON-ready summary: location, shards with their rows, committed length and

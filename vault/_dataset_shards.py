@@ -357,3 +357,43 @@ def _decode(where: str, chunk: str, raw: bytes | None, out: np.ndarray) -> np.nd
             f"{where}`; restore the vault from a copy."
         )
     return out
+
+
+def audit_catalog(shards: Sequence[Shard]) -> tuple[int, list[str]]:
+    """How many of ``shards`` were taken from the catalog, and how each of those disagrees
+    with the shard itself (its commit record parsed now; its index read through the shard's
+    own vault)."""
+    from vault._dataset_catalog import commit_hash
+    from vault._vault import Vault
+
+    used, problems = 0, []
+    for shard in shards:
+        entry = shard.known
+        if entry is None or entry.commit != commit_hash(shard.raw_commit):
+            continue
+        used += 1
+        where = shard.where
+        record = read_commit_bytes(shard.raw_commit, str(where), shard.manifest)
+        state = record.episodes
+        count = -1 if shard.manifest.episodes is None else 0 if state is None else state.count
+        facts = (record.committed_length, commit_id(record), count)
+        if facts != (entry.length, entry.commit_id, entry.episodes):
+            problems.append(
+                f"shard {shard.name!r}: the catalog says committed length, commit and episodes "
+                f"{(entry.length, entry.commit_id, entry.episodes)}, its commit record {facts}"
+            )
+            continue
+        if entry.bounds is None or entry.returns is None:
+            continue
+        own = Vault.open(where).episodes()
+        has_reward = shard.manifest.episodes is not None and shard.manifest.episodes.reward
+        kept = EpisodeTable.from_bounds(entry.bounds, entry.returns, bool(has_reward))
+        same = len(own) == len(kept) and all(
+            np.array_equal(getattr(own, f), getattr(kept, f), equal_nan=f == "returns")
+            for f in ("row", "start", "length", "returns", "truncated", "start_known")
+        )
+        if not same:
+            problems.append(
+                f"shard {shard.name!r}: the catalog's episodes differ from the shard's index"
+            )
+    return used, problems

@@ -5,6 +5,7 @@ Real TensorStore/Zarr in a temp dir; one test on the real S3 test server."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import uuid
 from pathlib import Path
@@ -235,8 +236,61 @@ def test_tables_are_kept_for_small_shards_only_and_within_a_budget(
     raw = (root / "catalog").read_bytes()
     kept = catalog.decode(raw, Dataset.open(str(root), write_catalog=False)._catalog_key)
     tabled = {n: len(e.bounds) for n, e in kept.entries.items() if e.bounds is not None}
-    assert tabled and all(rows <= per_shard for rows in tabled.values())
+    assert tabled
+    assert all(rows <= per_shard for rows in tabled.values())
     assert sum(tabled.values()) <= total
     assert len(tabled) < len(counts)  # some shards left to their index
     _assert_sees(Dataset.open(str(root)), truth)  # those read their index, the rest not
     assert (root / "catalog").read_bytes() == raw  # and nothing worth rewriting
+
+
+def _verify_json(root: Path) -> dict[str, Any]:
+    import json
+
+    from typer.testing import CliRunner
+
+    from vault.cli import app
+
+    result = CliRunner().invoke(app, ["verify", str(root), "--json"])
+    doc = json.loads(result.stdout)
+    assert result.exit_code == (0 if doc["ok"] else 3), result.output
+    return doc
+
+
+def test_verify_checks_the_catalog_against_the_shards(built: Path, tmp_path: Path) -> None:
+    """A catalog whose entries disagree with their shards (forged with a valid checksum, or
+    the index changed after it was made) would serve readers its own version: verify says
+    so, names the shard, and fails."""
+    from vault import _dataset_catalog as catalog
+
+    root = _copy(built, tmp_path)
+    (root / "catalog").unlink(missing_ok=True)
+    assert _verify_json(root)["catalog"] == {"state": "absent", "used": 0, "problems": []}
+    Dataset.open(str(root)).episodes()
+    doc = _verify_json(root)
+    assert doc["ok"]
+    assert doc["catalog"] == {"state": "valid", "used": SHARDS, "problems": []}
+    key = Dataset.open(str(root), write_catalog=False)._catalog_key
+    kept = catalog.decode((root / "catalog").read_bytes(), key)
+    s2 = kept.entries["s2"]
+    assert s2.bounds is not None
+    assert len(s2.bounds)
+    forged = dict(kept.entries)
+    forged["s2"] = dataclasses.replace(
+        s2, bounds=s2.bounds + np.array([0, 0, 1, 0])
+    )  # longer episodes
+    forged["s5"] = dataclasses.replace(kept.entries["s5"], length=kept.entries["s5"].length + 1)
+    (root / "catalog").write_bytes(catalog.encode(list(forged.values()), key))
+    doc = _verify_json(root)
+    assert not doc["ok"]
+    assert all(s["ok"] for s in doc["shards"])
+    problems = doc["catalog"]["problems"]
+    assert len(problems) == 2
+    assert "'s2'" in problems[0]
+    assert "episodes differ" in problems[0]
+    assert "'s5'" in problems[1]
+    assert "committed length" in problems[1]
+    (root / "catalog").write_bytes(b"damaged")
+    doc = _verify_json(root)
+    assert doc["ok"]
+    assert doc["catalog"]["state"] == "damaged"

@@ -92,16 +92,19 @@ def verify(path: str, json_out: bool, at: str | None = None) -> None:
                 "problems": [{"place": p.place, "message": p.message} for p in report.problems],
             }
         )
-    ok = all(s["ok"] for s in shards)
+    catalog = dataset.check_catalog()
+    ok = all(s["ok"] for s in shards) and not catalog["problems"]
     if json_out:
-        emit_json({"path": dataset.location, "ok": ok, "shards": shards})
+        emit_json({"path": dataset.location, "ok": ok, "shards": shards, "catalog": catalog})
     else:
-        _render_verify(path if at is None else f"{path} at tag {at}", shards, ok)
+        _render_verify(path if at is None else f"{path} at tag {at}", shards, ok, catalog)
     if not ok:
         exit_with(EXIT_CORRUPT)
 
 
-def _render_verify(shown: str, shards: list[dict[str, Any]], ok: bool) -> None:
+def _render_verify(
+    shown: str, shards: list[dict[str, Any]], ok: bool, catalog: dict[str, Any]
+) -> None:
     from rich.markup import escape
 
     console = stdout()
@@ -111,6 +114,13 @@ def _render_verify(shown: str, shards: list[dict[str, Any]], ok: bool) -> None:
                 f"[red]{escape(shard['shard'])}[/red] {escape(problem['place'])}: "
                 f"{escape(problem['message'])}"
             )
+    for problem in catalog["problems"]:
+        console.print(
+            f"[red]catalog[/red]: {escape(problem)}; delete {escape(shown)}/catalog (readers "
+            "rebuild it from the shards)"
+        )
+    if catalog["state"] == "damaged":
+        console.print("catalog: damaged, so ignored (the next reader rewrites it)", style="dim")
     bad = sum(not s["ok"] for s in shards)
     chunks = sum(s["chunks_checked"] for s in shards)
     head = f"{escape(shown)}: {shards_text(len(shards))}; checked {chunks} chunks"
