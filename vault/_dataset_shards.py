@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 SHARDS = "shards"
 INDEX = "index"  # Shard.cache key of the index columns read (bounds, returns)
+_GRIDS: dict[int, tuple[Manifest, dict[str, Grid]]] = {}  # by id(manifest), the manifest kept
 
 
 @dataclasses.dataclass
@@ -104,9 +105,15 @@ class Shard:
             columns = self.cache[INDEX] = (self.known.bounds, self.known.returns)
         return columns
 
-    @functools.cached_property
+    @property
     def grids(self) -> dict[str, Grid]:
-        return grids(self.manifest)
+        """The manifest's chunk grids (shared by the shards of one manifest: frozen)."""
+        held = _GRIDS.get(id(self.manifest))
+        if held is None or held[0] is not self.manifest:
+            if len(_GRIDS) >= 64:
+                _GRIDS.clear()
+            held = _GRIDS[id(self.manifest)] = (self.manifest, grids(self.manifest))
+        return held[1]
 
     def opened(self) -> Vault:
         """The shard as a read-only :class:`Vault` at this record's commit (arrays opened now,
