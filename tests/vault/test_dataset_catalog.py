@@ -294,3 +294,49 @@ def test_verify_checks_the_catalog_against_the_shards(built: Path, tmp_path: Pat
     doc = _verify_json(root)
     assert doc["ok"]
     assert doc["catalog"]["state"] == "damaged"
+
+
+_READER = """
+import sys
+from pathlib import Path
+import numpy as np
+from vault import Dataset
+root, rounds, expected = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+for i in range(rounds):
+    if i % 3 == 0:
+        Path(root, "catalog").unlink(missing_ok=True)  # every reader rewrites it
+    ds = Dataset.open(root)
+    table = ds.episodes()
+    got = f"{sum(ds.committed_lengths.values())}:{len(table)}:{int(table.start.sum())}"
+    assert got == expected, (i, got, expected)
+print("ok")
+"""
+
+
+def test_readers_writing_the_catalog_at_once_always_read_the_truth(
+    built: Path, tmp_path: Path
+) -> None:
+    """Two reader processes open the dataset over and over, each rewriting the catalog (and
+    deleting it now and then) while the other reads it: every read equals the truth."""
+    import subprocess
+    import sys
+
+    root = _copy(built, tmp_path)
+    truth = _truth(root)
+    expected = (
+        f"{sum(truth['lengths'].values())}:{len(truth['table'])}:{int(truth['table'].start.sum())}"
+    )
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _READER, str(root), "40", expected],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+        assert out.strip() == "ok"
+    _assert_sees(Dataset.open(str(root)), truth)
