@@ -340,3 +340,69 @@ def test_readers_writing_the_catalog_at_once_always_read_the_truth(
         assert proc.returncode == 0, err[-2000:]
         assert out.strip() == "ok"
     _assert_sees(Dataset.open(str(root)), truth)
+
+
+_WRITER = """
+import sys
+import numpy as np
+from vault import Dataset
+root, name, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
+rng = np.random.default_rng(len(name))
+with Dataset.open(root, write_catalog=False).shard(name) as shard:
+    for _ in range(rounds):
+        shard.append({
+            "obs": rng.standard_normal((2, 5, 2)).astype(np.float32),
+            "reward": rng.standard_normal((2, 5)).astype(np.float32),
+            "done": rng.random((2, 5)) < 0.3,
+        })
+print("ok")
+"""
+
+_FOLLOWER = """
+import sys, time
+import numpy as np
+from vault import Dataset, Vault
+root, seconds = sys.argv[1], float(sys.argv[2])
+last, rounds, deadline = {}, 0, time.monotonic() + seconds
+while time.monotonic() < deadline:
+    ds = Dataset.open(root)  # a fresh reader each round: the catalog as others left it
+    table = ds.episodes()
+    for name, length in ds.committed_lengths.items():
+        assert length >= last.get(name, 0), (name, length, last)
+        last[name] = length
+        mine = table[table.shard == name]
+        own = Vault.open(f"{root}/shards/{name}").episodes()  # now, or later: a longer prefix
+        assert len(own) >= len(mine), (name, len(own), len(mine))
+        for column in ("row", "start", "length", "returns", "truncated", "start_known"):
+            assert np.array_equal(getattr(mine, column), getattr(own, column)[: len(mine)],
+                                  equal_nan=column == "returns"), (name, column)
+    rounds += 1
+print("ok", rounds)
+"""
+
+
+def test_fresh_readers_follow_shards_being_written(built: Path, tmp_path: Path) -> None:
+    """Two shards are appended to by writer processes while two reader processes open the
+    dataset afresh over and over (each using and rewriting the catalog): every table a reader
+    gets is a prefix of each shard's own, and lengths never go back."""
+    import subprocess
+    import sys
+
+    root = _copy(built, tmp_path)
+
+    def spawn(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-c", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+
+    writers = [spawn(_WRITER, str(root), name, "60") for name in ("s0", "s1")]
+    readers = [spawn(_FOLLOWER, str(root), "6") for _ in range(2)]
+    for proc in writers + readers:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+        assert out.startswith("ok")
+        if proc in readers:
+            assert int(out.split()[1]) >= 3  # rounds while the writers ran
+    truth = _truth(root)
+    assert truth["lengths"]["s0"] == 12 + 60 * 5
+    _assert_sees(Dataset.open(str(root)), truth)
