@@ -40,8 +40,6 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from vault._errors import VaultError
-
 if TYPE_CHECKING:
     from vault._location import Location
 
@@ -117,7 +115,7 @@ def parse(raw: bytes | None, root: Location, root_key: str) -> Catalog | None:
         return None
     try:
         return decode(raw, root_key)
-    except (ValueError, KeyError, TypeError, IndexError, struct.error) as err:
+    except Exception as err:  # any damage: a cache is ignored, never trusted
         _log.info("%s: ignoring a damaged catalog (%s); it will be rewritten", root, err)
         return None
 
@@ -259,7 +257,7 @@ def write(root: Location, entries: Sequence[Entry], root_key: str) -> bool:
     try:
         with root.failures("write the dataset's catalog"):
             root.kvstore().write(CATALOG_KEY, data).result()
-    except VaultError as err:
+    except Exception as err:  # best-effort: a cache that cannot be written is no error
         _log.info("%s: catalog not written (%s)", root, err)
         return False
     return True
