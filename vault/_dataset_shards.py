@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 
 SHARDS = "shards"
 INDEX = "index"  # Shard.cache key of the index columns read (bounds, returns)
+OPEN_TABLE = "table with open episodes"  # Shard.cache key
 _GRIDS: dict[int, tuple[Manifest, dict[str, Grid]]] = {}  # by id(manifest), the manifest kept
 
 
@@ -237,35 +238,30 @@ class _Fetched:
 def episodes(root: Location, shards: Sequence[Shard], include_open: bool) -> EpisodeTable:
     """Every shard's episode table, shard by shard, with a ``shard`` column. The index chunks
     of every shard whose index was not read yet (nor taken from the catalog) are read in one
-    batch; a shard's table is kept until its commit moves (its committed episodes never
+    batch; a shard keeps its index columns until its commit moves (committed episodes never
     change), so a reader that refreshes reads only what moved."""
-    todo = [s for s in shards if ("table", include_open) not in s.cache]
+    _read_indexes(root, [s for s in shards if s.indexed_episodes > 0 and not s.index_columns()])
+    if not include_open:
+        return _closed_table(shards)
+    if not shards:
+        return dataclasses.replace(EpisodeTable.empty(), shard=np.zeros(0, str))
+    return EpisodeTable.concat([_with_open(s) for s in shards])
+
+
+def _read_indexes(root: Location, shards: Sequence[Shard]) -> None:
+    """Read, check and keep the index columns of ``shards``, their chunks in one batch."""
     wanted: list[tuple[Shard, str]] = []
-    for shard in todo:
-        if shard.index_columns() is not None:
-            continue
-        count = max(0, shard.indexed_episodes)
+    for shard in shards:
         for key in (BOUNDS, RETURNS):
-            for j in range(-(-count // INDEX_CHUNK)):
+            for j in range(-(-shard.indexed_episodes // INDEX_CHUNK)):
                 wanted.append((shard, shard.grids[key].chunk(0, j)))
     raws = root.read_many([f"{SHARDS}/{s.name}/{chunk}" for s, chunk in wanted])
     fetched: dict[str, dict[str, bytes | None]] = {}
     for (shard, chunk), raw in zip(wanted, raws, strict=True):
         fetched.setdefault(shard.name, {})[chunk] = raw
     buffers = (np.empty((INDEX_CHUNK, 4), "<i8"), np.empty(INDEX_CHUNK, "<f8"))
-    if not include_open:  # one table from every shard's columns
-        for shard in todo:
-            count = max(0, shard.indexed_episodes)
-            if count and shard.index_columns() is None:
-                _read_index(shard, fetched.get(shard.name, {}), count, buffers)
-        return _closed_table(shards)
-    for shard in todo:
-        table = _table(shard, fetched.get(shard.name, {}), include_open, buffers)
-        table = dataclasses.replace(table, shard=np.full(len(table), shard.name))
-        shard.cache[("table", include_open)] = table
-    if not shards:
-        return dataclasses.replace(EpisodeTable.empty(), shard=np.zeros(0, str))
-    return EpisodeTable.concat([s.cache[("table", include_open)] for s in shards])
+    for shard in shards:
+        _read_index(shard, fetched.get(shard.name, {}), shard.indexed_episodes, buffers)
 
 
 def _closed_table(shards: Sequence[Shard]) -> EpisodeTable:
@@ -288,30 +284,30 @@ def _closed_table(shards: Sequence[Shard]) -> EpisodeTable:
     return dataclasses.replace(table, shard=np.repeat(np.array(names), counts))
 
 
-def _table(
-    shard: Shard,
-    chunks: dict[str, bytes | None],
-    include_open: bool,
-    buffers: tuple[np.ndarray, np.ndarray],
-) -> EpisodeTable:
-    cfg = shard.manifest.episodes
-    assert cfg is not None
-    count = max(0, shard.indexed_episodes)
-    has_reward = cfg.reward is not None
-    table = None
-    if count:
-        columns = shard.index_columns() or _read_index(shard, chunks, count, buffers)
-        table = EpisodeTable.from_bounds(columns[0], columns[1], has_reward)
-    state = shard.commit.episodes if include_open else None
-    if state is not None:
-        opened = open_table(state.open, shard.length, has_reward)
-        table = opened if table is None else EpisodeTable.concat([table, opened])
-    return EpisodeTable.empty() if table is None else table
+def _with_open(shard: Shard) -> EpisodeTable:
+    """The shard's indexed episodes, then its open ones (kept until its commit moves)."""
+    table = shard.cache.get(OPEN_TABLE)
+    if table is None:
+        cfg = shard.manifest.episodes
+        assert cfg is not None
+        has_reward = cfg.reward is not None
+        parts = []
+        columns = shard.index_columns() if shard.indexed_episodes > 0 else None
+        if columns is not None:
+            parts.append(EpisodeTable.from_bounds(columns[0], columns[1], has_reward))
+        state = shard.commit.episodes
+        if state is not None:
+            parts.append(open_table(state.open, shard.length, has_reward))
+        table = EpisodeTable.concat(parts) if parts else EpisodeTable.empty()
+        table = shard.cache[OPEN_TABLE] = dataclasses.replace(
+            table, shard=np.full(len(table), shard.name)
+        )
+    return table
 
 
 def _read_index(
     shard: Shard, chunks: dict[str, bytes | None], count: int, buffers: tuple[np.ndarray, ...]
-) -> tuple[np.ndarray, np.ndarray]:
+) -> None:
     """The bounds and returns of the shard's ``count`` indexed episodes from its index chunks
     (``chunks``, read), checked as the shard's own read checks them; kept in its cache."""
     where = str(shard.where)
@@ -332,7 +328,6 @@ def _read_index(
         check_edge(view, key, None, values[None, start:count])
         columns.append(values)
     shard.cache[INDEX] = (columns[0], columns[1])
-    return shard.cache[INDEX]
 
 
 def _decode(where: str, chunk: str, raw: bytes | None, out: np.ndarray) -> np.ndarray:
