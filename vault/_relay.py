@@ -188,10 +188,15 @@ def leaf_codec(snap: Any, key: str) -> _relay_decode.ChunkCodec | None:
 RUN_BYTES = 1 << 20  # raw bytes of the chunk columns decoded together (by TensorStore)
 DIRECT_RUN_BYTES = 1 << 18  # the same, decoded here
 POOL = False
+
+
 @functools.cache
 def _pool():
     import concurrent.futures
+
     return concurrent.futures.ThreadPoolExecutor(4, "rlvault-relay")
+
+
 DIRECT = True  # decode known codec chains here (False: always through TensorStore)
 
 
@@ -342,14 +347,16 @@ class _Read:
                         self.edge[b] = raw[-4:]
                 problem = self._place(codec, b, k, at, raw)
                 if problem is not None:
-                    broken.append(f"chunk {chunk.split('/c/', 1)[1].replace('/', '.')} ({problem})")
+                    where = chunk.split("/c/", 1)[1].replace("/", ".")
+                    broken.append(f"chunk {where} is corrupt ({problem})")
             if wrong:
                 raise _tags.place_error(snap, self.key, wrong)
             if broken:
                 raise VaultCorruptError(
-                    f"{snap.where}: array {self.key}, {'; '.join(broken[:4])}"
+                    f"{snap.where}: array {self.key}: "
+                    + "; ".join(broken[:4])
                     + (f" (and {len(broken) - 4} more)" if len(broken) > 4 else "")
-                    + ": corrupt. Its data cannot be trusted; restore the vault from a copy."
+                    + ". Its data cannot be trusted; restore the vault from a copy."
                 )
             if tags is not None:  # checked for the snapshot: later reads go straight
                 placed = {(b, k) for b, k, _, _ in chunks if k < self.complete}

@@ -138,7 +138,10 @@ def _decompress(compressor: str, body: memoryview, out: np.ndarray) -> str | Non
             return f"its zstd frame holds {declared} bytes, not {nbytes}"
         Zstd().decode(body, out=out)
         return None
-    whole = np.frombuffer(zlib.decompress(body, 31), np.uint8)  # gzip: header and trailer
+    inflate = zlib.decompressobj(31)  # gzip: header, deflate stream, trailer
+    whole = np.frombuffer(inflate.decompress(body, nbytes + 1), np.uint8)
+    if not inflate.eof or inflate.unused_data or inflate.unconsumed_tail:
+        return "its gzip stream does not end where the chunk does"
     if whole.nbytes != nbytes:
         return f"it decodes to {whole.nbytes} bytes, not {nbytes}"
     out[:] = whole
