@@ -187,16 +187,6 @@ def leaf_codec(snap: Any, key: str) -> _relay_decode.ChunkCodec | None:
 
 RUN_BYTES = 1 << 20  # raw bytes of the chunk columns decoded together (by TensorStore)
 DIRECT_RUN_BYTES = 1 << 18  # the same, decoded here
-POOL = False
-
-
-@functools.cache
-def _pool():
-    import concurrent.futures
-
-    return concurrent.futures.ThreadPoolExecutor(4, "rlvault-relay")
-
-
 DIRECT = True  # decode known codec chains here (False: always through TensorStore)
 
 
@@ -247,12 +237,6 @@ class _Read:
         kv = snap.location.kvstore()
         columns = column_chunks(snap, key)
         arrived = self._arrived if codec is None else self._arrived_direct
-        if codec is not None and POOL:
-            direct = arrived
-
-            def arrived(c: Any, g: Any) -> None:
-                _pool().submit(direct, c, g)
-
         for run in runs:
             chunks = [
                 (b, k, f"{key}/c/{b}/{k}{suffix}", at)

@@ -75,9 +75,12 @@ def meta_key(key: str) -> str:
 
 
 def grown(need: int, size: int, step: int) -> int:
-    """The time length to grow an array of ``size`` to for ``need``: at least a quarter
-    more, in whole chunks (as ``vault._commit.grow``)."""
-    return -(-max(need, size + size // 4) // step) * step
+    """The time length to grow an array of ``size`` to for ``need``: at least twice as long
+    (on disk ``vault._commit.grow`` grows by a quarter), in whole chunks. Each growth is a
+    fenced PUT of every array's metadata, and the handles reopened after it; doubling makes
+    them O(log n) over a writer's appends (the overshoot is trimmed at close, and readers
+    read up to the committed length only)."""
+    return -(-max(need, 2 * size) // step) * step
 
 
 class WriteRelay:
