@@ -197,7 +197,6 @@ def leaf_codec(snap: Any, key: str) -> _relay_decode.ChunkCodec | None:
 
 
 RUN_BYTES = 1 << 20  # raw bytes of the chunk columns decoded together (by TensorStore)
-DIRECT_RUN_BYTES = 1 << 18  # the same, decoded here
 DIRECT = True  # decode known codec chains here (False: always through TensorStore)
 
 
@@ -233,9 +232,27 @@ class _Read:
             self.origin = view.domain[1].inclusive_min  # the view's index of timestep t0
         else:
             self.row_maps = row_maps(grid, rows, self.blocks)
-        column = max(1, dest.nbytes // max(1, t1 - t0)) * grid.step
-        per = max(1, (RUN_BYTES if codec is None else DIRECT_RUN_BYTES) // column)
-        runs = [range(k, min(k1, k + per)) for k in range(k0, k1, per)]
+        columns = column_chunks(snap, key)
+        if codec is None:  # runs of whole time chunks, decoded together by TensorStore
+            column = max(1, dest.nbytes // max(1, t1 - t0)) * grid.step
+            per = max(1, RUN_BYTES // column)
+            spans = [range(k, min(k1, k + per)) for k in range(k0, k1, per)]
+            runs = [
+                [
+                    (b, k, chunk_key(grid, b, k, suffix), at)
+                    for k in span
+                    for b in self.blocks
+                    for suffix, at in columns
+                ]
+                for span in spans
+            ]
+        else:  # each chunk decoded here as soon as it is in, on the thread that got it
+            runs = [
+                [(b, k, chunk_key(grid, b, k, suffix), at)]
+                for k in range(k0, k1)
+                for b in self.blocks
+                for suffix, at in columns
+            ]
         self.guard = threading.Lock()
         self.left = len(runs)
         self.errors: list[BaseException] = []
@@ -246,15 +263,8 @@ class _Read:
         if not runs:
             self.promise.set_result(None)
         kv = snap.location.kvstore()
-        columns = column_chunks(snap, key)
         arrived = self._arrived if codec is None else self._arrived_direct
-        for run in runs:
-            chunks = [
-                (b, k, f"{key}/c/{b}/{k}{suffix}", at)
-                for k in run
-                for b in self.blocks
-                for suffix, at in columns
-            ]
+        for chunks in runs:
             with snap.location.failures("read the vault"):
                 gets = [kv.read(chunk[2]) for chunk in chunks]
             self._when_all([*self.tag_gets, *gets], lambda c=chunks, g=gets: arrived(c, g))
