@@ -23,7 +23,14 @@ Measured on the benchmark's vector vault (``tools/bench_s3.py``, 12 appends of 1
 timesteps, SeaweedFS on loopback): written straight through TensorStore, with the stored
 checksums read back by ranged GETs and the tag arrays read-modify-written, an append took
 about 28 GETs and 25 PUTs and wrote at 0.65 of raw TensorStore; through memory it takes the
-lease GET (plus what the first append fetches) and about 26 PUTs.
+lease GET (plus what the first append fetches) and about 26 PUTs (raw TensorStore: 20, its
+chunks only). What remains above raw TensorStore, profiled: the main thread waits for the
+chunk PUTs most of the time (about 60 %), then for the commit record's conditional PUT
+(about 6 %, after everything else by design) and the lease check (about 4 %); in CPU, an
+append costs about a fifth more than raw TensorStore's writes (256 vs 215 ms for the 12),
+mostly the two copies of each encoded chunk that TensorStore's Python API imposes (out of the
+in-memory store as ``bytes``, into the PUT) and the requests raw TensorStore does not send
+(checksum chunks, the episode index, the history and commit records).
 """
 
 from __future__ import annotations
@@ -75,9 +82,12 @@ def meta_key(key: str) -> str:
 
 
 def grown(need: int, size: int, step: int) -> int:
-    """The time length to grow an array of ``size`` to for ``need``: at least a quarter
-    more, in whole chunks (as ``vault._commit.grow``)."""
-    return -(-max(need, size + size // 4) // step) * step
+    """The time length to grow an array of ``size`` to for ``need``: at least twice as long
+    (on disk ``vault._commit.grow`` grows by a quarter), in whole chunks. Each growth is a
+    fenced PUT of every array's metadata, and the handles reopened after it; doubling makes
+    them O(log n) over a writer's appends (the overshoot is trimmed at close, and readers
+    read up to the committed length only)."""
+    return -(-max(need, 2 * size) // step) * step
 
 
 class WriteRelay:
