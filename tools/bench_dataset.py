@@ -13,9 +13,9 @@ Measured, in one run:
   episode table (``episodes()`` again on the open object, as a learner that refreshes calls
   it), a fresh open followed by the episode table, and one epoch of a shuffled stream
   (``as_dataset``, batches of 256 sequences of 2), each the median of ``--repeats`` runs, page
-  cache warm. Opens are timed with the dataset's catalog current (every reader after the
-  first, once shards stop moving) and without one (the first reader, or every shard moved
-  since). The target is a dataset at most 2x the single vault's time;
+  cache warm. Opens are timed with the dataset's catalog current (as a finished dataset's
+  writers leave it) and without one (deleted: as when every shard moved since it was
+  written). The target is a dataset at most 2x the single vault's time;
 * **streaming per process with 1 and 2 JAX processes**: the 64-shard dataset streamed for one
   epoch (global batches of 256 sequences of 2) by one process, then by two processes under
   ``jax.distributed`` on loopback (each reads its share and yields global ``jax.Array``s for a
@@ -206,9 +206,9 @@ def time_median(fn: Any, repeats: int) -> float:
 
 
 def overhead(one: str, root: str, repeats: int) -> list[dict[str, Any]]:
-    """The single vault against the dataset, with the dataset's catalog current (as every
-    reader after the first finds it once the shards stop moving) and with none (the first
-    reader, or every shard committed since the catalog was written)."""
+    """The single vault against the dataset, with the dataset's catalog current (as its
+    writers leave it when they close) and with none (deleted: as when every shard committed
+    since it was written)."""
     from vault import Dataset, Vault
 
     def stream(source: Any) -> int:

@@ -14,12 +14,14 @@ over every shard; :meth:`Dataset.refresh` picks up new shards and new commits. A
 manifest does not match the template is refused (:class:`VaultStructureError` naming it);
 one still being created (no manifest yet) is not shown until it is. Readers of many shards
 keep a cache at the root, the catalog (``vault/_dataset_catalog.py``), so that the next reader
-need not parse every shard's records nor read its index; writers never touch it.
+need not parse every shard's records nor read its index; a shard's writer adds its entry when
+it closes.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import re
 import socket
@@ -308,7 +310,8 @@ class Dataset:
         """A writer (a :class:`Vault` in mode ``"a"``) for this process's shard ``name``
         (default: host, process id and a random part). A new shard is created with the
         dataset's structure (``rows`` overrides the template's); an existing one is opened
-        for appending when its structure matches (its writer lock keeps it to one writer)."""
+        for appending when its structure matches (its writer lock keeps it to one writer).
+        When it closes, the shard's entry goes into the dataset's catalog."""
         if self._tag is not None:
             raise VaultModeError(
                 f"{self._where} was opened at tag {self._tag!r}, for reading; open it without "
@@ -324,9 +327,12 @@ class Dataset:
         if where.read(MANIFEST_KEY) is not None:
             vault = Vault.open(where, mode="a")
             self._check_shard(name, vault.manifest)
-            return vault
-        manifest = self._shard_manifest(rows)
-        return vault_of_writer(create_vault(where, manifest))
+        else:
+            vault = vault_of_writer(create_vault(where, self._shard_manifest(rows)))
+        vault._after_close = functools.partial(
+            shards_io.catalog_closed_shard, self._where, name, self._catalog_key
+        )  # its entry in the catalog: the first reader of a finished dataset finds it there
+        return vault
 
     def _shard_manifest(self, rows: int | None) -> Manifest:
         """The template itself (``created`` too: the dataset's), with ``rows`` if given: the

@@ -21,11 +21,20 @@ It is a cache, never a source of truth, and nothing trusts it blindly:
   read, and a shard's manifest from the catalog is checked against the template like a read
   one.
 
-Any reader may write it (writers of shards never do, so they stay independent): after
-:meth:`vault.Dataset.open` or the first episode table when it finds at least a quarter of the
-shards missing from the catalog or changed. Writing is best-effort: a store this reader may
-not write (a read-only bucket) keeps no catalog, and the dataset reads as without one. Two
-readers writing at once each replace the object whole; either result is a valid catalog.
+Who writes it:
+
+* the writer of a shard, when it closes (:func:`merge`): its own entry, read back and checked
+  as a reader would, put in with a conditional write (the store enforces it; retried with
+  random pauses when another got in first), so that the first reader of a finished dataset
+  finds every shard there. Writers never wait for each other otherwise, and a writer that
+  cannot update it (it gave up, it crashed) only leaves its shard to be read the long way;
+* any reader of at least ``CATALOG_MIN_SHARDS`` shards (``vault._dataset``), after
+  :meth:`vault.Dataset.open` or its first episode table, when it finds at least a quarter of
+  the shards missing from the catalog or changed: the whole object replaced.
+
+Writing is best-effort: a store one may not write (a read-only bucket) keeps no catalog, and
+the dataset reads as without one. Whatever the interleaving, every entry is one that was true
+of its commit record, so any result is a valid catalog.
 """
 
 from __future__ import annotations
@@ -261,3 +270,43 @@ def write(root: Location, entries: Sequence[Entry], root_key: str) -> bool:
         _log.info("%s: catalog not written (%s)", root, err)
         return False
     return True
+
+
+ABSENT = b"\x02"  # TensorStore's generation of a key that does not exist
+MERGE_TRIES = 8
+
+
+def merge(root: Location, shard: Shard, root_key: str) -> bool:
+    """Put ``shard``'s entry into the catalog at ``root``, keeping every other entry: read,
+    change, write back on condition that nobody wrote it meanwhile (the store enforces it),
+    retried a few times with random pauses. What the writer of a shard does when it closes,
+    so that the first reader of a finished dataset finds every shard there. Best-effort:
+    False when it could not (logged)."""
+    import random
+    import time
+
+    entry = entry_of(shard)
+    if entry is None:
+        return False
+    kv = root.kvstore()
+    for attempt in range(MERGE_TRIES):
+        try:
+            with root.failures("update the dataset's catalog"):
+                got = kv.read(CATALOG_KEY).result()
+                raw = bytes(got.value) if got.state == "value" else None
+                old = parse(raw, root, root_key)
+                entries = {} if old is None else dict(old.entries)
+                entries[shard.name] = entry
+                held = sum(len(e.bounds) for e in entries.values() if e.bounds is not None)
+                if held > TABLE_ROWS_TOTAL:
+                    entries[shard.name] = dataclasses.replace(entry, bounds=None, returns=None)
+                since = got.stamp.generation if raw is not None else ABSENT
+                data = encode(list(entries.values()), root_key)
+                if kv.write(CATALOG_KEY, data, if_equal=since).result().generation:
+                    return True
+        except Exception as err:  # best-effort: a cache that cannot be written is no error
+            _log.info("%s: catalog not updated (%s)", root, err)
+            return False
+        time.sleep(random.uniform(0.005, 0.02) * 2**attempt)  # another wrote it: again
+    _log.info("%s: catalog not updated (%d tries, others kept writing it)", root, MERGE_TRIES)
+    return False

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -399,3 +400,20 @@ def audit_catalog(shards: Sequence[Shard]) -> tuple[int, list[str]]:
                 f"shard {shard.name!r}: the catalog's episodes differ from the shard's index"
             )
     return used, problems
+
+
+def catalog_closed_shard(root: Location, name: str, root_key: str) -> None:
+    """After the writer of shard ``name`` closed: its records and index read and checked as
+    a reader reads them, then its entry merged into the dataset's catalog. Never raises: a
+    writer's close does not fail for a cache."""
+    from vault._dataset_catalog import merge
+
+    try:
+        shard = load(root, [name], {}, ManifestCache(lambda _name, _manifest: None)).get(name)
+        if shard is None:
+            return
+        if shard.indexed_episodes > 0:
+            _read_indexes(root, [shard])
+        merge(root, shard, root_key)
+    except Exception as err:  # best-effort, as the catalog always is
+        logging.getLogger("vault.catalog").info("%s: shard %s not cataloged (%s)", root, name, err)

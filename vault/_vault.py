@@ -8,7 +8,7 @@ writer (``vault/_writer.py``: planning, the commit protocol, background queue).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -38,6 +38,8 @@ class Vault(EpisodeMethods):
     Create with :meth:`Vault.create`, open with :meth:`Vault.open`; ``Vault(name, ...)``
     behaves like the reference's constructor (opens if present, else creates).
     """
+
+    _after_close: Callable[[], None] | None = None  # run once a writer has closed
 
     def __init__(
         self,
@@ -198,6 +200,8 @@ class Vault(EpisodeMethods):
             if writer is not None:
                 self._snap = writer.snapshot
             self._closed = True
+        if writer is not None and self._after_close is not None:
+            self._after_close()  # e.g. a dataset's catalog notes the shard (never raises)
 
     def __enter__(self) -> Vault:
         return self

@@ -173,8 +173,9 @@ def test_small_datasets_readers_at_tags_and_the_cli_write_no_catalog(
 ) -> None:
     small = tmp_path / "small"
     _build(str(small), shards=SHARDS - 1)
+    (small / "catalog").unlink()  # its writers made one
     Dataset.open(str(small)).episodes()
-    assert not (small / "catalog").exists()
+    assert not (small / "catalog").exists()  # its readers do not
     root = _copy(built, tmp_path)
     (root / "catalog").unlink(missing_ok=True)
     Dataset.open(str(root), write_catalog=False).episodes()
@@ -206,6 +207,8 @@ def test_a_catalog_that_cannot_be_written_is_no_error(built: Path, tmp_path: Pat
 def test_the_catalog_on_s3(s3_env: Any) -> None:
     root = f"s3://{s3_env.bucket}/catalog-{uuid.uuid4().hex[:10]}"
     _build(root)
+    # the writers' conditional updates built it on the bucket, before any reader
+    assert Dataset.open(root, write_catalog=False).check_catalog()["used"] == SHARDS
     first = Dataset.open(root)
     table = first.episodes()
     second = Dataset.open(root)
@@ -406,3 +409,71 @@ def test_fresh_readers_follow_shards_being_written(built: Path, tmp_path: Path) 
     truth = _truth(root)
     assert truth["lengths"]["s0"] == 12 + 60 * 5
     _assert_sees(Dataset.open(str(root)), truth)
+
+
+def test_the_first_reader_of_a_finished_dataset_finds_every_shard_in_the_catalog(
+    built: Path, tmp_path: Path
+) -> None:
+    """Each shard's writer merges its entry into the catalog when it closes: no reader has
+    opened the dataset yet, and it already serves every shard (records and index)."""
+    root = _copy(built, tmp_path)
+    truth = _truth(root)
+    assert Dataset.open(str(root), write_catalog=False).check_catalog() == {
+        "state": "valid",
+        "used": SHARDS,
+        "problems": [],
+    }
+    for index in (root / "shards").glob("*/episodes"):
+        shutil.rmtree(index)  # only the catalog can answer for the index now
+    _assert_sees(Dataset.open(str(root), write_catalog=False), truth)
+
+
+_CLOSER = """
+import sys, time
+import numpy as np
+from vault import Dataset
+root, name, at = sys.argv[1], sys.argv[2], float(sys.argv[3])
+ds = Dataset.open(root, write_catalog=False)
+writer = ds.shard(name)
+rng = np.random.default_rng(int(name[1:]))
+writer.append({
+    "obs": rng.standard_normal((2, 9, 2)).astype(np.float32),
+    "reward": rng.standard_normal((2, 9)).astype(np.float32),
+    "done": rng.random((2, 9)) < 0.3,
+})
+time.sleep(max(0.0, at - time.time()))
+writer.close()  # all at once: their catalog updates race
+print("ok")
+"""
+
+
+def test_writers_closing_at_once_all_get_into_the_catalog(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+    import time
+
+    from vault import _dataset_catalog as catalog
+
+    root = tmp_path / "ds"
+    Dataset.create(str(root), EXAMPLE, rows=ROWS, done_leaf="done", reward_leaf="reward")
+    at = time.time() + 6
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _CLOSER, str(root), f"w{i}", str(at)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(6)
+    ]
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-2000:]
+        assert out.strip() == "ok"
+    key = Dataset.open(str(root), write_catalog=False)._catalog_key
+    kept = catalog.decode((root / "catalog").read_bytes(), key)
+    assert sorted(kept.entries) == [f"w{i}" for i in range(6)]  # none lost to a race
+    truth = _truth(root)
+    for index in (root / "shards").glob("*/episodes"):
+        shutil.rmtree(index)
+    _assert_sees(Dataset.open(str(root), write_catalog=False), truth)
