@@ -300,17 +300,8 @@ class _Read:
                 got = get.result()
                 raw = bytes(got.value) if got.state == "value" else None
                 tagged = chunk == grid.chunk(b, k)  # the chunk a tag or edge binds
-                if raw is None:
-                    wrong.append(_tags.missing(grid, b, k, chunk))
+                if not self._placed(b, k, chunk, tagged, raw, tags, wrong):
                     continue
-                if tags is not None and tagged and k < self.complete:
-                    problem = _tags.place_problem(grid, b, k, raw, int(tags[b, k]))
-                    if problem is not None:
-                        wrong.append(problem)
-                        continue
-                if tagged and k == self.complete:
-                    with self.guard:
-                        self.edge[b] = raw[-4:]
                 mem.write(self.prefix + chunk[skip:], raw)
             if wrong:
                 raise _tags.place_error(snap, self.key, wrong)
@@ -327,6 +318,33 @@ class _Read:
                 err = snap.location.typed_failure(err, "read the vault") or err
             self._finished(err)
 
+    def _placed(
+        self,
+        b: int,
+        k: int,
+        chunk: str,
+        tagged: bool,
+        raw: Any,
+        tags: np.ndarray | None,
+        wrong: list[str],
+    ) -> bool:
+        """Whether the fetched chunk ``raw`` may be decoded: it is there and, when its tag is
+        known (``tags``), it is the chunk written at its place; otherwise why not is added to
+        ``wrong``. Keeps the stored checksum of the edge chunk (``tagged``: the chunk a tag or
+        edge binds)."""
+        if raw is None:
+            wrong.append(_tags.missing(self.grid, b, k, chunk))
+            return False
+        if tags is not None and tagged and k < self.complete:
+            problem = _tags.place_problem(self.grid, b, k, raw, int(tags[b, k]))
+            if problem is not None:
+                wrong.append(problem)
+                return False
+        if tagged and k == self.complete:
+            with self.guard:
+                self.edge[b] = raw[-4:]
+        return True
+
     def _arrived_direct(self, chunks: list[Chunk], gets: list[Any]) -> None:
         """A run's chunks are in: check them and decode them into the destination here."""
         grid, snap, codec = self.grid, self.snap, self.codec
@@ -341,17 +359,9 @@ class _Read:
                 got = get.result()
                 raw = got.value if got.state == "value" else None
                 tagged = not any(at)  # the chunk a tag or edge binds
-                if raw is None:
-                    wrong.append(_tags.missing(grid, b, k, chunk))
+                if not self._placed(b, k, chunk, tagged, raw, tags, wrong):
                     continue
-                if tags is not None and tagged and k < self.complete:
-                    problem = _tags.place_problem(grid, b, k, raw, int(tags[b, k]))
-                    if problem is not None:
-                        wrong.append(problem)
-                        continue
-                if tagged and k == self.complete:
-                    with self.guard:
-                        self.edge[b] = raw[-4:]
+                assert raw is not None  # _placed: it is there
                 problem = self._place(codec, b, k, at, raw)
                 if problem is not None:
                     where = chunk.split("/c/", 1)[1].replace("/", ".")
