@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -299,6 +301,16 @@ def test_verify_checks_the_catalog_against_the_shards(built: Path, tmp_path: Pat
     assert doc["catalog"]["state"] == "damaged"
 
 
+def _spawn(script: str, *args: str) -> subprocess.Popen[str]:
+    """A Python process running ``script`` with ``args`` (its output piped, as text)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", script, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 _READER = """
 import sys
 from pathlib import Path
@@ -321,23 +333,13 @@ def test_readers_writing_the_catalog_at_once_always_read_the_truth(
 ) -> None:
     """Two reader processes open the dataset over and over, each rewriting the catalog (and
     deleting it now and then) while the other reads it: every read equals the truth."""
-    import subprocess
-    import sys
 
     root = _copy(built, tmp_path)
     truth = _truth(root)
     expected = (
         f"{sum(truth['lengths'].values())}:{len(truth['table'])}:{int(truth['table'].start.sum())}"
     )
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _READER, str(root), "40", expected],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for _ in range(2)
-    ]
+    procs = [_spawn(_READER, str(root), "40", expected) for _ in range(2)]
     for proc in procs:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-2000:]
@@ -388,18 +390,11 @@ def test_fresh_readers_follow_shards_being_written(built: Path, tmp_path: Path) 
     """Two shards are appended to by writer processes while two reader processes open the
     dataset afresh over and over (each using and rewriting the catalog): every table a reader
     gets is a prefix of each shard's own, and lengths never go back."""
-    import subprocess
-    import sys
 
     root = _copy(built, tmp_path)
 
-    def spawn(*args: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "-c", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-
-    writers = [spawn(_WRITER, str(root), name, "60") for name in ("s0", "s1")]
-    readers = [spawn(_FOLLOWER, str(root), "6") for _ in range(2)]
+    writers = [_spawn(_WRITER, str(root), name, "60") for name in ("s0", "s1")]
+    readers = [_spawn(_FOLLOWER, str(root), "6") for _ in range(2)]
     for proc in writers + readers:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-2000:]
@@ -448,8 +443,6 @@ print("ok")
 
 
 def test_writers_closing_at_once_all_get_into_the_catalog(tmp_path: Path) -> None:
-    import subprocess
-    import sys
     import time
 
     from vault import _dataset_catalog as catalog
@@ -457,15 +450,7 @@ def test_writers_closing_at_once_all_get_into_the_catalog(tmp_path: Path) -> Non
     root = tmp_path / "ds"
     Dataset.create(str(root), EXAMPLE, rows=ROWS, done_leaf="done", reward_leaf="reward")
     at = time.time() + 6
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", _CLOSER, str(root), f"w{i}", str(at)],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(6)
-    ]
+    procs = [_spawn(_CLOSER, str(root), f"w{i}", str(at)) for i in range(6)]
     for proc in procs:
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-2000:]
