@@ -406,13 +406,13 @@ def catalog_closed_shard(root: Location, name: str, root_key: str) -> None:
     """After the writer of shard ``name`` closed: its records and index read and checked as
     a reader reads them, then its entry merged into the dataset's catalog. Never raises: a
     writer's close does not fail for a cache."""
-    from vault._dataset_catalog import merge
+    from vault._dataset_catalog import TABLE_ROWS, merge
 
     try:
         shard = load(root, [name], {}, ManifestCache(lambda _name, _manifest: None)).get(name)
         if shard is None:
             return
-        if shard.indexed_episodes > 0:
+        if 0 < shard.indexed_episodes <= TABLE_ROWS:  # a bigger index is not kept there
             _read_indexes(root, [shard])
         merge(root, shard, root_key)
     except Exception as err:  # best-effort, as the catalog always is
