@@ -53,7 +53,7 @@ from vault._format import (
     group_json,
     parse_json,
 )
-from vault._location import Location
+from vault._location import ABSENT, Location
 from vault._locations import LocationLike, parse_location
 from vault._pins import check_tag_name
 from vault._vault import Vault, vault_of_writer
@@ -62,7 +62,6 @@ if TYPE_CHECKING:
     from vault._pins import Pin
 
 DATASET_FORMAT = 1
-_ABSENT = b"\x02"  # TensorStore's generation of a key that does not exist
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 CATALOG_EVERY = 10.0  # seconds between a Dataset object's writes of the catalog
 CATALOG_MIN_SHARDS = 8  # fewer shards: no catalog is written (it would save little)
@@ -191,7 +190,7 @@ class Dataset:
             where.prepare()
             with where.failures("create the dataset"):
                 kv = where.kvstore()
-                written = kv.write(MANIFEST_KEY, root_json(template), if_equal=_ABSENT).result()
+                written = kv.write(MANIFEST_KEY, root_json(template), if_equal=ABSENT).result()
             if written.generation:
                 return cls(where, template)
             existing = _read_root(where)  # another process created it first

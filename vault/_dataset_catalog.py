@@ -49,6 +49,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from vault._location import ABSENT
+
 if TYPE_CHECKING:
     from vault._location import Location
 
@@ -62,11 +64,6 @@ _log = logging.getLogger("vault.catalog")
 def commit_hash(raw: bytes) -> str:
     """The key of a commit record in the catalog: its bytes' SHA-256 (hex, 32 digits)."""
     return hashlib.sha256(raw).hexdigest()[:32]
-
-
-def root_hash(raw_root: bytes) -> str:
-    """The dataset root's ``zarr.json`` hash: a catalog names the dataset it was made for."""
-    return hashlib.sha256(raw_root).hexdigest()[:32]
 
 
 class Shard(Protocol):
@@ -272,7 +269,6 @@ def write(root: Location, entries: Sequence[Entry], root_key: str) -> bool:
     return True
 
 
-ABSENT = b"\x02"  # TensorStore's generation of a key that does not exist
 MERGE_TRIES = 8
 
 

@@ -262,7 +262,7 @@ def _read_indexes(root: Location, shards: Sequence[Shard]) -> None:
         fetched.setdefault(shard.name, {})[chunk] = raw
     buffers = (np.empty((INDEX_CHUNK, 4), "<i8"), np.empty(INDEX_CHUNK, "<f8"))
     for shard in shards:
-        _read_index(shard, fetched.get(shard.name, {}), shard.indexed_episodes, buffers)
+        _read_index(shard, fetched.get(shard.name, {}), buffers)
 
 
 def _closed_table(shards: Sequence[Shard]) -> EpisodeTable:
@@ -307,10 +307,11 @@ def _with_open(shard: Shard) -> EpisodeTable:
 
 
 def _read_index(
-    shard: Shard, chunks: dict[str, bytes | None], count: int, buffers: tuple[np.ndarray, ...]
+    shard: Shard, chunks: dict[str, bytes | None], buffers: tuple[np.ndarray, ...]
 ) -> None:
-    """The bounds and returns of the shard's ``count`` indexed episodes from its index chunks
+    """The bounds and returns of the shard's indexed episodes from its index chunks
     (``chunks``, read), checked as the shard's own read checks them; kept in its cache."""
+    count = shard.indexed_episodes
     where = str(shard.where)
     present = {k: v for k, v in chunks.items() if v is not None}
     view = PlaceView(
@@ -333,33 +334,23 @@ def _read_index(
 
 def _decode(where: str, chunk: str, raw: bytes | None, out: np.ndarray) -> np.ndarray:
     """An index chunk as written by ``vault._episodes.index_metadata``'s codecs (little-endian
-    bytes, zstd, crc32c), its crc32c checked, decoded into ``out`` (reused: decoding into
-    fresh memory costs more in page faults than the decoding). A frame that holds less than a
-    chunk leaves zeros, which the place checks then refuse."""
-    import google_crc32c
-    from numcodecs import Zstd
+    bytes, zstd, crc32c), decoded into ``out`` (reused: decoding into fresh memory costs more
+    in page faults than the decoding) by the relay's decoder (``vault/_relay_decode.py``):
+    its crc32c checked, and it must hold exactly one chunk."""
+    from vault._relay_decode import ChunkCodec, decode
 
-    if raw is None or len(raw) < 4:
+    if raw is None:
         raise VaultCorruptError(
             f"{where}: episode index chunk {chunk} is missing. Run `vault verify {where}`; "
             "restore the vault from a copy."
         )
-    body, trailer = raw[:-4], raw[-4:]
-    problem = None
-    if google_crc32c.value(body) != int.from_bytes(trailer, "little"):
-        problem = "its crc32c does not match"
-    else:
-        out.fill(0)
-        try:
-            Zstd().decode(body, out=out)
-        except Exception as err:  # a damaged or oversized frame (RuntimeError, ValueError)
-            problem = f"it does not decode to one chunk ({err})"
-    if problem is not None:
+    got = decode(ChunkCodec("zstd", out.dtype, out.shape), raw, into=out)
+    if isinstance(got, str):
         raise VaultCorruptError(
-            f"{where}: episode index chunk {chunk} is corrupt ({problem}). Run `vault verify "
+            f"{where}: episode index chunk {chunk} is corrupt ({got}). Run `vault verify "
             f"{where}`; restore the vault from a copy."
         )
-    return out
+    return got
 
 
 def audit_catalog(shards: Sequence[Shard]) -> tuple[int, list[str]]:

@@ -36,6 +36,8 @@ from vault._errors import (
 )
 from vault._format import COMMIT_KEY, DATASET_ATTR, MANIFEST_ATTR, MANIFEST_KEY, ZARR_JSON
 
+ABSENT = b"\x02"  # TensorStore's generation of a key that has no value: create if absent
+
 if TYPE_CHECKING:
     import tensorstore as ts
 

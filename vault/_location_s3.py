@@ -61,14 +61,13 @@ from vault._errors import (
     VaultStorageError,
 )
 from vault._format import LOCK_DIR, group_json
-from vault._location import Capabilities, Location, LockHolder
+from vault._location import ABSENT, Capabilities, Location, LockHolder
 from vault._writer_id import holder_record, locked_message
 
 _log = logging.getLogger(__name__)
 
 LEASE_KEY = f"{LOCK_DIR}/lease.json"
 LOCK_GROUP = f"{LOCK_DIR}/zarr.json"
-ABSENT = b"\x02"  # TensorStore's generation of a key that has no value (create if absent)
 
 STORAGE_KEYS = frozenset(
     {

@@ -39,6 +39,7 @@ from vault._format import (
     group_json,
     read_commit_bytes,
 )
+from vault._location import ABSENT
 from vault._snapshot import Snapshot
 
 Pin = int | str
@@ -166,8 +167,8 @@ def create_tag(snap: Snapshot, name: str) -> str:
     kv = snap.location.kvstore()
     with snap.location.failures("write the tag"):
         # refs/ is an empty Zarr group, so that zarr-python lists the hierarchy
-        kv.write(f"{REFS}/{ZARR_JSON}", group_json(), if_equal=b"\x02").result()
-        written = kv.write(f"{REFS}/{name}", json.dumps(doc).encode(), if_equal=b"\x02").result()
+        kv.write(f"{REFS}/{ZARR_JSON}", group_json(), if_equal=ABSENT).result()
+        written = kv.write(f"{REFS}/{name}", json.dumps(doc).encode(), if_equal=ABSENT).result()
     if not written.generation:
         existing = read_tag(snap, name)
         if existing == target:
