@@ -126,7 +126,8 @@ def dir_usage(path: Path) -> dict[str, int]:
     """File count, summed sizes and allocated bytes (``st_blocks * 512``, as ``du`` counts).
 
     rlvault's ``trash/`` (old versions of replaced files that a live writer frees in the
-    background, see ``vault/_reclaim.py``) is counted apart, as ``trash_*``: it is transient.
+    background, see ``vault/storage/_reclaim.py``) is counted apart, as ``trash_*``: it is
+    transient.
     """
     out = {"files": 0, "bytes": 0, "allocated_bytes": 0, "trash_files": 0, "trash_bytes": 0}
     for p in files_under(path):

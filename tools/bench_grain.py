@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         "grain_version": package_version("grain"),
         "machine": machine_info(),
         "loadavg_after": loadavg(),
-        "code": code_provenance("vault", ("vault/_grain.py", "vault/_stream.py")),
+        "code": code_provenance("vault", ("vault/stream/_grain.py", "vault/stream/_stream.py")),
         "variants": variants,
         "rows": results,
     }

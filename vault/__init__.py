@@ -29,64 +29,64 @@ from vault._errors import (
     VaultStructureError,
     VaultVersionError,
 )
-from vault._faults import FAULT_POINTS, FaultHook, set_fault_hook
+from vault.write._faults import FAULT_POINTS, FaultHook, set_fault_hook
 
 if TYPE_CHECKING:
-    from vault._dataset import Dataset, is_dataset
-    from vault._derive import combine, derive_episodes, derive_slice
-    from vault._episodes import EpisodeTable
-    from vault._format import CommitRecord, EpisodeLeaves, LeafSpec, Manifest, Seam
-    from vault._grain import VaultWindows, grain_source
-    from vault._inspect import FoundVault, break_lock, disk_usage, find_vaults, lock_holder
-    from vault._location import Capabilities, Location, LockHolder, storage_error
-    from vault._locations import parse_location
-    from vault._snapshot import Snapshot
-    from vault._stats import LeafStats, episode_stats, leaf_stats, time_blocks
-    from vault._stream import DatasetStream, StreamBatch
-    from vault._stream_resume import resume_stream
-    from vault._vault import Vault
-    from vault._verify import Problem, VerifyReport, verify
-    from vault._windows import WindowStream
-    from vault._xarray import to_xarray
+    from vault.commits._snapshot import Snapshot
+    from vault.dataset._dataset import Dataset, is_dataset
+    from vault.derive._derive import combine, derive_episodes, derive_slice
+    from vault.facade._stats import LeafStats, episode_stats, leaf_stats, time_blocks
+    from vault.facade._vault import Vault
+    from vault.format._episodes import EpisodeTable
+    from vault.format._records import CommitRecord, EpisodeLeaves, LeafSpec, Manifest, Seam
+    from vault.read._inspect import FoundVault, break_lock, disk_usage, find_vaults, lock_holder
+    from vault.read._verify import Problem, VerifyReport, verify
+    from vault.read._xarray import to_xarray
+    from vault.storage._kinds import parse_location
+    from vault.storage._location import Capabilities, Location, LockHolder, storage_error
+    from vault.stream._grain import VaultWindows, grain_source
+    from vault.stream._resume import resume_stream
+    from vault.stream._stream import DatasetStream, StreamBatch
+    from vault.stream._windows import WindowStream
 
 _LAZY = {
-    "Vault": "vault._vault",
-    "Dataset": "vault._dataset",
-    "is_dataset": "vault._dataset",
-    "EpisodeTable": "vault._episodes",
-    "DatasetStream": "vault._stream",
-    "StreamBatch": "vault._stream",
-    "resume_stream": "vault._stream_resume",
-    "WindowStream": "vault._windows",
-    "VaultWindows": "vault._grain",
-    "grain_source": "vault._grain",
-    "combine": "vault._derive",
-    "derive_episodes": "vault._derive",
-    "derive_slice": "vault._derive",
-    "verify": "vault._verify",
-    "VerifyReport": "vault._verify",
-    "Problem": "vault._verify",
-    "Snapshot": "vault._snapshot",
-    "Manifest": "vault._format",
-    "LeafSpec": "vault._format",
-    "CommitRecord": "vault._format",
-    "EpisodeLeaves": "vault._format",
-    "Seam": "vault._format",
-    "Location": "vault._location",
-    "Capabilities": "vault._location",
-    "LockHolder": "vault._location",
-    "storage_error": "vault._location",
-    "parse_location": "vault._locations",
-    "FoundVault": "vault._inspect",
-    "find_vaults": "vault._inspect",
-    "lock_holder": "vault._inspect",
-    "break_lock": "vault._inspect",
-    "disk_usage": "vault._inspect",
-    "LeafStats": "vault._stats",
-    "leaf_stats": "vault._stats",
-    "episode_stats": "vault._stats",
-    "time_blocks": "vault._stats",
-    "to_xarray": "vault._xarray",
+    "Vault": "vault.facade._vault",
+    "Dataset": "vault.dataset._dataset",
+    "is_dataset": "vault.dataset._dataset",
+    "EpisodeTable": "vault.format._episodes",
+    "DatasetStream": "vault.stream._stream",
+    "StreamBatch": "vault.stream._stream",
+    "resume_stream": "vault.stream._resume",
+    "WindowStream": "vault.stream._windows",
+    "VaultWindows": "vault.stream._grain",
+    "grain_source": "vault.stream._grain",
+    "combine": "vault.derive._derive",
+    "derive_episodes": "vault.derive._derive",
+    "derive_slice": "vault.derive._derive",
+    "verify": "vault.read._verify",
+    "VerifyReport": "vault.read._verify",
+    "Problem": "vault.read._verify",
+    "Snapshot": "vault.commits._snapshot",
+    "Manifest": "vault.format._records",
+    "LeafSpec": "vault.format._records",
+    "CommitRecord": "vault.format._records",
+    "EpisodeLeaves": "vault.format._records",
+    "Seam": "vault.format._records",
+    "Location": "vault.storage._location",
+    "Capabilities": "vault.storage._location",
+    "LockHolder": "vault.storage._location",
+    "storage_error": "vault.storage._location",
+    "parse_location": "vault.storage._kinds",
+    "FoundVault": "vault.read._inspect",
+    "find_vaults": "vault.read._inspect",
+    "lock_holder": "vault.read._inspect",
+    "break_lock": "vault.read._inspect",
+    "disk_usage": "vault.read._inspect",
+    "LeafStats": "vault.facade._stats",
+    "leaf_stats": "vault.facade._stats",
+    "episode_stats": "vault.facade._stats",
+    "time_blocks": "vault.facade._stats",
+    "to_xarray": "vault.read._xarray",
 }
 
 __all__ = [

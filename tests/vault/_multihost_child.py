@@ -36,7 +36,7 @@ def main(config: dict[str, Any], process_id: int) -> None:
         initialization_timeout=60,
     )
     import vault
-    from vault._stream import as_dataset
+    from vault.stream._stream import as_dataset
 
     mesh = Mesh(np.array(jax.devices()), ("data",))
     sharding = NamedSharding(mesh, PartitionSpec("data"))

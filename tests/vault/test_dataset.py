@@ -1,6 +1,6 @@
-"""Datasets of shards (vault/_dataset.py): many writer processes, one dataset, no coordinator;
-readers see every shard's committed data as one. Real processes on a real file system and on
-the S3 test server."""
+"""Datasets of shards (vault/dataset/_dataset.py): many writer processes, one dataset, no
+coordinator; readers see every shard's committed data as one. Real processes on a real file system
+and on the S3 test server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The dataset catalog (vault/_dataset_catalog.py): a cache at a dataset's root that lets a
+"""The dataset catalog (vault/dataset/_catalog.py): a cache at a dataset's root that lets a
 reader of many shards skip their records and index. It must only ever save work: every answer
 with a catalog (current, stale, damaged, another dataset's) equals the answer without one.
 Real TensorStore/Zarr in a temp dir; one test on the real S3 test server."""
@@ -228,7 +228,7 @@ def test_tables_are_kept_for_small_shards_only_and_within_a_budget(
 ) -> None:
     """A catalog that held every table of a big dataset would cost more to read at each open
     than it spares: tables are kept for shards of few episodes, up to a total."""
-    from vault import _dataset_catalog as catalog
+    from vault.dataset import _catalog as catalog
 
     root = _copy(built, tmp_path)
     (root / "catalog").unlink(missing_ok=True)
@@ -266,7 +266,7 @@ def test_verify_checks_the_catalog_against_the_shards(built: Path, tmp_path: Pat
     """A catalog whose entries disagree with their shards (forged with a valid checksum, or
     the index changed after it was made) would serve readers its own version: verify says
     so, names the shard, and fails."""
-    from vault import _dataset_catalog as catalog
+    from vault.dataset import _catalog as catalog
 
     root = _copy(built, tmp_path)
     (root / "catalog").unlink(missing_ok=True)
@@ -445,7 +445,7 @@ print("ok")
 def test_writers_closing_at_once_all_get_into_the_catalog(tmp_path: Path) -> None:
     import time
 
-    from vault import _dataset_catalog as catalog
+    from vault.dataset import _catalog as catalog
 
     root = tmp_path / "ds"
     Dataset.create(str(root), EXAMPLE, rows=ROWS, done_leaf="done", reward_leaf="reward")

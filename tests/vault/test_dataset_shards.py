@@ -1,4 +1,4 @@
-"""A dataset reads its shards as records in batches (vault/_dataset_shards.py): the episode
+"""A dataset reads its shards as records in batches (vault/dataset/_shards.py): the episode
 table across shards equals every shard's own table, the batched index read refuses damaged
 index chunks as a shard's own read does, and a shard's arrays are opened only when its data is
 read. Real TensorStore/Zarr in a temp dir."""

@@ -25,8 +25,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 import vault
 from vault import Vault, VaultArgumentError, VaultReadError, VaultStructureError
-from vault._stream import as_dataset
-from vault._windows import iter_windows
+from vault.stream._stream import as_dataset
+from vault.stream._windows import iter_windows
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _sources import CODE, SOURCE, make_source, valid_starts
@@ -250,7 +250,7 @@ def test_process_shares_are_disjoint_equal_and_cover_the_epoch(
 def test_process_shares_read_only_their_blocks(sources: list[Vault]) -> None:
     """Every process reads its share's blocks (a block at each end of the share may be read
     by its neighbour too), not the whole epoch."""
-    from vault._stream_layout import Layout
+    from vault.stream._layout import Layout
 
     snaps = [v.snapshot for v in sources]
     common: dict[str, Any] = {

@@ -1,4 +1,5 @@
-"""Replaced files are freed off the write path (vault/_reclaim.py), and never lost or leaked."""
+"""Replaced files are freed off the write path (vault/storage/_reclaim.py), and never lost or
+leaked."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 
 import vault
 from vault import Vault
-from vault._reclaim import TRASH_DIR
+from vault.storage._reclaim import TRASH_DIR
 
 ROWS = 3
 EXAMPLE = {"obs": np.zeros(4, np.float32), "done": np.bool_(False)}

@@ -1,10 +1,10 @@
-"""Chunks decoded by the S3 relay itself (``vault/_relay_decode.py``) are bit-identical to
+"""Chunks decoded by the S3 relay itself (``vault/storage/_relay_decode.py``) are bit-identical to
 TensorStore's decoding, for every codec a vault can be created with, and a chunk that is
 damaged never decodes silently.
 
 The decoder is checked against chunks TensorStore encoded (a real in-memory zarr3 array); the
 relay against the data written and against TensorStore decoding the same vault
-(``vault._relay.DIRECT = False``) on the real S3 server (``s3_env``): dtypes of every kind a
+(``vault.storage._relay.DIRECT = False``) on the real S3 server (``s3_env``): dtypes of every kind a
 vault takes, items of several dimensions, chunks that cut item axes and row blocks that do
 not divide the rows, partial chunks at the committed end and at the item axes' ends, subsets
 and reorderings of rows, ranges of timesteps, and streams.
@@ -21,10 +21,11 @@ import numpy as np
 import pytest
 import tensorstore as ts
 
-from vault import Vault, VaultCorruptError, _relay, _relay_decode
-from vault._arrays import CODECS, codec_chain
-from vault._create import LEVELS
+from vault import Vault, VaultCorruptError
+from vault.storage import _relay, _relay_decode
+from vault.storage._arrays import CODECS, codec_chain
 from vault.testing import S3TestServer
+from vault.write._create import LEVELS
 
 COMPRESSORS = [None, *sorted(LEVELS)]  # every codec of Vault.create(codec=...)
 DTYPES = ["bool", "uint8", "int16", "uint32", "int64", "float16", "float32", "float64"]

@@ -2,8 +2,8 @@
 ``s3_env`` fixture of ``tests/conftest.py``).
 
 On S3 a read fetches each chunk object once and checks its place from the very bytes it
-decodes, and an append writes chunks it encoded in memory (``vault/_relay.py``,
-``vault/_relay_write.py``). These tests hold that to the same guarantees as on disk: a chunk
+decodes, and an append writes chunks it encoded in memory (``vault/storage/_relay.py``,
+``vault/storage/_relay_write.py``). These tests hold that to the same guarantees as on disk: a chunk
 swapped with another, deleted, or put back as an older version never reads back silently (by
 ``read_numpy``, ``read``, a stream or ``verify``); they count the requests (one GET per chunk
 object on a read; one GET, the lease check, per append); and they show that a writer closing

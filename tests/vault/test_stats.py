@@ -1,4 +1,4 @@
-"""Streaming statistics (``vault._stats``) against numpy over the whole data at once."""
+"""Streaming statistics (``vault.facade._stats``) against numpy over the whole data at once."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from vault import EpisodeTable, Vault, VaultReadError
-from vault._stats import _Accumulator, episode_stats, leaf_stats, time_blocks
+from vault.facade._stats import _Accumulator, episode_stats, leaf_stats, time_blocks
 
 ROWS = 4
 EXAMPLE = {

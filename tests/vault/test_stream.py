@@ -21,7 +21,7 @@ import pytest
 
 import buffers as fbx
 from vault import Vault, VaultCorruptError, VaultReadError
-from vault._stream import StreamBatch, _rebuilder
+from vault.stream._stream import StreamBatch, _rebuilder
 
 ROWS = 3
 CODE = 100_000  # code = row * CODE + t

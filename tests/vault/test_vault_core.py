@@ -31,8 +31,8 @@ from vault import (
     VaultStructureError,
     VaultVersionError,
 )
-from vault._format import FORMAT_VERSION
-from vault._reclaim import MAX_HELD, MAX_HELD_BYTES, TRASH_DIR
+from vault.format._records import FORMAT_VERSION
+from vault.storage._reclaim import MAX_HELD, MAX_HELD_BYTES, TRASH_DIR
 
 ROWS, T = 2, 8
 BUFFER = fbx.make_trajectory_buffer(ROWS, 4, 2, 1, 2, max_length_time_axis=T)
@@ -498,7 +498,7 @@ def test_many_small_writes_use_no_more_disk_than_one_bulk_write(tmp_path: Path) 
     np.testing.assert_array_equal(small.read_numpy()["x"], bulk.read_numpy()["x"])
     bulk.close()
     # While the writer is open, old versions of replaced files may wait in trash/ to be
-    # freed off the write path (vault._reclaim), a bounded number of them ...
+    # freed off the write path (vault.storage._reclaim), a bounded number of them ...
     trash = tmp_path / "small" / "trash"
     assert len([p for p in trash.iterdir() if p.name != "zarr.json"]) <= MAX_HELD
     assert _disk_bytes(trash) <= MAX_HELD_BYTES

@@ -1,4 +1,4 @@
-"""``vault._verify.verify`` against sound vaults and deliberately damaged ones.
+"""``vault.read._verify.verify`` against sound vaults and deliberately damaged ones.
 
 Each damage is done to the files of a real vault (written with the public API): a flipped
 byte or a truncated chunk file, deleted chunks, a corrupt or malformed manifest, a commit
@@ -18,8 +18,8 @@ import pytest
 import tensorstore as ts
 
 from vault import Vault, VaultNotFoundError
-from vault._format import FILL_CHUNKS_KEY, FORMAT_VERSION, digest, manifest_problems
-from vault._verify import MAX_PER_KIND, verify
+from vault.format._records import FILL_CHUNKS_KEY, FORMAT_VERSION, digest, manifest_problems
+from vault.read._verify import MAX_PER_KIND, verify
 
 ROWS = 3
 EXAMPLE = {

@@ -24,9 +24,9 @@ import pytest
 import xarray as xr
 
 import vault
-import vault._xarray
+import vault.read._xarray
 from vault import Dataset, Vault, VaultArgumentError, VaultCorruptError, VaultReadError
-from vault._format import DIMS_KEY, digest
+from vault.format._records import DIMS_KEY, digest
 from vault.testing import ACCESS_KEY, SECRET_KEY, S3TestServer
 
 ROWS = 3
@@ -127,11 +127,11 @@ def test_dask_blocks_are_whole_stored_chunks(tmp_path: Path, monkeypatch: Any) -
     ds = v.to_xarray()  # blocks of about 4 MiB: each leaf here is one block along time
     assert ds["obs"].chunks == ((2, 1), (22,), (4,))  # the stored chunks' row blocks
     assert ds["info.a%2Eb"].chunks == ((ROWS,), (22,), (2,), (3,))  # whole items
-    monkeypatch.setattr(vault._xarray, "BLOCK_BYTES", 1)  # one stored chunk per block
+    monkeypatch.setattr(vault.read._xarray, "BLOCK_BYTES", 1)  # one stored chunk per block
     one = v.to_xarray()
     assert one["obs"].chunks == ((2, 1), (4, 4, 4, 4, 4, 2), (4,))
     assert one["info.a%2Eb"].chunks == ((ROWS,), (8, 8, 6), (2,), (3,))
-    monkeypatch.setattr(vault._xarray, "BLOCK_BYTES", 2 * 4 * 16 * 2)  # two obs chunks
+    monkeypatch.setattr(vault.read._xarray, "BLOCK_BYTES", 2 * 4 * 16 * 2)  # two obs chunks
     assert v.to_xarray()["obs"].chunks == ((2, 1), (8, 8, 6), (4,))
     part = one["obs"].isel(row=slice(2, 3), time=slice(8, 12)).values  # one block alone
     np.testing.assert_array_equal(part, v.read_numpy(rows=[2], start=8, stop=12)["obs"])

@@ -1,18 +1,12 @@
-"""Converters between vaults and other offline-RL formats, one module per format.
+"""Converters between vaults and other offline-RL formats, one private module per format:
+Flashbax/og-marl vault directories, Minari datasets (HDF5 or Arrow), D4RL-style HDF5 files.
 
-Nothing heavy is imported here: a converter's module (and its optional dependency: ``h5py``
-for D4RL files, ``minari`` for Minari datasets) loads on first use of its function.
+Each streams (about two blocks of ``block_bytes`` in memory), writes through :class:`vault.Vault`
+at any location and leaves nothing behind when it fails; :func:`import_dataset` and
+:func:`export_dataset` pick one by format name (:data:`IMPORT_FORMATS`, :data:`EXPORT_FORMATS`).
+A converter's module and its optional dependency load on first use.
 
-* :func:`import_flashbax` - a Flashbax (or og-marl) vault directory -> vault (no flashbax
-  needed: its files are read through TensorStore);
-* :func:`import_minari` / :func:`export_minari` - Minari datasets (HDF5 or Arrow) <-> vault;
-* :func:`import_d4rl` - a D4RL-style HDF5 file -> vault.
-
-Every importer streams (memory about two blocks of ``block_bytes``, whatever the dataset's
-size), writes the destination through :class:`vault.Vault` at any kind of location, and
-leaves nothing there when it fails or is interrupted. :func:`import_dataset` and
-:func:`export_dataset` pick the converter by format name (:data:`IMPORT_FORMATS`,
-:data:`EXPORT_FORMATS`), as the ``vault import`` / ``vault export`` commands do.
+May use the public API (``vault.facade``, ``vault.derive``) and everything below it.
 """
 
 from __future__ import annotations

@@ -26,8 +26,6 @@ from typing import Any
 import numpy as np
 
 from vault._errors import VaultCorruptError, VaultNotFoundError, VaultStructureError
-from vault._locations import LocationLike
-from vault._vault import Vault
 from vault.converters._sink import (
     BLOCK_BYTES,
     Progress,
@@ -37,6 +35,8 @@ from vault.converters._sink import (
     require,
     time_blocks,
 )
+from vault.facade._vault import Vault
+from vault.storage._kinds import LocationLike
 
 REQUIRED = ("observations", "actions", "rewards", "terminals")
 OPTIONAL = ("timeouts", "next_observations")

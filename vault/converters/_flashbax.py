@@ -37,8 +37,6 @@ from vault._errors import (
     VaultNotFoundError,
     VaultVersionError,
 )
-from vault._locations import LocationLike
-from vault._vault import Vault
 from vault.converters._sink import (
     BLOCK_BYTES,
     Progress,
@@ -48,6 +46,8 @@ from vault.converters._sink import (
     pump,
     time_blocks,
 )
+from vault.facade._vault import Vault
+from vault.storage._kinds import LocationLike
 
 METADATA_FILE = "metadata.json"
 OCDBT_MANIFEST = "manifest.ocdbt"

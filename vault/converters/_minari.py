@@ -50,9 +50,9 @@ from vault._errors import (
     VaultReadError,
     VaultStructureError,
 )
-from vault._locations import LocationLike
-from vault._vault import Vault
 from vault.converters._sink import BLOCK_BYTES, Progress, check_common, new_vault, pump, require
+from vault.facade._vault import Vault
+from vault.storage._kinds import LocationLike
 
 _log = logging.getLogger(__name__)
 

@@ -1,9 +1,10 @@
 """What every importer shares: a staged destination vault fed a block of timesteps at a time.
 
 The destination is made through the public :class:`~vault.Vault` API at the location's staging
-(``Location.staging``, the mechanism of the derive functions, :func:`vault._derive.building`):
-on a local file system it is built under a hidden temporary name and renamed into place at
-the end, so an import that fails or is interrupted (Ctrl-C) leaves nothing at the destination.
+(``Location.staging``, the mechanism of the derive functions,
+:func:`vault.derive._derive.building`): on a local file system it is built under a hidden temporary
+name and renamed into place at the end, so an import that fails or is interrupted (Ctrl-C) leaves
+nothing at the destination.
 
 Data moves in blocks of whole timesteps of about ``block_bytes`` (raw): one block is read while
 the previous one is appended, so memory stays at about two blocks whatever the dataset's size.
@@ -20,11 +21,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from vault._args import callable_arg, int_arg
-from vault._create import create_vault, plan_manifest, publish_manifest
-from vault._derive import building
 from vault._errors import VaultDependencyError
-from vault._locations import LocationLike, parse_location
-from vault._vault import Vault, vault_of_writer
+from vault.derive._derive import building
+from vault.facade._vault import Vault, vault_of_writer
+from vault.storage._kinds import LocationLike, parse_location
+from vault.write._create import create_vault, plan_manifest, publish_manifest
 
 _log = logging.getLogger(__name__)
 

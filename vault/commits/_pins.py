@@ -1,0 +1,266 @@
+"""Pinned versions: commit ids, the commit history, tags and content fingerprints.
+
+Every commit record carries its number (``seq``) and a random ``uid``; ``"<seq>-<uid>"`` is
+the commit's id (:func:`commit_id`), unique across copies that were written separately and
+across rewrites of a location. Committed data is never rewritten in place (an append only
+adds timesteps after the committed length), so a commit's data stays readable after any
+number of later appends: a snapshot at an old commit record reads exactly that commit's data.
+
+* **History.** Each append writes the record it is about to replace to ``history/<seq>``
+  (in parallel with its data, so it costs no latency), so every commit but the latest (which
+  is the commit record itself) can be found by its number.
+* **Tags** are ``refs/<name>`` objects naming a commit id, created only if absent (a
+  conditional write): a tag never moves.
+* **Fingerprints** name the content of a commit: a SHA-256 over the structure, the committed
+  length, the episode count and seams, the stored crc32c of every complete chunk in the
+  committed range (four bytes read per chunk, not the chunk), and the bytes of the committed
+  part of each array's last, partly filled chunk. A byte-for-byte copy has the same
+  fingerprint; any changed committed value changes it.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import re
+from typing import Any
+
+import numpy as np
+
+from vault._errors import VaultArgumentError, VaultCorruptError, VaultExistsError, VaultPinError
+from vault.commits._snapshot import Snapshot
+from vault.format._records import (
+    BOUNDS,
+    HISTORY,
+    REFS,
+    RETURNS,
+    ZARR_JSON,
+    CommitRecord,
+    group_json,
+    read_commit_bytes,
+)
+from vault.storage._location import ABSENT
+
+Pin = int | str
+"""A commit number, a commit id (``"12-3f9a0c1b2d4e"``) or a tag name."""
+
+_ID = re.compile(r"^(\d+)(?:-([0-9a-f]{4,64}))?$")
+_TAG = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]{0,99}$")
+
+
+def commit_id(commit: CommitRecord) -> str:
+    """The id of ``commit``: ``"<seq>-<uid>"`` (just ``"<seq>"`` for records written before
+    commits had uids)."""
+    return f"{commit.seq}-{commit.uid}" if commit.uid else str(commit.seq)
+
+
+def history_key(seq: int) -> str:
+    return f"{HISTORY}/{seq}"
+
+
+def at_pin(snap: Snapshot, pin: Pin) -> Snapshot:
+    """``snap`` (the vault's latest commit) moved back to the commit ``pin`` names; a pin the
+    vault cannot serve is :class:`VaultPinError` naming it."""
+    seq, uid, shown = _parse(snap, pin)
+    latest = snap.commit
+    if seq == latest.seq:
+        record = latest
+    elif seq > latest.seq:
+        raise VaultPinError(
+            f"{snap.where}: no commit {shown}: the latest commit is {commit_id(latest)}"
+        )
+    else:
+        raw = snap.location.read(history_key(seq))
+        if raw is None:
+            raise VaultPinError(
+                f"{snap.where}: commit {shown} cannot be served: its record is not in the "
+                "vault's history (the vault was rewritten, or that commit was made by an "
+                "rlvault without pins)"
+            )
+        record = read_commit_bytes(raw, f"{snap.where} ({history_key(seq)})", snap.manifest)
+        if record.seq != seq:
+            raise VaultCorruptError(
+                f"{snap.where}: {history_key(seq)} holds commit {record.seq}, not {seq}"
+            )
+    if uid is not None and record.uid != uid:
+        raise VaultPinError(
+            f"{snap.where}: commit {shown} is not this vault's commit {commit_id(record)}: "
+            "the vault at this location was rewritten or replaced since the pin was taken, "
+            "so the pinned data is gone (never read as different data)"
+        )
+    if record.committed_length > latest.committed_length:
+        raise VaultCorruptError(
+            f"{snap.where}: commit {commit_id(record)} holds {record.committed_length} "
+            f"timesteps, more than the latest ({latest.committed_length})"
+        )
+    return snap.with_commit(record)
+
+
+def _parse(snap: Snapshot, pin: Pin) -> tuple[int, str | None, str]:
+    if isinstance(pin, bool) or not isinstance(pin, (int, str)):
+        raise VaultArgumentError(
+            f"at must be a commit number, a commit id or a tag name, got {type(pin).__name__}"
+        )
+    if isinstance(pin, int):
+        if pin < 0:
+            raise VaultArgumentError(f"at must be a commit number >= 0, got {pin}")
+        return pin, None, str(pin)
+    found = _ID.match(pin)
+    if found:
+        return int(found.group(1)), found.group(2), repr(pin)
+    target = read_tag(snap, pin)
+    found = _ID.match(target)
+    if not found:
+        raise VaultCorruptError(f"{snap.where}: tag {pin!r} names {target!r}, not a commit id")
+    return int(found.group(1)), found.group(2), f"{target!r} (tag {pin!r})"
+
+
+# ----------------------------------------------------------------------------------- tags
+def check_tag_name(name: Any) -> str:
+    if not isinstance(name, str) or not _TAG.match(name) or name == ZARR_JSON:
+        raise VaultArgumentError(
+            "a tag name is 1-100 letters, digits, '.', '_' or '-', starting with a letter or "
+            f"'_' (so that it never looks like a commit id), got {name!r}"
+        )
+    return name
+
+
+def read_tag(snap: Snapshot, name: str) -> str:
+    check_tag_name(name)
+    raw = snap.location.read(f"{REFS}/{name}")
+    if raw is None:
+        known = ", ".join(sorted(list_tags(snap))) or "none"
+        raise VaultPinError(f"{snap.where}: no tag {name!r} (tags: {known})")
+    try:
+        doc = json.loads(raw)
+        return str(doc["commit"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise VaultCorruptError(f"{snap.where}: tag {name!r} is malformed ({err})") from None
+
+
+def list_tags(snap: Snapshot) -> dict[str, str]:
+    """Every tag: name -> commit id."""
+    import tensorstore as ts
+
+    kv = snap.location.kvstore()
+    with snap.location.failures("list the tags"):
+        keys = kv.list(ts.KvStore.KeyRange(f"{REFS}/", f"{REFS}0")).result()
+    out = {}
+    for key in sorted(bytes(k).decode() for k in keys):
+        name = key[len(REFS) + 1 :]
+        if _TAG.match(name) and name != ZARR_JSON:  # refs/zarr.json: the folder's group
+            out[name] = read_tag(snap, name)
+    return out
+
+
+def create_tag(snap: Snapshot, name: str) -> str:
+    """Name ``snap``'s commit ``name``; a tag that exists is never moved
+    (:class:`VaultExistsError`). Returns the commit id."""
+    check_tag_name(name)
+    target = commit_id(snap.commit)
+    doc = {
+        "commit": target,
+        "committed_length": snap.length,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+    }
+    kv = snap.location.kvstore()
+    with snap.location.failures("write the tag"):
+        # refs/ is an empty Zarr group, so that zarr-python lists the hierarchy
+        kv.write(f"{REFS}/{ZARR_JSON}", group_json(), if_equal=ABSENT).result()
+        written = kv.write(f"{REFS}/{name}", json.dumps(doc).encode(), if_equal=ABSENT).result()
+    if not written.generation:
+        existing = read_tag(snap, name)
+        if existing == target:
+            return target  # the same tag again: nothing moves
+        raise VaultExistsError(
+            f"{snap.where}: tag {name!r} already names commit {existing}; tags never move "
+            "(choose another name)"
+        )
+    return target
+
+
+# ---------------------------------------------------------------------------- fingerprint
+def fingerprint(snap: Snapshot) -> str:
+    """The content fingerprint of ``snap``'s commit (see the module docstring)."""
+    digest = hashlib.sha256()
+    manifest = snap.manifest
+    head = {
+        "rows": manifest.rows,
+        "structure": manifest.structure,
+        "leaves": [
+            [leaf.name, leaf.dtype, list(leaf.shape), list(leaf.chunk), leaf.codecs]
+            for leaf in manifest.leaves
+        ],
+        "episodes": None if manifest.episodes is None else manifest.episodes.as_dict(),
+        "committed_length": snap.length,
+        "episode_count": snap.episode_count,
+        "seams": [[s.at, s.lost] for s in snap.commit.seams],
+    }
+    digest.update(json.dumps(head, sort_keys=True, default=str).encode())
+    for key, grid in snap.grids.items():
+        length = snap.episode_count if key in (BOUNDS, RETURNS) else snap.length
+        complete = length // grid.step
+        keys = [grid.chunk(b, k) for k in range(complete) for b in range(grid.row_blocks)]
+        tails = snap.location.read_tails(keys) if keys else []
+        missing = [k for k, t in zip(keys, tails, strict=True) if t is None or len(t) < 4]
+        if missing:
+            raise VaultCorruptError(
+                f"{snap.where}: array {key}: chunk {missing[0]} is missing"
+                + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+                + f". Run `vault verify {snap.where}`."
+            )
+        digest.update(key.encode())
+        digest.update(b"".join(t for t in tails if t is not None))
+        if length % grid.step:
+            digest.update(np.ascontiguousarray(_edge(snap, key, complete * grid.step)).data)
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _edge(snap: Snapshot, key: str, start: int) -> np.ndarray:
+    """The committed part of array ``key``'s last, partly filled chunk, as stored (decoded,
+    each chunk's own checksum checked, not compared with what the commit recorded: the
+    fingerprint says what is there)."""
+    from vault.commits._snapshot import result
+
+    group, name = key.split("/", 1)
+    if key in (BOUNDS, RETURNS):
+        region = snap.index[0 if key == BOUNDS else 1][start : snap.episode_count]
+    else:
+        region = snap.array(name)[:, start : snap.length]
+    return np.asarray(result(snap, region.read(), name, group))
+
+
+# --------------------------------------------------------------------------------- verify
+def snapshot_for_check(
+    location: Any, manifest: Any, pin: Pin | None
+) -> tuple[Snapshot | None, str | None]:
+    """``verify``'s snapshot at ``pin`` (None: the latest), or None and why it cannot be
+    opened; a pin the vault cannot serve raises :class:`VaultPinError`."""
+    from vault._errors import VaultError
+    from vault.commits._snapshot import load_snapshot
+
+    try:
+        snap = load_snapshot(location, writable=False, manifest=manifest)
+    except VaultError as err:
+        return None, f"the vault cannot be opened to check a pin: {str(err).splitlines()[0]}"
+    return (snap if pin is None else at_pin(snap, pin)), None
+
+
+def fingerprint_problem(snap: Snapshot | None, expected: str) -> str | None:
+    """Why ``snap``'s data does not have fingerprint ``expected`` (None: it has)."""
+    from vault._errors import VaultError
+
+    if snap is None:
+        return f"cannot be computed (expected {expected})"
+    try:
+        got = fingerprint(snap)
+    except VaultError as err:
+        return f"cannot be computed: {str(err).splitlines()[0]}"
+    if got == expected:
+        return None
+    return (
+        f"commit {commit_id(snap.commit)} has fingerprint {got}, expected {expected}: its data "
+        "differs from the fingerprinted data (the chunk problems name the arrays and time "
+        "ranges; none listed: another vault or version)"
+    )

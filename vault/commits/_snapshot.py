@@ -1,0 +1,231 @@
+"""What is committed, frozen: the manifest, one commit record and array handles that reach it.
+
+Readers, streams, episodes, stats and verify work on a :class:`Snapshot`, so a read that spans
+many calls is consistent by construction: a later commit makes a new snapshot
+(:meth:`Snapshot.refreshed`), never changes this one. Committed data is never rewritten in
+place, so a snapshot's data stays valid after any number of later appends.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from vault._errors import VaultCorruptError
+from vault.format._records import (
+    BOUNDS,
+    COMMIT_KEY,
+    EXPERIENCE,
+    MANIFEST_KEY,
+    RETURNS,
+    ZARR_JSON,
+    CommitRecord,
+    Manifest,
+    leaf_key,
+    read_commit_bytes,
+    read_manifest_bytes,
+)
+from vault.format._tags import Grid, grids
+from vault.storage._arrays import expected_metadata, open_array
+from vault.storage._location import Location
+
+
+@dataclasses.dataclass(frozen=True)
+class Snapshot:
+    """A committed state of a vault. ``arrays`` are the leaves' TensorStore handles (leaf
+    order), ``index`` the episode index's (bounds, returns) or empty."""
+
+    location: Location
+    manifest: Manifest
+    commit: CommitRecord
+    arrays: tuple[Any, ...]
+    index: tuple[Any, ...]
+    writable: bool = False
+    # what reads of this vault have checked already, and handles they opened (shared by the
+    # snapshots of later commits: complete chunks never change)
+    cache: dict[Any, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    @functools.cached_property
+    def grids(self) -> dict[str, Grid]:
+        """How each array (by key) is cut into chunks."""
+        return grids(self.manifest)
+
+    @property
+    def length(self) -> int:
+        """Committed timesteps per row."""
+        return self.commit.committed_length
+
+    @property
+    def rows(self) -> int:
+        return self.manifest.rows
+
+    @property
+    def names(self) -> list[str]:
+        return self.manifest.leaf_names
+
+    @property
+    def where(self) -> str:
+        return str(self.location)
+
+    @property
+    def episode_count(self) -> int:
+        return 0 if self.commit.episodes is None else self.commit.episodes.count
+
+    def array(self, name: str) -> Any:
+        return self.arrays[self.names.index(name)]
+
+    def refreshed(self) -> Snapshot:
+        """The snapshot of the commit record as it is now (arrays reopened where another
+        process grew them)."""
+        commit = load_commit(self.location, self.manifest)
+        return self if commit == self.commit else self.with_commit(commit)
+
+    def reopened(self) -> Snapshot:
+        """The commit record as stored now, every array opened afresh: after a failed append
+        whose resize ran, the stored arrays are longer than these handles know, and a handle's
+        next resize would be refused as a shrink. The checks' cache is kept (committed chunks
+        never change)."""
+        fresh = load_snapshot(self.location, self.writable, manifest=self.manifest)
+        return dataclasses.replace(fresh, cache=self.cache)
+
+    def with_commit(self, commit: CommitRecord) -> Snapshot:
+        """This vault at ``commit``: arrays shorter than it (grown by another process since
+        they were opened) are reopened to see their new shape."""
+        arrays = list(self.arrays)
+        stale = [i for i, a in enumerate(arrays) if a.shape[1] < commit.committed_length]
+        futures = [(i, _open_leaf(self.location, self.manifest, i, self.writable)) for i in stale]
+        for i, future in futures:
+            arrays[i] = _opened(self.location, leaf_key(self.names[i]), future)
+        index = self.index
+        count = 0 if commit.episodes is None else commit.episodes.count
+        if index and index[0].shape[0] < count:
+            index = _open_index(self.location, self.manifest, self.writable)
+        _check_shapes(self.location, self.manifest, commit, arrays, index)
+        return dataclasses.replace(self, commit=commit, arrays=tuple(arrays), index=index)
+
+
+def load_manifest(location: Location) -> Manifest:
+    return read_manifest_bytes(location.read(MANIFEST_KEY), str(location))
+
+
+def load_commit(location: Location, manifest: Manifest) -> CommitRecord:
+    return read_commit_bytes(location.read(COMMIT_KEY), str(location), manifest)
+
+
+def load_snapshot(
+    location: Location,
+    writable: bool,
+    manifest: Manifest | None = None,
+    commit: CommitRecord | None = None,
+) -> Snapshot:
+    """Open the vault at ``location``: its manifest, commit record and arrays (each array's
+    metadata checked against the manifest). ``manifest`` and ``commit``: records already read
+    (and checked) by the caller."""
+    if manifest is None:
+        manifest = load_manifest(location)
+    futures = [_open_leaf(location, manifest, i, writable) for i in range(len(manifest.leaves))]
+    index = _open_index(location, manifest, writable) if manifest.episodes is not None else ()
+    arrays = tuple(
+        _opened(location, leaf_key(n), f) for n, f in zip(manifest.leaf_names, futures, strict=True)
+    )
+    if commit is None:
+        commit = load_commit(location, manifest)
+    return Snapshot(location, manifest, commit, arrays, index, writable).with_commit(commit)
+
+
+def _open_leaf(location: Location, manifest: Manifest, i: int, writable: bool) -> Any:
+    leaf = manifest.leaves[i]
+    return open_array(
+        location,
+        leaf_key(leaf.name),
+        writable,
+        expect=expected_metadata(leaf, manifest.dimension_names),
+        strict=manifest.fill_chunks_stored,
+    )
+
+
+def _open_index(location: Location, manifest: Manifest, writable: bool) -> tuple[Any, ...]:
+    from vault.format._episodes import index_expect
+
+    futures = []
+    for key, kind in ((BOUNDS, "bounds"), (RETURNS, "returns")):
+        expect = index_expect(kind, manifest.dimension_names)
+        futures.append(open_array(location, key, writable, expect, manifest.fill_chunks_stored))
+    return tuple(
+        _opened(location, key, f) for key, f in zip((BOUNDS, RETURNS), futures, strict=True)
+    )
+
+
+def _opened(location: Location, key: str, future: Any) -> Any:
+    """The opened array, or VaultCorruptError naming it (a missing, unparsable or edited
+    ``zarr.json``)."""
+    try:
+        return future.result()
+    except ValueError as err:
+        text = str(err)
+        if text.startswith(("PERMISSION_DENIED", "UNAVAILABLE", "DEADLINE_EXCEEDED")):
+            raise
+        typed = location.typed_failure(err, f"open array {key}")
+        if typed is not None:  # the storage failed (e.g. a server that does not answer)
+            raise typed from err
+        reason = text.split(" [", 1)[0]
+        raise VaultCorruptError(
+            f"{location}: array {key}: its metadata ({key}/{ZARR_JSON}) is missing, damaged or "
+            f"differs from the manifest ({reason}). Run `vault verify {location}`; restore "
+            "the vault from a copy."
+        ) from None
+
+
+def _check_shapes(
+    location: Location,
+    manifest: Manifest,
+    commit: CommitRecord,
+    arrays: Sequence[Any],
+    index: Sequence[Any],
+) -> None:
+    """Every array holds the committed data: rows and item shape as the manifest says, time
+    (episodes) at least as long as committed."""
+    problems = []
+    for leaf, arr in zip(manifest.leaves, arrays, strict=True):
+        want = (manifest.rows, commit.committed_length, *leaf.shape)
+        shape = tuple(int(d) for d in arr.shape)
+        if len(shape) != len(want) or shape[0] != want[0] or shape[2:] != want[2:]:
+            expected = ", ".join(map(str, (manifest.rows, "T", *leaf.shape)))
+            problems.append(f"{leaf_key(leaf.name)} has shape {list(shape)}, expected [{expected}]")
+        elif shape[1] < want[1]:
+            problems.append(
+                f"{leaf_key(leaf.name)} holds {shape[1]} timesteps, fewer than the "
+                f"{want[1]} committed"
+            )
+    count = 0 if commit.episodes is None else commit.episodes.count
+    for key, arr in zip((BOUNDS, RETURNS), index, strict=False):
+        if int(arr.shape[0]) < count:
+            problems.append(f"{key} holds {arr.shape[0]} episodes, fewer than the {count} indexed")
+        if key == BOUNDS and tuple(arr.shape[1:]) != (4,):
+            problems.append(f"{key} has shape {list(arr.shape)}, expected [N, 4]")
+    if problems:
+        raise VaultCorruptError(
+            f"{location}: arrays disagree with the manifest or the commit record: "
+            + "; ".join(problems)
+            + f". Run `vault verify {location}`; restore the vault from a copy."
+        )
+
+
+def result(snap: Snapshot, future: Any, name: str, group: str = EXPERIENCE) -> Any:
+    """A read's value; a chunk that fails its checksum or decoding, or is missing inside the
+    committed range (a vault whose writer stores every chunk), is VaultCorruptError."""
+    try:
+        return future.result()
+    except ValueError as err:
+        text = str(err)
+        if not text.startswith(("DATA_LOSS", "FAILED_PRECONDITION", "NOT_FOUND")):
+            raise
+        found = re.search(r"/c/([0-9/]+)\"", text)
+        chunk = f"chunk {found.group(1).replace('/', '.')}" if found else "a chunk"
+        raise VaultCorruptError(
+            f"{snap.where}: array {group}/{name}, {chunk} is corrupt ({text}). "
+            "Its data cannot be trusted; restore the vault from a copy."
+        ) from None

@@ -1,0 +1,536 @@
+"""Datasets of shards: many writers, one dataset, no coordinator.
+
+A dataset is a root (a local path or ``s3://bucket/prefix``) whose ``zarr.json`` fixes the
+structure once (leaves, shapes, dtypes, codecs, chunking, episode leaves: a manifest
+*template*), and a folder ``shards/`` of vaults, one per writer. Any process on any machine
+adds its shard under a unique name (:meth:`Dataset.shard`) and writes it with a vault's usual
+guarantees (its own writer lock, commit record and checksums); writers never wait for each
+other and need no lock server: the only shared object is the root's ``zarr.json``, written
+once by a create-if-absent (a conditional write the store enforces).
+
+Readers (:meth:`Dataset.open`) see every shard's committed data as one: reads by shard, the
+episode table across shards (with a ``shard`` column), statistics, verification and streams
+over every shard; :meth:`Dataset.refresh` picks up new shards and new commits. A shard whose
+manifest does not match the template is refused (:class:`VaultStructureError` naming it);
+one still being created (no manifest yet) is not shown until it is. Readers of many shards
+keep a cache at the root, the catalog (``vault/dataset/_catalog.py``), so that the next reader
+need not parse every shard's records nor read its index; a shard's writer adds its entry when
+it closes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+import socket
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from vault._errors import (
+    VaultArgumentError,
+    VaultCorruptError,
+    VaultExistsError,
+    VaultModeError,
+    VaultNotFoundError,
+    VaultPinError,
+    VaultStructureError,
+)
+from vault.commits._pins import check_tag_name
+from vault.dataset import _catalog as catalog_io
+from vault.dataset import _shards as shards_io
+from vault.dataset._shards import SHARDS, ManifestCache, Shard
+from vault.facade._vault import Vault, vault_of_writer
+from vault.format._episodes import EpisodeTable
+from vault.format._records import (
+    DATASET_ATTR,
+    MANIFEST_KEY,
+    REFS,
+    Manifest,
+    digest,
+    group_json,
+    parse_json,
+)
+from vault.storage._kinds import LocationLike, parse_location
+from vault.storage._location import ABSENT, Location
+from vault.write._create import create_vault, plan_manifest
+
+if TYPE_CHECKING:
+    from vault.commits._pins import Pin
+
+DATASET_FORMAT = 1
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+CATALOG_EVERY = 10.0  # seconds between a Dataset object's writes of the catalog
+CATALOG_MIN_SHARDS = 8  # fewer shards: no catalog is written (it would save little)
+_COMMIT_ID = re.compile(r"\d+(-[0-9a-f]{4,64})?")
+
+
+def is_dataset(location: LocationLike, storage: dict[str, Any] | None = None) -> bool:
+    """Whether a dataset's root is at ``location``."""
+    where = parse_location(location, storage)
+    try:
+        return _read_root(where) is not None
+    except VaultCorruptError:  # an unreadable zarr.json: whatever it is, not a dataset to open
+        return False
+
+
+def _read_root(where: Location) -> dict[str, Any] | None:
+    return _root_doc(where, where.read(MANIFEST_KEY))
+
+
+def _root_doc(where: Location, raw: bytes | None) -> dict[str, Any] | None:
+    """The dataset attributes of a root ``zarr.json`` (None: absent, or not a dataset)."""
+    if raw is None:
+        return None
+    doc = parse_json(raw, f"{where}/{MANIFEST_KEY}")
+    attrs = doc.get("attributes") if isinstance(doc, dict) else None
+    if not isinstance(attrs, dict) or not isinstance(attrs.get(DATASET_ATTR), dict):
+        return None
+    return dict(attrs[DATASET_ATTR])
+
+
+def root_json(template: Manifest) -> bytes:
+    """The root ``zarr.json`` of a dataset whose shards are shaped like ``template``."""
+    return group_json({DATASET_ATTR: {"format": DATASET_FORMAT, "template": template.to_json()}})
+
+
+def _template_of(doc: dict[str, Any], where: Location) -> Manifest:
+    version = doc.get("format")
+    if version != DATASET_FORMAT:
+        raise VaultStructureError(
+            f"{where}: dataset format {version!r}; this rlvault reads format {DATASET_FORMAT}"
+        )
+    return Manifest.from_json(doc.get("template"), f"{where} (dataset template)")
+
+
+def structure_problems(template: Manifest, manifest: Manifest) -> list[str]:
+    """How ``manifest`` (a shard's) departs from the dataset's ``template``: leaf names,
+    shapes, dtypes, pytree structure and episode leaves must be the same."""
+    out = []
+    if manifest.structure != template.structure:
+        out.append("its pytree structure differs")
+    want = {leaf.name: (leaf.shape, leaf.dtype) for leaf in template.leaves}
+    got = {leaf.name: (leaf.shape, leaf.dtype) for leaf in manifest.leaves}
+    for name in sorted(set(want) | set(got)):
+        if name not in got:
+            out.append(f"leaf {name!r} is missing")
+        elif name not in want:
+            out.append(f"leaf {name!r} is not in the dataset")
+        elif want[name] != got[name]:
+            out.append(
+                f"leaf {name!r} is {got[name][1]} {list(got[name][0])}, "
+                f"expected {want[name][1]} {list(want[name][0])}"
+            )
+    if manifest.episodes != template.episodes:
+        out.append("its episode leaves differ")
+    return out
+
+
+def default_shard_name() -> str:
+    """``<host>-<pid>-<random>``: unique across processes and machines."""
+    host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:40] or "host"
+    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class Dataset:
+    """A dataset of shards: open one with :meth:`open` (reading) or :meth:`create`."""
+
+    def __init__(self, location: Location, template: Manifest) -> None:
+        self._where = location
+        self._template = template
+        self._shards: dict[str, Shard] = {}  # by name, sorted; arrays opened on first read
+        self._manifests = ManifestCache(self._check_shard)
+        self._tag: str | None = None  # the tag this dataset is pinned to (None: the latest)
+        self._catalog: catalog_io.Catalog | None = None  # as last read or written
+        self._catalog_key = digest(template.to_json())
+        self._catalog_written = -float("inf")  # time.monotonic() of this object's last write
+        self._write_catalog = False  # Dataset.open(write_catalog=True) allows it
+        self._catalog_writes = 0
+        self._catalog_found = "absent"  # what open found: "absent", "damaged" or "valid"
+
+    # ------------------------------------------------------------------------ entry points
+    @classmethod
+    def create(
+        cls,
+        location: LocationLike,
+        structure_or_state: Any,
+        *,
+        rows: int | None = None,
+        codec: str | None = "auto",
+        level: int | None = None,
+        chunk: dict[str, Sequence[int]] | None = None,
+        metadata: dict[str, Any] | None = None,
+        done_leaf: str | None = None,
+        truncated_leaf: str | None = None,
+        reward_leaf: str | None = None,
+        exist_ok: bool = False,
+        storage: dict[str, Any] | None = None,
+    ) -> Dataset:
+        """Create a dataset at ``location`` whose shards are shaped like
+        ``structure_or_state`` (the arguments are :meth:`Vault.create`'s; ``rows`` is each
+        shard's default). With ``exist_ok``, a dataset already there with the same structure
+        is opened instead (every actor can call this at start; exactly one creates it), and
+        one with a different structure is :class:`VaultStructureError`."""
+        where = parse_location(location, storage)
+        episodes = {"done": done_leaf, "truncated": truncated_leaf, "reward": reward_leaf}
+        template = plan_manifest(
+            structure_or_state, rows=rows, codec=codec, level=level, chunk=chunk,
+            metadata=metadata, episodes=episodes,
+        )  # fmt: skip
+        raw = where.read(MANIFEST_KEY)
+        existing = _root_doc(where, raw)
+        if existing is None and raw is not None:
+            raise VaultExistsError(
+                f"{where} holds a Zarr node that is not a dataset: choose another location"
+            )
+        if existing is None:
+            where.prepare()
+            with where.failures("create the dataset"):
+                kv = where.kvstore()
+                written = kv.write(MANIFEST_KEY, root_json(template), if_equal=ABSENT).result()
+            if written.generation:
+                return cls(where, template)
+            existing = _read_root(where)  # another process created it first
+            if existing is None:
+                raise VaultExistsError(f"{where}: something else was created there meanwhile")
+        if not exist_ok:
+            raise VaultExistsError(
+                f"a dataset already exists at {where}: open it with Dataset.open, or pass "
+                "exist_ok=True"
+            )
+        theirs = _template_of(existing, where)
+        problems = structure_problems(theirs, template)
+        if problems:
+            raise VaultStructureError(
+                f"{where}: the dataset there has another structure: " + "; ".join(problems)
+            )
+        return cls(where, theirs)
+
+    @classmethod
+    def open(
+        cls,
+        location: LocationLike,
+        *,
+        at: Pin | None = None,
+        storage: dict[str, Any] | None = None,
+        write_catalog: bool = True,
+    ) -> Dataset:
+        """The dataset at ``location``, with every shard's committed data as of now.
+
+        ``write_catalog``: whether this reader may write the dataset's catalog, a cache at the
+        root that lets later readers of a dataset of many shards open it and build its episode
+        table without reading every shard's records (written when there are at least
+        ``CATALOG_MIN_SHARDS`` shards and a quarter of them are new to it; never trusted
+        beyond the exact commit records it was made from). A catalog there is always used.
+        The ``vault`` command only reads it.
+
+        ``at``: a tag set by :meth:`tag` (``vault tag DATASET NAME``): the dataset as it was
+        tagged, i.e. every shard that has the tag, each pinned to its tagged commit (shards
+        added later, which lack it, are left out); :meth:`refresh` then changes nothing.
+        :class:`VaultPinError` when no shard has the tag."""
+        where = parse_location(location, storage)
+        raw, raw_catalog = where.read_many([MANIFEST_KEY, catalog_io.CATALOG_KEY])
+        doc = _root_doc(where, raw)
+        if doc is None:
+            raise VaultNotFoundError(f"no dataset at {where} (no dataset {MANIFEST_KEY})")
+        dataset = cls(where, _template_of(doc, where))
+        dataset._write_catalog = bool(write_catalog)
+        if at is None:
+            dataset._catalog = catalog_io.parse(raw_catalog, where, dataset._catalog_key)
+            dataset._catalog_found = (
+                "absent"
+                if raw_catalog is None
+                else "damaged"
+                if dataset._catalog is None
+                else "valid"
+            )
+            dataset.refresh()
+            dataset._save_catalog()
+        else:
+            dataset._pin(at)
+        return dataset
+
+    def _pin(self, tag: Pin) -> None:
+        if not isinstance(tag, str) or _COMMIT_ID.fullmatch(tag):
+            raise VaultArgumentError(
+                f"a dataset is pinned by a tag name (commit numbers and ids are each shard's "
+                f"own: open one shard with Vault.open(..., at=...)), got {tag!r}"
+            )
+        try:
+            names = self._list_names() if check_tag_name(tag) else []
+        except VaultArgumentError:
+            names = []  # not a tag name: no shard has it
+        refs = self._where.read_many([f"{SHARDS}/{name}/{REFS}/{tag}" for name in names])
+        for name, ref in zip(names, refs, strict=True):
+            if ref is None:
+                continue  # added after the tag was set
+            pinned = Vault.open(self._where.child(f"{SHARDS}/{name}"), at=tag)
+            self._check_shard(name, pinned.manifest)
+            snap = pinned.snapshot
+            self._shards[name] = Shard(
+                name, self._where.child(SHARDS), snap.manifest, b"", b"", snap.commit,
+                vault=pinned,
+            )  # fmt: skip
+        if not self._shards:
+            raise VaultPinError(f"{self._where}: no shard has the tag {tag!r}")
+        self._tag = tag
+
+    @property
+    def tagged(self) -> str | None:
+        """The tag this dataset was opened at (None: it shows the latest commits)."""
+        return self._tag
+
+    def tag(self, name: str) -> dict[str, str]:
+        """Name every shard's current commit ``name`` (as :meth:`Vault.tag`, shard by
+        shard), so that ``Dataset.open(location, at=name)`` reads exactly this data later.
+        Every shard is checked first: if one already has the tag on another commit
+        (tags never move) nothing is tagged (:class:`VaultExistsError` naming the shards).
+        Returns shard -> commit id."""
+        if not self._shards:
+            raise VaultNotFoundError(f"{self._where}: the dataset has no shard to tag yet")
+        taken = []
+        vaults = {shard: self.vault(shard) for shard in self._shards}
+        for shard, vault in vaults.items():
+            existing = vault.tags().get(name)
+            if existing is not None and existing != vault.commit_id:
+                taken.append(f"{shard} ({existing})")
+        if taken:
+            raise VaultExistsError(
+                f"{self._where}: tag {name!r} already names other commits of shards "
+                f"{', '.join(taken)}; tags never move (choose another name)"
+            )
+        return {shard: vault.tag(name) for shard, vault in vaults.items()}
+
+    # ------------------------------------------------------------------------- writing
+    def shard(self, name: str | None = None, *, rows: int | None = None) -> Vault:
+        """A writer (a :class:`Vault` in mode ``"a"``) for this process's shard ``name``
+        (default: host, process id and a random part). A new shard is created with the
+        dataset's structure (``rows`` overrides the template's); an existing one is opened
+        for appending when its structure matches (its writer lock keeps it to one writer).
+        When it closes, the shard's entry goes into the dataset's catalog."""
+        if self._tag is not None:
+            raise VaultModeError(
+                f"{self._where} was opened at tag {self._tag!r}, for reading; open it without "
+                "at= (or with Dataset.create(..., exist_ok=True)) to write a shard"
+            )
+        name = default_shard_name() if name is None else name
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise VaultArgumentError(
+                "a shard name is 1 to 128 letters, digits, '.', '_' or '-' (not starting with "
+                f"'.', '_' or '-'), got {name!r}"
+            )
+        where = self._where.child(f"{SHARDS}/{name}")
+        if where.read(MANIFEST_KEY) is not None:
+            vault = Vault.open(where, mode="a")
+            self._check_shard(name, vault.manifest)
+        else:
+            vault = vault_of_writer(create_vault(where, self._shard_manifest(rows)))
+        vault._after_close = functools.partial(
+            shards_io.catalog_closed_shard, self._where, name, self._catalog_key
+        )  # its entry in the catalog: the first reader of a finished dataset finds it there
+        return vault
+
+    def _shard_manifest(self, rows: int | None) -> Manifest:
+        """The template itself (``created`` too: the dataset's), with ``rows`` if given: the
+        shards of one dataset share their manifest's bytes, which a reader parses once."""
+        template = self._template
+        if rows is None or rows == template.rows:
+            return template
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+            raise VaultArgumentError(f"rows must be a positive int, got {rows!r}")
+        leaves = tuple(
+            dataclasses.replace(leaf, chunk=(min(leaf.chunk[0], rows), *leaf.chunk[1:]))
+            for leaf in template.leaves
+        )
+        return dataclasses.replace(template, rows=rows, leaves=leaves)
+
+    def _check_shard(self, name: str, manifest: Manifest) -> None:
+        problems = structure_problems(self._template, manifest)
+        if problems:
+            raise VaultStructureError(
+                f"{self._where}: shard {name!r} does not match the dataset: " + "; ".join(problems)
+            )
+
+    # ------------------------------------------------------------------------- reading
+    def refresh(self) -> int:
+        """See new shards and new commits; returns how many timesteps (all rows) became
+        visible. A dataset opened at a tag stays as tagged (returns 0)."""
+        if self._tag is not None:
+            return 0
+        before = self.timesteps
+        names = self._list_names()
+        self._shards = shards_io.load(
+            self._where, names, self._shards, self._manifests, self._catalog
+        )
+        return self.timesteps - before
+
+    def _save_catalog(self) -> None:
+        """Write the dataset's catalog (``vault/dataset/_catalog.py``) when it would spare
+        later readers enough work; after an object's first two writes (open, first table), at
+        most once per ``CATALOG_EVERY`` seconds (a reader refreshing in a loop)."""
+        shards = list(self._shards.values())
+        if not self._write_catalog or self._tag is not None or len(shards) < CATALOG_MIN_SHARDS:
+            return
+        if self._catalog_writes >= 2 and time.monotonic() - self._catalog_written < CATALOG_EVERY:
+            return
+        entries = catalog_io.worth_writing(self._catalog, shards)
+        if entries is not None:
+            self._catalog_written, self._catalog_writes = time.monotonic(), self._catalog_writes + 1
+            if catalog_io.write(self._where, entries, self._catalog_key):
+                self._catalog = catalog_io.adopt(shards, entries)
+
+    def _list_names(self) -> list[str]:
+        names = self._where.child(SHARDS).child_names()
+        return [name for name in names if _NAME.fullmatch(name)]
+
+    @property
+    def location(self) -> str:
+        return str(self._where)
+
+    @property
+    def template(self) -> Manifest:
+        """The structure every shard has (a manifest; ``rows`` is the default)."""
+        return self._template
+
+    @property
+    def manifest(self) -> Manifest:
+        return self._template
+
+    @property
+    def shards(self) -> list[str]:
+        """The visible shards' names, sorted."""
+        return list(self._shards)
+
+    def vault(self, shard: str) -> Vault:
+        """The read-only vault of ``shard``."""
+        try:
+            return self._shards[shard].opened()
+        except KeyError:
+            raise VaultArgumentError(
+                f"{self._where}: no shard {shard!r}; the dataset has {self.shards}"
+            ) from None
+
+    def vaults(self) -> Iterator[tuple[str, Vault]]:
+        """Every shard as a read-only vault (each opened on first use)."""
+        return iter([(name, self.vault(name)) for name in self._shards])
+
+    @property
+    def snapshots(self) -> list[Any]:
+        """Every shard's current snapshot, in shard order."""
+        return [s.opened().snapshot for s in self._shards.values()]
+
+    @property
+    def committed_lengths(self) -> dict[str, int]:
+        return {name: s.length for name, s in self._shards.items()}
+
+    @property
+    def commit_ids(self) -> dict[str, str]:
+        return {name: s.commit_id for name, s in self._shards.items()}
+
+    @property
+    def timesteps(self) -> int:
+        """Committed timesteps of every row of every shard."""
+        return sum(s.rows * s.length for s in self._shards.values())
+
+    @property
+    def leaf_names(self) -> list[str]:
+        return self._template.leaf_names
+
+    @property
+    def has_episodes(self) -> bool:
+        """Whether the shards keep an episode index (as :attr:`Vault.has_episodes`)."""
+        return self._template.episodes is not None
+
+    def read_numpy(self, shard: str, **options: Any) -> Any:
+        """:meth:`Vault.read_numpy` of one shard."""
+        return self.vault(shard).read_numpy(**options)
+
+    def read(self, shard: str, **options: Any) -> Any:
+        """:meth:`Vault.read` of one shard."""
+        return self.vault(shard).read(**options)
+
+    def episodes(self, include_open: bool = False) -> EpisodeTable:
+        """Every shard's episodes in one table, shard by shard, with a ``shard`` column (the
+        shards' indexes read in one batch, checked as each shard's own read checks them)."""
+        if self._template.episodes is None and self._shards:
+            return self.vault(self.shards[0]).episodes()  # the vault's own error
+        table = shards_io.episodes(self._where, list(self._shards.values()), include_open)
+        self._save_catalog()
+        return table
+
+    def leaf_stats(self, **options: Any) -> Any:
+        """:func:`vault.leaf_stats` over every shard's committed data."""
+        from vault.facade._stats import leaf_stats
+
+        return leaf_stats(self, **options)
+
+    def to_xarray(self, *, leaves: Sequence[str] | None = None, episodes: bool = True) -> Any:
+        """Every shard as a lazy, dask-backed ``xarray.Dataset`` in one ``xarray.DataTree``
+        (``shards/<name>``): see :func:`vault.to_xarray`."""
+        from vault.read._xarray import to_xarray
+
+        return to_xarray(self, leaves=leaves, episodes=episodes)
+
+    def as_dataset(self, sample_batch_size: int, sequence_length: int, **options: Any) -> Any:
+        """:meth:`Vault.as_dataset` over every shard: an epoch visits every valid start of
+        every shard exactly once (``StreamBatch.source`` indexes :attr:`shards`)."""
+        from vault.stream._stream import as_dataset
+
+        self._check_open()
+        return as_dataset(self.snapshots, sample_batch_size, sequence_length, **options)
+
+    def iter_windows(self, window: int, **options: Any) -> Any:
+        """:meth:`Vault.iter_windows` over every shard."""
+        from vault.stream._windows import iter_windows
+
+        self._check_open()
+        return iter_windows(self.snapshots, window, **options)
+
+    def _check_open(self) -> None:
+        if not self._shards:
+            raise VaultNotFoundError(f"{self._where}: the dataset has no shard with data yet")
+
+    # ------------------------------------------------------------------------ lifecycle
+    def close(self) -> None:
+        for shard in self._shards.values():
+            if shard.vault is not None:
+                shard.vault.close()
+
+    def __enter__(self) -> Dataset:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Dataset({self._where}, shards={len(self._shards)})"
+
+    def check_catalog(self) -> dict[str, Any]:
+        """For ``vault verify``: the catalog found at open (``state``: ``"absent"``,
+        ``"damaged"`` (so ignored) or ``"valid"``), the shards it served (``used``), and
+        ``problems``: each of those whose entry disagrees with the shard's own commit record
+        or index (readers would get the catalog's version: delete the catalog)."""
+        used, problems = shards_io.audit_catalog(list(self._shards.values()))
+        return {"state": self._catalog_found, "used": used, "problems": problems}
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready summary: location, shards with their rows, committed length and
+        commit id, and totals."""
+        return {
+            "path": self.location,
+            "kind": "dataset",
+            "shards": [
+                {
+                    "shard": name,
+                    "rows": v.rows,
+                    "committed": v.length,
+                    "commit": v.commit_id,
+                }
+                for name, v in self._shards.items()
+            ],
+            "timesteps": self.timesteps,
+            "leaves": [leaf.name for leaf in self._template.leaves],
+        }

@@ -1,0 +1,79 @@
+"""The episode methods of :class:`~vault.Vault` (its facade, by concern): the episode index
+and episodes read as trees. They work on the Vault's current snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from vault._args import bool_arg, kind
+from vault._errors import VaultArgumentError
+from vault.format._episodes import EpisodeTable
+from vault.read import _read
+
+if TYPE_CHECKING:
+    from vault.commits._snapshot import Snapshot
+
+
+class EpisodeMethods:
+    """Mixed into :class:`~vault.Vault`: needs its ``snapshot``."""
+
+    @property
+    def snapshot(self) -> Snapshot:
+        raise NotImplementedError
+
+    @property
+    def has_episodes(self) -> bool:
+        """Whether this vault keeps an episode index (created with ``done_leaf``)."""
+        return self.snapshot.manifest.episodes is not None
+
+    @property
+    def episode_leaves(self) -> dict[str, str | None]:
+        """The leaves that delimit episodes: ``{"done", "truncated", "reward"}`` -> path."""
+        cfg = self.snapshot.manifest.episodes
+        if cfg is None:
+            return {"done": None, "truncated": None, "reward": None}
+        return cfg.as_dict()
+
+    def episodes(self, include_open: bool = False) -> EpisodeTable:
+        """The committed episode index (loaded from the index arrays, no scan of the data).
+
+        Complete episodes in the order they were committed (by write, then row, then time);
+        with ``include_open`` the unfinished last episode of every row is appended
+        (``complete`` false, its length and return so far).
+        """
+        return _read.episode_table(self.snapshot, bool_arg("include_open", include_open))
+
+    def read_episode(
+        self, episode: int | EpisodeTable, *, leaves: Sequence[str] | None = None
+    ) -> Any:
+        """One episode's timesteps: the vault's structure with leaves ``[length, ...]``.
+
+        ``episode`` is a position in :meth:`episodes` or a one-row :class:`EpisodeTable`.
+        """
+        snap = self.snapshot
+        one = _read.one_episode(snap, episode)
+        return _episode_data(snap, one, leaves)
+
+    def iter_episodes(
+        self, table: EpisodeTable | None = None, *, leaves: Sequence[str] | None = None
+    ) -> Iterator[Any]:
+        """Yield every episode of ``table`` (default: all complete ones) as ``read_episode``.
+        The arguments are checked at the call, not at the first ``next()``."""
+        snap = self.snapshot
+        if table is not None and not isinstance(table, EpisodeTable):
+            raise VaultArgumentError(
+                f"iter_episodes takes an EpisodeTable (from vault.episodes()), got {kind(table)}"
+            )
+        chosen = _read.episode_table(snap) if table is None else table
+        if leaves is not None:
+            _read.leaf_selection(snap, leaves)
+        return (_episode_data(snap, chosen[i], leaves) for i in range(len(chosen)))
+
+
+def _episode_data(snap: Snapshot, one: EpisodeTable, leaves: Sequence[str] | None) -> Any:
+    import jax
+
+    row, start, length = int(one.row[0]), int(one.start[0]), int(one.length[0])
+    data = _read.read_numpy(snap, [row], start, start + length, leaves)
+    return jax.tree.map(lambda x: x[0], data)

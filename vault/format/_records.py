@@ -1,0 +1,602 @@
+"""The on-disk format, in one place: key names, the chunk-key rule, and typed records.
+
+A vault is a Zarr v3 hierarchy::
+
+    zarr.json                 root group; attributes["rlvault"] is the manifest
+    commit/zarr.json          empty group; attributes["rlvault_commit"] is the commit record
+    experience/<leaf path>/   one array per pytree leaf, shape [rows, time, ...]
+    episodes/bounds, returns  the episode index (when the vault names a done leaf)
+    lock/, trash/             the writer's lock and old file versions (local vaults)
+    history/<n>, refs/<name>  replaced commit records (pins) and tags; each folder is an empty
+                              Zarr group (zarr.json) so that zarr-python lists the hierarchy
+
+The manifest (:class:`Manifest`: structure, leaves, rows, episode leaves, user metadata) is
+written once at creation; the commit record (:class:`CommitRecord`) is replaced atomically by
+every append. Both are validated when loaded: a malformed one is :class:`VaultCorruptError`
+naming every problem, one from a newer format is :class:`VaultVersionError`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Sequence
+from typing import Any, TypeGuard
+
+import numpy as np
+
+from vault._errors import VaultCorruptError, VaultNotFoundError, VaultVersionError
+from vault.format import _structure
+
+FORMAT_VERSION = 3
+"""2: optional episode index (episodes/); 3: digests on the manifest and the commit record,
+checksums bound to chunk places (tags/, the commit record's edges). Versions 1 and 2 still
+open (without those protections)."""
+DIGESTS_SINCE = 3
+
+# ------------------------------------------------------------------------------- key names
+ZARR_JSON = "zarr.json"
+MANIFEST_KEY = ZARR_JSON  # the root group's metadata; the manifest lives in its attributes
+COMMIT_KEY = "commit/zarr.json"  # an empty Zarr group whose attributes hold the record
+EXPERIENCE = "experience"
+EPISODES = "episodes"
+BOUNDS = "episodes/bounds"
+RETURNS = "episodes/returns"
+LOCK_DIR = "lock"
+FENCE = "fence"  # commit record: the token of the writer that fenced it (object stores)
+UID = "uid"  # commit record: random per commit; "<seq>-<uid>" is the commit's id
+HISTORY = "history"  # history/<seq>: the record of every commit before the latest
+REFS = "refs"  # refs/<name>: tags, each naming a commit id (never moved)
+TRASH_DIR = "trash"
+TAGS = "tags"  # tags/<array key>: the stored crc32c of every complete chunk, by place
+DIGEST = "digest"  # a record's checksum of its own content
+MANIFEST_ATTR = "rlvault"
+DATASET_ATTR = "rlvault_dataset"  # a dataset root's attributes (vault/dataset/_dataset.py)
+COMMIT_ATTR = "rlvault_commit"
+FILL_CHUNKS_KEY = "fill_chunks_stored"
+"""Manifest flag: the writer stores every chunk, even one equal to the fill value, so a chunk
+file missing inside the committed range is a lost chunk. Without it TensorStore leaves out
+chunks that equal the fill value, and a missing chunk can only be reported as a warning."""
+DIMS_KEY = "dimension_names"
+"""Manifest flag: every array's ``zarr.json`` carries the dimension names of
+``vault.storage._arrays.dimension_names`` (``row``, ``time``, ``<leaf>_<i>``; the episode index
+``episode``, ``field``), and opening checks them. Vaults without it (item axes named ``dim_<i>``
+in every leaf) open unchecked. Older rlvault versions read vaults with it unchanged, so it needs
+no new format version."""
+SEAMS_KEY = "gaps"  # the commit record's list of seams (named "gaps" in format 1 and 2)
+
+_KINDS = {"dict", "namedtuple", "dataclass", "tuple", "list", "leaf", "none"}
+EPISODE_ROLES = ("done", "truncated", "reward")
+
+
+def leaf_key(name: str) -> str:
+    """The key prefix of a leaf's array (``experience/obs/rgb``)."""
+    return f"{EXPERIENCE}/{name}"
+
+
+def chunk_key(index: Sequence[int], encoding: str = "default", separator: str = "/") -> str:
+    """The key of a chunk (relative to its array) under a Zarr v3 chunk-key encoding."""
+    parts = separator.join(str(int(i)) for i in index)
+    return f"c{separator}{parts}" if encoding == "default" else parts
+
+
+def is_int(value: Any, minimum: int) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
+def is_int_list(value: Any, minimum: int) -> TypeGuard[list[int]]:
+    return isinstance(value, list) and all(is_int(x, minimum) for x in value)
+
+
+def group_json(attributes: dict[str, Any] | None = None) -> bytes:
+    """A Zarr v3 group's ``zarr.json`` with these attributes."""
+    doc: dict[str, Any] = {"zarr_format": 3, "node_type": "group"}
+    if attributes:
+        doc["attributes"] = attributes
+    return json.dumps(doc, indent=1, sort_keys=True).encode()
+
+
+def digest(doc: dict[str, Any]) -> str:
+    """The checksum a record keeps of its own content (every key but ``digest``)."""
+    import hashlib
+
+    body = {k: v for k, v in doc.items() if k != DIGEST}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def digest_problems(doc: dict[str, Any], required: bool) -> list[str]:
+    """Why ``doc`` does not match its own digest (none when it does, or when it has none and
+    none is ``required``)."""
+    stored = doc.get(DIGEST)
+    if stored is None:
+        return [f"it has no {DIGEST} (every record of this format version has one)"] * required
+    if stored != digest(doc):
+        got = digest(doc)
+        return [
+            f"its content does not match its {DIGEST} (edited or damaged): {stored!r} != {got!r}"
+        ]
+    return []
+
+
+def parse_json(raw: bytes, where: str) -> dict[str, Any]:
+    """A JSON object from ``raw``; anything else is VaultCorruptError naming ``where``."""
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise VaultCorruptError(f"{where} is not valid JSON: {err}") from None
+    if not isinstance(doc, dict):
+        raise VaultCorruptError(f"{where}: expected a JSON object")
+    return doc
+
+
+# --------------------------------------------------------------------------------- records
+@dataclasses.dataclass(frozen=True)
+class LeafSpec:
+    """One leaf: its path, per-timestep shape and dtype, chunk shape and codec chain."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    chunk: tuple[int, ...]  # [rows, time, *shape]
+    codecs: tuple[dict[str, Any], ...]
+
+    @property
+    def step_bytes(self) -> int:
+        """Bytes of one timestep of one row."""
+        return math.prod(self.shape) * np.dtype(self.dtype).itemsize
+
+    @property
+    def chunk_time(self) -> int:
+        return self.chunk[1]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "chunk": list(self.chunk),
+            "codecs": [dict(c) for c in self.codecs],
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> LeafSpec:
+        return cls(
+            name=doc["name"],
+            shape=tuple(doc["shape"]),
+            dtype=np.dtype(doc["dtype"]).name,
+            chunk=tuple(doc["chunk"]),
+            codecs=tuple(doc["codecs"]),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeLeaves:
+    """The leaves that delimit episodes (``done`` is required to keep an index)."""
+
+    done: str
+    truncated: str | None = None
+    reward: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"done": self.done, "truncated": self.truncated, "reward": self.reward}
+
+    def as_dict(self) -> dict[str, str | None]:
+        return self.to_json()
+
+
+@dataclasses.dataclass(frozen=True)
+class Manifest:
+    """What a vault holds: written once, by ``Vault.create``."""
+
+    rows: int
+    structure: dict[str, Any]
+    leaves: tuple[LeafSpec, ...]
+    created: str
+    rlvault_version: str
+    user_metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+    episodes: EpisodeLeaves | None = None
+    fill_chunks_stored: bool = True
+    dimension_names: bool = True  # the arrays carry checked dimension names (DIMS_KEY)
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def leaf_names(self) -> list[str]:
+        return [leaf.name for leaf in self.leaves]
+
+    def leaf(self, name: str) -> LeafSpec:
+        for leaf in self.leaves:
+            if leaf.name == name:
+                return leaf
+        raise KeyError(name)
+
+    @property
+    def step_bytes(self) -> int:
+        """Bytes of one timestep of one row, every leaf."""
+        return sum(leaf.step_bytes for leaf in self.leaves)
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "format_version": self.format_version,
+            "rlvault_version": self.rlvault_version,
+            "created": self.created,
+            "rows": self.rows,
+            "structure": self.structure,
+            "leaves": [leaf.to_json() for leaf in self.leaves],
+            "user_metadata": dict(self.user_metadata),
+        }
+        if self.fill_chunks_stored:
+            doc[FILL_CHUNKS_KEY] = True
+        if self.dimension_names:
+            doc[DIMS_KEY] = True
+        if self.episodes is not None:
+            doc["episodes"] = self.episodes.to_json()
+        doc[DIGEST] = digest(doc)
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str) -> Manifest:
+        """A validated manifest; VaultVersionError for a newer format, VaultCorruptError
+        listing every problem for a malformed one."""
+        version = doc.get("format_version") if isinstance(doc, dict) else None
+        if is_int(version, 1) and version > FORMAT_VERSION:
+            raise VaultVersionError(
+                f"{where}: the vault is in format version {version}; this rlvault reads "
+                f"versions 1 to {FORMAT_VERSION}. Upgrade rlvault (pip install -U rlvault)."
+            )
+        problems = manifest_problems(doc)
+        if not problems:
+            problems = digest_problems(doc, doc["format_version"] >= DIGESTS_SINCE)
+        if problems:
+            raise VaultCorruptError(
+                f"{where}: the manifest ({MANIFEST_KEY}) is malformed: "
+                + "; ".join(problems)
+                + f". Run `vault verify {where}` for a full report; restore the vault from a "
+                "copy."
+            )
+        cfg = doc.get("episodes")
+        return cls(
+            rows=doc["rows"],
+            structure=doc["structure"],
+            leaves=tuple(LeafSpec.from_json(leaf) for leaf in doc["leaves"]),
+            created=doc["created"],
+            rlvault_version=doc["rlvault_version"],
+            user_metadata=dict(doc.get("user_metadata", {})),
+            episodes=None
+            if cfg is None
+            else EpisodeLeaves(**{k: cfg.get(k) for k in EPISODE_ROLES}),
+            fill_chunks_stored=doc.get(FILL_CHUNKS_KEY) is True,
+            dimension_names=doc.get(DIMS_KEY) is True,
+            format_version=int(doc["format_version"]),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Seam:
+    """The timesteps at ``at - 1`` and ``at`` are not consecutive: ``lost`` timesteps per row
+    were lost there (``on_overrun="save_surviving"``), or none (a restart: ``append(...,
+    continues=False)``, the seams of ``combine``)."""
+
+    at: int
+    lost: int = 0
+
+    def to_json(self) -> dict[str, int]:
+        return {"at": self.at, "lost": self.lost}
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenEpisodes:
+    """Per row, the episode still running at the committed length: its start, return so far
+    and flags."""
+
+    start: tuple[int, ...]
+    returns: tuple[float, ...]
+    flags: tuple[int, ...]
+
+    @classmethod
+    def fresh(cls, rows: int, begin: int = 0, flags: Sequence[int] | int = 0) -> OpenEpisodes:
+        per_row = [int(flags)] * rows if isinstance(flags, int) else [int(f) for f in flags]
+        return cls((begin,) * rows, (0.0,) * rows, tuple(per_row))
+
+    def to_json(self) -> dict[str, list[Any]]:
+        return {"start": list(self.start), "return": list(self.returns), "flags": list(self.flags)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> OpenEpisodes:
+        return cls(
+            tuple(int(x) for x in doc["start"]),
+            tuple(float(x) for x in doc["return"]),
+            tuple(int(x) for x in doc["flags"]),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeState:
+    """The episode index as committed: ``count`` indexed episodes and the open ones."""
+
+    count: int
+    open: OpenEpisodes
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "open": self.open.to_json()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Edge:
+    """The partly filled chunk at an array's committed end: it starts at ``start`` (time, or
+    episode for the index); ``crc`` per row is the crc32 of its committed part's decoded
+    bytes (see ``vault/format/_tags.py``)."""
+
+    start: int
+    crc: tuple[int, ...]
+    tails: tuple[int, ...] = ()  # the stored crc32c of the edge chunk, per row block
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"from": self.start, "crc": list(self.crc)}
+        if self.tails:
+            doc["tail"] = list(self.tails)
+        return doc
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Edge:
+        tails = tuple(int(c) for c in doc.get("tail", []))
+        return cls(int(doc["from"]), tuple(int(c) for c in doc["crc"]), tails)
+
+
+@dataclasses.dataclass(frozen=True)
+class CommitRecord:
+    """The truth about what is committed: replaced atomically after the data is written."""
+
+    committed_length: int
+    source_counter: int | None = None  # the buffer's write counter at the last write()
+    seq: int = 0  # commits so far
+    seams: tuple[Seam, ...] = ()
+    episodes: EpisodeState | None = None
+    edges: dict[str, Edge] | None = None  # by array key; None: a format without them
+    fence: str | None = None  # the token of the writer that fenced the record (object stores)
+    uid: str | None = None  # random per commit (None: written before commits had ids)
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "committed_length": self.committed_length,
+            "source_counter": self.source_counter,
+            "seq": self.seq,
+            SEAMS_KEY: [s.to_json() for s in self.seams],
+        }
+        if self.episodes is not None:
+            doc["episodes"] = self.episodes.to_json()
+        if self.edges is not None:
+            doc["edges"] = {k: e.to_json() for k, e in sorted(self.edges.items())}
+        if self.fence is not None:
+            doc[FENCE] = self.fence
+        if self.uid is not None:
+            doc[UID] = self.uid
+        doc[DIGEST] = digest(doc)
+        return doc
+
+    def to_bytes(self) -> bytes:
+        return group_json({COMMIT_ATTR: self.to_json()})
+
+    @classmethod
+    def from_json(cls, doc: Any, where: str, manifest: Manifest) -> CommitRecord:
+        problems = commit_problems(doc, manifest)
+        if not problems:
+            problems = digest_problems(doc, manifest.format_version >= DIGESTS_SINCE)
+        if problems:
+            raise VaultCorruptError(
+                f"{where}: the commit record ({COMMIT_KEY}) is malformed: "
+                + "; ".join(problems)
+                + f". Run `vault verify {where}` for a full report."
+            )
+        episodes = doc.get("episodes") if manifest.episodes is not None else None
+        return cls(
+            committed_length=doc["committed_length"],
+            source_counter=doc.get("source_counter"),
+            seq=doc.get("seq", 0),
+            seams=tuple(Seam(int(g["at"]), int(g["lost"])) for g in doc.get(SEAMS_KEY, [])),
+            episodes=None
+            if episodes is None
+            else EpisodeState(int(episodes["count"]), OpenEpisodes.from_json(episodes["open"])),
+            edges=None
+            if manifest.format_version < DIGESTS_SINCE
+            else {k: Edge.from_json(e) for k, e in doc.get("edges", {}).items()},
+            fence=doc.get(FENCE),
+            uid=doc.get(UID),
+        )
+
+
+def read_manifest_bytes(raw: bytes | None, where: str) -> Manifest:
+    """The manifest from the root ``zarr.json`` (``None``: absent)."""
+    if raw is None:
+        raise VaultNotFoundError(f"no vault at {where} (no {MANIFEST_KEY})")
+    group = parse_json(raw, f"{where}/{MANIFEST_KEY}")
+    doc = group.get("attributes", {}).get(MANIFEST_ATTR) if isinstance(group, dict) else None
+    if not isinstance(doc, dict):
+        raise VaultNotFoundError(
+            f"{where} is a Zarr node but not an rlvault vault (no '{MANIFEST_ATTR}' attributes)"
+        )
+    return Manifest.from_json(doc, where)
+
+
+def read_commit_bytes(raw: bytes | None, where: str, manifest: Manifest) -> CommitRecord:
+    if raw is None:
+        raise VaultCorruptError(f"{where}: missing {COMMIT_KEY} (the commit record)")
+    group = parse_json(raw, f"{where}/{COMMIT_KEY}")
+    doc = group.get("attributes", {}).get(COMMIT_ATTR)
+    if not isinstance(doc, dict):
+        raise VaultCorruptError(f"{where}/{COMMIT_KEY}: no '{COMMIT_ATTR}' attributes")
+    return CommitRecord.from_json(doc, where, manifest)
+
+
+# ------------------------------------------------------------------------------ validation
+def manifest_problems(manifest: Any) -> list[str]:
+    """Every way ``manifest`` (the ``rlvault`` attributes of the root ``zarr.json``) departs
+    from the schema that ``Vault.create`` writes."""
+    if not isinstance(manifest, dict):
+        return [f"the 'rlvault' attributes must be an object, got {type(manifest).__name__}"]
+    out = []
+    version = manifest.get("format_version")
+    if not is_int(version, 1) or version > FORMAT_VERSION:
+        out.append(f"format_version {version!r} is not one of 1..{FORMAT_VERSION}")
+    if not is_int(manifest.get("rows"), 1):
+        out.append(f"rows must be an int >= 1, got {manifest.get('rows')!r}")
+    for key in ("rlvault_version", "created"):
+        if not isinstance(manifest.get(key), str):
+            out.append(f"{key} must be a string, got {manifest.get(key)!r}")
+    if not isinstance(manifest.get("user_metadata", {}), dict):
+        out.append("user_metadata must be an object")
+    if manifest.get(DIMS_KEY, True) is not True:
+        out.append(f"{DIMS_KEY} must be true or absent, got {manifest.get(DIMS_KEY)!r}")
+    structure = manifest.get("structure")
+    node_problems = _node_problems(structure, "structure")
+    out += node_problems
+    leaves = manifest.get("leaves")
+    if not isinstance(leaves, list):
+        return [*out, f"leaves must be a list, got {type(leaves).__name__}"]
+    for i, leaf in enumerate(leaves):
+        out += [f"leaves[{i}]: {p}" for p in _leaf_problems(leaf)]
+    listed = [leaf.get("name") for leaf in leaves if isinstance(leaf, dict)]
+    if not node_problems:
+        names = _structure.leaf_names(structure)  # type: ignore[arg-type]
+        if listed != names:
+            out.append(f"leaves {listed} do not match the structure's leaves {names}")
+    shapes = {leaf.get("name"): leaf.get("shape") for leaf in leaves if isinstance(leaf, dict)}
+    return out + _episodes_config_problems(manifest.get("episodes"), shapes)
+
+
+def commit_problems(record: Any, manifest: Manifest) -> list[str]:
+    """Every way a commit record departs from the schema (given the vault's manifest)."""
+    if not isinstance(record, dict):
+        return [f"the record must be an object, got {type(record).__name__}"]
+    out = []
+    length = record.get("committed_length")
+    if not is_int(length, 0):
+        return [f"committed_length must be an int >= 0, got {length!r}"]
+    if not is_int(record.get("seq", 0), 0):
+        out.append(f"seq must be an int >= 0, got {record.get('seq')!r}")
+    counter = record.get("source_counter")
+    if counter is not None and not is_int(counter, 0):
+        out.append(f"source_counter must be null or an int >= 0, got {counter!r}")
+    for key in (FENCE, UID):
+        if not isinstance(record.get(key, ""), str):
+            out.append(f"{key} must be a string, got {record.get(key)!r}")
+    out += seam_problems(record.get(SEAMS_KEY, []))
+    out += _edge_problems(record.get("edges", {}), manifest.rows)
+    if manifest.episodes is not None:
+        out += episode_record_problems(record.get("episodes"), manifest.rows, length)
+    return out
+
+
+def seam_problems(seams: Any) -> list[str]:
+    if isinstance(seams, list) and all(
+        isinstance(g, dict) and is_int(g.get("at"), 0) and is_int(g.get("lost"), 0) for g in seams
+    ):
+        return []
+    return [f"{SEAMS_KEY} must be a list of {{'at': int, 'lost': int}}, got {seams!r}"]
+
+
+def episode_record_problems(record: Any, rows: int, length: int) -> list[str]:
+    if not isinstance(record, dict):
+        return [f"the vault keeps an episode index but the record has {record!r} for it"]
+    out = []
+    if not is_int(record.get("count"), 0):
+        out.append(f"episodes.count must be an int >= 0, got {record.get('count')!r}")
+    opened = record.get("open")
+    columns = ("start", "return", "flags")
+    if not isinstance(opened, dict) or not all(
+        isinstance(opened.get(k), list) and len(opened[k]) == rows for k in columns
+    ):
+        return [*out, f"episodes.open must hold {columns} lists of {rows} entries"]
+    if not is_int_list(opened["start"], 0) or any(s > length for s in opened["start"]):
+        out.append(f"episodes.open.start must be ints in [0, {length}], got {opened['start']}")
+    if not is_int_list(opened["flags"], 0):
+        out.append(f"episodes.open.flags must be ints >= 0, got {opened['flags']}")
+    if not all(isinstance(x, (int, float)) for x in opened["return"]):
+        out.append(f"episodes.open.return must be numbers, got {opened['return']}")
+    return out
+
+
+def _episodes_config_problems(cfg: Any, shapes: dict[Any, Any]) -> list[str]:
+    if cfg is None:
+        return []
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("done"), str):
+        return [f"episodes must name at least a 'done' leaf, got {cfg!r}"]
+    out = []
+    for role in EPISODE_ROLES:
+        name = cfg.get(role)
+        if name is None:
+            continue
+        if name not in shapes:
+            out.append(f"episodes.{role} names {name!r}, which is not a leaf")
+        elif shapes[name] != []:
+            out.append(f"episodes.{role} leaf {name!r} has shape {shapes[name]}, expected []")
+    return out
+
+
+def _node_problems(node: Any, where: str) -> list[str]:
+    if not isinstance(node, dict) or node.get("kind") not in _KINDS:
+        kind = node.get("kind") if isinstance(node, dict) else node
+        return [f"{where}: unknown node {kind!r}"]
+    kind = node["kind"]
+    if kind in ("leaf", "none"):
+        return []
+    children = node.get("children")
+    if not isinstance(children, list):
+        return [f"{where}: a {kind} node needs a list of children"]
+    labels_key = {"dict": "keys", "namedtuple": "fields", "dataclass": "fields"}.get(kind)
+    out = []
+    if labels_key is not None:
+        labels = node.get(labels_key)
+        if not isinstance(labels, list) or len(labels) != len(children):
+            out.append(f"{where}: {labels_key} must list one name per child")
+        elif not all(isinstance(x, str) for x in labels):
+            out.append(f"{where}: {labels_key} must be strings")
+        if kind != "dict" and not isinstance(node.get("class"), str):
+            out.append(f"{where}: a {kind} node needs its 'class'")
+    for i, child in enumerate(children):
+        out += _node_problems(child, f"{where}.children[{i}]")
+    return out
+
+
+def _leaf_problems(leaf: Any) -> list[str]:
+    if not isinstance(leaf, dict):
+        return ["must be an object"]
+    out = []
+    if not isinstance(leaf.get("name"), str):
+        out.append(f"name must be a string, got {leaf.get('name')!r}")
+    shape = leaf.get("shape")
+    if not is_int_list(shape, 0):
+        out.append(f"shape must be a list of ints >= 0, got {shape!r}")
+    try:
+        np.dtype(leaf.get("dtype"))
+    except TypeError:
+        out.append(f"dtype {leaf.get('dtype')!r} is not a numpy dtype name")
+    chunk = leaf.get("chunk")
+    if not is_int_list(chunk, 1) or (isinstance(shape, list) and len(chunk) != len(shape) + 2):
+        out.append(f"chunk must be [rows, time, *shape] ints >= 1, got {chunk!r}")
+    codecs = leaf.get("codecs")
+    if not isinstance(codecs, list) or not all(
+        isinstance(c, dict) and isinstance(c.get("name"), str) for c in codecs
+    ):
+        out.append(f"codecs must be a list of {{'name': ...}} objects, got {codecs!r}")
+    return out
+
+
+def _edge_problems(edges: Any, rows: int) -> list[str]:
+    if not isinstance(edges, dict):
+        return [f"edges must be an object, got {type(edges).__name__}"]
+    out = []
+    for key, edge in edges.items():
+        if not (
+            isinstance(edge, dict)
+            and is_int(edge.get("from"), 0)
+            and is_int_list(edge.get("crc"), 0)
+            and len(edge["crc"]) in (1, rows)
+            and is_int_list(edge.get("tail", []), 0)
+        ):
+            out.append(
+                f"edges[{key!r}] must be {{'from': int, 'crc': [int per row], 'tail': [int per "
+                "row block]}"
+            )
+    return out

@@ -1,0 +1,434 @@
+"""Checksums bound to a chunk's place.
+
+Every chunk carries a crc32c (its last four bytes), which proves its bytes intact but not that
+they are the chunk written *there*: a chunk moved or copied over another chunk of the same
+array decodes and passes its checksum. Two records bind data to places (format 3):
+
+* **tags**, for complete chunks (every timestep committed; never rewritten again): when an
+  append completes a chunk, the writer records the chunk's stored crc32c in the tag array
+  ``tags/<array>`` (uint32 ``[row blocks, time chunks]``). A read compares each complete chunk
+  it touches with its tag (four bytes read per chunk, once per snapshot).
+* **edges**, for the partly filled chunk at the committed end (the next append rewrites it,
+  so no stored checksum of it can stay valid across a crash): the commit record keeps, per
+  row, the crc32 of the decoded bytes of its committed timesteps in that chunk. A read that
+  reaches the edge checks what it decoded (once per snapshot).
+
+The tag array's own chunks have a crc32c; one moved to another place disagrees with the data
+chunks' checksums. The episode index (``episodes/bounds``, ``episodes/returns``) is covered
+the same way, with the episode axis as its time axis.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import tensorstore as ts
+
+from vault._errors import VaultCorruptError
+from vault.format._records import BOUNDS, RETURNS, TAGS, CommitRecord, Edge, Manifest, leaf_key
+
+TAG_CHUNK = 1024  # time chunks per chunk of a tag array
+PLACES_SINCE = 3  # the format version that keeps tags and edges
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+    """How an array is cut into chunks along its rows and its time (or episode) axis."""
+
+    key: str  # the array's key (``experience/obs``, ``episodes/bounds``)
+    rows: int  # data rows (1 for the episode index, which has no row axis)
+    row_block: int | None  # rows per chunk; None: no row axis
+    step: int  # chunk length along time
+    item_zeros: int  # chunk-index zeros after the time axis
+
+    @property
+    def row_blocks(self) -> int:
+        return 1 if self.row_block is None else -(-self.rows // self.row_block)
+
+    def chunk(self, block: int, k: int) -> str:
+        parts = ([block] if self.row_block is not None else []) + [k] + [0] * self.item_zeros
+        return f"{self.key}/c/" + "/".join(map(str, parts))
+
+    def blocks_of(self, rows: Iterable[int] | None) -> list[int]:
+        if rows is None or self.row_block is None:
+            return list(range(self.row_blocks))
+        return sorted({int(r) // self.row_block for r in rows})
+
+
+def enabled(manifest: Manifest) -> bool:
+    return manifest.format_version >= PLACES_SINCE
+
+
+def grids(manifest: Manifest) -> dict[str, Grid]:
+    from vault.format._episodes import INDEX_CHUNK
+
+    out = {
+        leaf_key(leaf.name): Grid(
+            leaf_key(leaf.name), manifest.rows, leaf.chunk[0], leaf.chunk[1], len(leaf.shape)
+        )
+        for leaf in manifest.leaves
+    }
+    if manifest.episodes is not None:
+        out[BOUNDS] = Grid(BOUNDS, 1, None, INDEX_CHUNK, 1)
+        out[RETURNS] = Grid(RETURNS, 1, None, INDEX_CHUNK, 0)
+    return out
+
+
+def tag_metadata(grid: Grid) -> dict[str, Any]:
+    return {
+        "shape": [grid.row_blocks, 0],
+        "data_type": "uint32",
+        "chunk_grid": {
+            "name": "regular",
+            "configuration": {"chunk_shape": [grid.row_blocks, TAG_CHUNK]},
+        },
+        "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}],
+        "fill_value": 0,
+        "dimension_names": ["row_block", "time_chunk"],
+    }
+
+
+def _tag_spec(location: Any, grid: Grid) -> dict[str, Any]:
+    return {
+        "driver": "zarr3",
+        "kvstore": location.child_spec(f"{TAGS}/{grid.key}"),
+        "fill_missing_data_reads": False,
+        "store_data_equal_to_fill_value": True,
+    }
+
+
+def tag_array(snap: Any, grid: Grid, at_least: int, create: bool = False) -> Any:
+    """The tag array of ``grid`` (cached on the snapshot), at least ``at_least`` chunks long."""
+    cache = snap.cache
+    handle = cache.get(("tags", grid.key))
+    if handle is None or handle.shape[1] < at_least:
+        spec = _tag_spec(snap.location, grid)
+        context = snap.location.context()
+        try:
+            try:
+                handle = ts.open(spec, open=True, context=context).result()
+            except ValueError as err:
+                if not (create and str(err).startswith("NOT_FOUND")):
+                    raise
+                spec["metadata"] = tag_metadata(grid)
+                handle = ts.open(spec, create=True, context=context).result()
+        except ValueError as err:
+            raise VaultCorruptError(
+                f"{snap.where}: the checksum array {TAGS}/{grid.key} cannot be opened ({err}). "
+                "Restore the vault from a copy."
+            ) from None
+        cache[("tags", grid.key)] = handle
+    return handle
+
+
+# ------------------------------------------------------------------------------- writing
+def tag_keys(grid: Grid, k0: int, k1: int) -> list[str]:
+    """The chunk keys of time chunks ``[k0, k1)`` of every row block."""
+    return [grid.chunk(b, k) for b in range(grid.row_blocks) for k in range(k0, k1)]
+
+
+def write_tags(
+    snap: Any, grid: Grid, k0: int, k1: int, tails: Sequence[bytes | None]
+) -> Any | None:
+    """Start tagging chunks ``[k0, k1)`` of every row block (just completed and written) with
+    their stored checksums ``tails`` (read for :func:`tag_keys`); the write's future, or None
+    when there is nothing to tag."""
+    if k1 <= k0:
+        return None
+    values = tag_values_of(snap, grid, k0, k1, tails)
+    handle = tag_array(snap, grid, 0, create=True)
+    if handle.shape[1] < k1:
+        target = -(-max(k1, handle.shape[1] * 5 // 4) // TAG_CHUNK) * TAG_CHUNK
+        handle = handle.resize(
+            exclusive_max=[None, target], expand_only=True, resize_metadata_only=True
+        ).result()
+        snap.cache[("tags", grid.key)] = handle
+    return handle[:, k0:k1].write(values)
+
+
+def tag_values_of(
+    snap: Any, grid: Grid, k0: int, k1: int, tails: Sequence[bytes | None]
+) -> np.ndarray:
+    """The tags ``[row blocks, k1 - k0]`` of chunks ``[k0, k1)`` from their stored checksums
+    ``tails`` (for :func:`tag_keys`)."""
+    keys = tag_keys(grid, k0, k1)
+    missing = [key for key, tail in zip(keys, tails, strict=True) if tail is None or len(tail) < 4]
+    if missing:
+        raise VaultCorruptError(f"{snap.where}: chunks just written are missing: {missing[:4]}")
+    return np.frombuffer(b"".join(t for t in tails if t), "<u4").reshape(grid.row_blocks, -1)
+
+
+def _tails(tails: Sequence[bytes | None]) -> list[int | None]:
+    return [None if t is None or len(t) < 4 else int(np.frombuffer(t, "<u4")[0]) for t in tails]
+
+
+def edge_keys(grid: Grid, edge: Edge) -> list[str]:
+    """The chunk keys (one per row block) of the partly filled chunk ``edge`` is in."""
+    k = edge.start // grid.step
+    return [grid.chunk(b, k) for b in range(grid.row_blocks)]
+
+
+def with_tails(edge: Edge, tails: Sequence[bytes | None]) -> Edge:
+    """``edge`` with the stored checksums of its chunk (just written; ``tails`` read for
+    :func:`edge_keys`), per row block."""
+    values = _tails(tails)
+    if any(t is None for t in values):
+        return edge  # not readable now: readers check the committed part instead
+    return dataclasses.replace(edge, tails=tuple(int(t) for t in values if t is not None))
+
+
+def edge_after(
+    grid: Grid, prior: Edge | None, begin: int, end: int, part: np.ndarray, read_prefix: Any
+) -> Edge | None:
+    """The edge record after appending ``part`` (``[rows, end - begin, ...]``) at ``begin``.
+
+    ``prior`` is the edge before (at ``begin``); ``read_prefix(e0)`` reads ``[rows, e0:begin]``
+    when it does not fit (an older record)."""
+    e0 = end // grid.step * grid.step
+    if e0 == end:
+        return None
+    if e0 >= begin:
+        data, crcs = part[:, e0 - begin :], [0] * grid.rows
+    elif prior is not None and prior.start == e0:
+        data, crcs = part, list(prior.crc)
+    else:
+        data = np.concatenate([read_prefix(e0), part], axis=1)
+        crcs = [0] * grid.rows
+    return Edge(e0, tuple(row_crc(data[r], c) for r, c in enumerate(crcs)))
+
+
+def row_crc(row: np.ndarray, start: int = 0) -> int:
+    return zlib.crc32(np.ascontiguousarray(row).data, start)
+
+
+# ------------------------------------------------------------------------------- reading
+def check_chunks(
+    snap: Any, key: str, length: int, rows: Sequence[int] | None, lo: int, hi: int
+) -> None:
+    """The complete chunks of array ``key`` holding ``[rows, lo:hi]`` are the ones written
+    there (``length``: the committed length of that array). Each is checked once per
+    snapshot."""
+    if not enabled(snap.manifest) or hi <= lo:
+        return
+    grid = snap.grids[key]
+    complete = length // grid.step
+    ks = range(lo // grid.step, min(-(-hi // grid.step), complete))
+    if not ks:
+        return
+    seen: set[tuple[int, int]] = snap.cache.setdefault(("seen", key), set())
+    todo = [(b, k) for b in grid.blocks_of(rows) for k in ks if (b, k) not in seen]
+    if not todo:
+        return
+    tags = stored_tags(snap, grid, complete)
+    keys = [grid.chunk(b, k) for b, k in todo]
+    tails = snap.location.read_tails(keys)
+    wrong = [
+        problem
+        for (b, k), tail in zip(todo, tails, strict=True)
+        if (problem := place_problem(grid, b, k, tail, int(tags[b, k]))) is not None
+    ]
+    if wrong:
+        raise place_error(snap, key, wrong)
+    seen.update(todo)
+
+
+def stored_tags(snap: Any, grid: Grid, complete: int) -> np.ndarray:
+    """The tags of the first ``complete`` time chunks of ``grid``'s array (read once per
+    snapshot, :func:`read_tags`)."""
+    tags = snap.cache.get(("tag values", grid.key))
+    if tags is None or tags.shape[1] < complete:
+        tags = read_tags(snap, grid, complete)
+        snap.cache[("tag values", grid.key)] = tags
+    return tags
+
+
+def place_problem(grid: Grid, b: int, k: int, tail: bytes | None, tag: int) -> str | None:
+    """What is wrong with complete chunk ``(b, k)`` whose stored checksum is ``tail`` (None:
+    the chunk is absent) where ``tag`` was recorded; None when it is the chunk written
+    there."""
+    if tail is None:
+        return missing(grid, b, k)
+    if len(tail) < 4 or int.from_bytes(tail[-4:], "little") != tag:
+        return f"{grid.chunk(b, k)}{_span(grid, k)} is not the chunk written there"
+    return None
+
+
+def missing(grid: Grid, b: int, k: int, chunk: str | None = None) -> str:
+    """The problem of a missing chunk (``chunk``: its key, by default ``grid.chunk(b, k)``)."""
+    return f"{chunk or grid.chunk(b, k)}{_span(grid, k)} is missing"
+
+
+def _span(grid: Grid, k: int) -> str:
+    unit = "episodes" if grid.row_block is None else "timesteps"
+    return f" ({unit} {k * grid.step}-{(k + 1) * grid.step - 1})"
+
+
+def place_error(snap: Any, key: str, wrong: Sequence[str]) -> VaultCorruptError:
+    """The error for the problems ``wrong`` (:func:`place_problem`) of array ``key``."""
+    return VaultCorruptError(
+        f"{snap.where}: array {key}: "
+        + "; ".join(wrong[:4])
+        + (f" (and {len(wrong) - 4} more)" if len(wrong) > 4 else "")
+        + ": its checksum differs from the one recorded for that place (moved, "
+        "overwritten or lost). Its data cannot be trusted; restore the vault from a copy."
+    )
+
+
+def read_tags(snap: Any, grid: Grid, complete: int) -> np.ndarray:
+    """The tags of time chunks ``[0, complete)``, ``[row blocks, complete]``.
+
+    Read as the tag array's chunk files and decoded here (:func:`decode_tag_chunk`): for a
+    small read, opening the array through TensorStore would cost more than the check."""
+    keys = tag_chunk_keys(grid, complete)
+    raws = snap.location.read_many(keys)
+    return np.concatenate(
+        [decode_tag_chunk(snap, grid, key, raw) for key, raw in zip(keys, raws, strict=True)],
+        axis=1,
+    )[:, :complete]
+
+
+def tag_chunk_keys(grid: Grid, complete: int) -> list[str]:
+    """The keys of the tag array's chunks that hold the tags of time chunks
+    ``[0, complete)``."""
+    return [f"{TAGS}/{grid.key}/c/0/{j}" for j in range(-(-complete // TAG_CHUNK))]
+
+
+def encode_tag_chunk(values: np.ndarray) -> bytes:
+    """A stored tag chunk holding ``values`` ``[row blocks, TAG_CHUNK]`` (the inverse of
+    :func:`decode_tag_chunk`)."""
+    import google_crc32c
+
+    body = np.ascontiguousarray(values, "<u4").tobytes()
+    return body + google_crc32c.value(body).to_bytes(4, "little")
+
+
+def decode_tag_chunk(snap: Any, grid: Grid, key: str, raw: bytes | None) -> np.ndarray:
+    """The tags ``[row blocks, TAG_CHUNK]`` in the stored tag chunk ``raw`` (at ``key``; None:
+    absent): its codecs are ``bytes`` little endian then ``crc32c``, fixed by
+    :func:`tag_metadata`; its crc32c is checked."""
+    import google_crc32c
+
+    if raw is None or len(raw) != grid.row_blocks * TAG_CHUNK * 4 + 4:
+        what = "missing" if raw is None else f"{len(raw)} bytes long"
+        raise VaultCorruptError(
+            f"{snap.where}: checksum chunk {key} is {what}. Restore the vault from a copy."
+        )
+    body, trailer = raw[:-4], raw[-4:]
+    if google_crc32c.value(body) != int.from_bytes(trailer, "little"):
+        raise VaultCorruptError(
+            f"{snap.where}: checksum chunk {key} is corrupt (its crc32c does not match). "
+            "Restore the vault from a copy."
+        )
+    return np.frombuffer(body, "<u4").reshape(grid.row_blocks, TAG_CHUNK)
+
+
+def check_edge(snap: Any, key: str, read: Any, data: np.ndarray | None = None) -> None:
+    """The committed timesteps of the partly filled chunk at the end of array ``key`` are
+    the ones the commit recorded. ``data``: those timesteps ``[rows, n, ...]`` already
+    decoded (else ``read(e0, end)`` reads them). Checked once per snapshot."""
+    commit: CommitRecord = snap.commit
+    edge = (commit.edges or {}).get(key)
+    if edge is None or not enabled(snap.manifest):
+        return
+    done = ("edge", key, edge)
+    if done in snap.cache:
+        return
+    if edge.tails:  # the chunk as stored at the commit: four bytes per row block to compare
+        grid = snap.grids[key]
+        k = edge.start // grid.step
+        keys = [grid.chunk(b, k) for b in range(grid.row_blocks)]
+        if _tails(snap.location.read_tails(keys)) == list(edge.tails):
+            snap.cache[done] = True
+            return
+        # rewritten since (a writer appending, or one that died mid-append): what counts is
+        # the committed part, checked below against its per-row checksums
+    region = read(edge.start) if data is None else data
+    got = [row_crc(region[r]) for r in range(region.shape[0])]
+    bad = [r for r, (a, b) in enumerate(zip(got, edge.crc, strict=False)) if a != b]
+    if bad or len(got) != len(edge.crc):
+        raise VaultCorruptError(
+            f"{snap.where}: array {key}: the committed timesteps from {edge.start} (the last, "
+            f"partly filled chunk) of rows {bad[:8]} are not the data written there: their "
+            "checksums differ from the ones the commit recorded (moved, overwritten or lost "
+            "data). Restore the vault from a copy."
+        )
+    snap.cache[done] = True
+
+
+def edge_checked(snap: Any, key: str) -> bool:
+    """Whether the partly filled chunk at the committed end of array ``key`` needs no more
+    checking for this snapshot (none is recorded, or it was checked)."""
+    edge = (snap.commit.edges or {}).get(key)
+    return edge is None or not enabled(snap.manifest) or ("edge", key, edge) in snap.cache
+
+
+def note_edge_tails(snap: Any, key: str, tails: dict[int, bytes]) -> None:
+    """Count the committed end's partly filled chunk of array ``key`` as checked when
+    ``tails`` (the stored checksums of that chunk by row block, from the very bytes a read is
+    decoding) are those the commit recorded for every row block."""
+    edge = (snap.commit.edges or {}).get(key)
+    if edge is None or not edge.tails or not enabled(snap.manifest):
+        return
+    if len(tails) == len(edge.tails) and all(
+        len(tails.get(b, b"")) >= 4 and int.from_bytes(tails[b][-4:], "little") == tag
+        for b, tag in enumerate(edge.tails)
+    ):
+        snap.cache[("edge", key, edge)] = True
+
+
+# -------------------------------------------------------------------------------- verify
+@dataclasses.dataclass
+class PlaceView:
+    """What the checks above need of a snapshot, built from records already checked (by
+    ``verify``; by a dataset reading its shards' episode indexes)."""
+
+    location: Any
+    manifest: Manifest
+    grids: dict[str, Grid]
+    cache: dict[Any, Any]
+    where: str
+    commit: CommitRecord
+
+
+def verify_places(
+    location: Any,
+    manifest: Manifest,
+    record: dict[str, Any],
+    arrays: Sequence[tuple[str, Any, int]],
+) -> list[tuple[str, str]]:
+    """Check every complete chunk and every edge of ``arrays`` (key, open handle, committed
+    length along time); (array key, message) for each array that fails."""
+    if not enabled(manifest):
+        return []
+    edges = record.get("edges", {})
+    view = PlaceView(
+        location=location,
+        manifest=manifest,
+        grids=grids(manifest),
+        cache={},
+        where=str(location),
+        commit=CommitRecord(
+            int(record["committed_length"]),
+            edges={k: Edge.from_json(e) for k, e in edges.items() if isinstance(e, dict)},
+        ),
+    )
+    found = []
+    for key, handle, length in arrays:
+        if key not in view.grids:
+            continue
+        rows_axis = view.grids[key].row_block is not None
+
+        def read(e0: int, handle: Any = handle, end: int = length, rows: bool = rows_axis) -> Any:
+            region = handle[:, e0:end] if rows else handle[e0:end][None]
+            return np.asarray(region.read().result())
+
+        try:
+            check_chunks(view, key, length, None, 0, length)
+            check_edge(view, key, read)
+        except (VaultCorruptError, ValueError) as err:
+            found.append((key, str(err)))
+    return found

@@ -1,0 +1,98 @@
+"""Every kind of location, and the one parser from paths, URLs and kvstore specs to them.
+
+A new storage kind is one module with a :class:`~vault.storage._location.Location` subclass, added
+to :data:`SCHEMES` (its URL scheme) and :data:`DRIVERS` (its TensorStore kvstore driver).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+from urllib.parse import urlparse
+
+from vault._errors import VaultLocationError
+from vault.storage._file import FileLocation
+from vault.storage._location import Location
+from vault.storage._memory import MemoryLocation
+
+LocationLike = str | os.PathLike[str] | dict[str, Any] | Location
+"""What every function that takes a vault location accepts."""
+
+Storage = Mapping[str, Any] | None
+"""Per-call storage settings (``storage=``): for ``s3://``, see ``S3Config``."""
+
+
+def _local(factory: Callable[[str], Location]) -> Callable[[str, Storage], Location]:
+    def parse(text: str, storage: Storage) -> Location:
+        if storage:
+            raise VaultLocationError(
+                f"storage= settings apply to object-store locations (s3://), not to {text!r}"
+            )
+        return factory(text)
+
+    return parse
+
+
+def _s3_url(text: str, storage: Storage) -> Location:
+    from vault.storage._s3 import S3Location  # only object-store users pay for it
+
+    return S3Location.from_url(text, storage)
+
+
+def _s3_spec(spec: dict[str, Any], storage: Storage) -> Location:
+    from vault.storage._s3 import S3Location
+
+    return S3Location.from_spec(spec, storage)
+
+
+SCHEMES: dict[str, Callable[[str, Storage], Location]] = {
+    "": _local(FileLocation.from_url),
+    "file": _local(FileLocation.from_url),
+    "memory": _local(MemoryLocation.from_url),
+    "s3": _s3_url,
+}
+DRIVERS: dict[str, Callable[[dict[str, Any], Storage], Location]] = {
+    "file": lambda spec, storage: _local(FileLocation.from_url)(str(spec.get("path", "")), storage),
+    "memory": lambda spec, storage: _local(MemoryLocation)(str(spec.get("path", "")), storage),
+    "s3": _s3_spec,
+}
+
+
+def parse_location(location: LocationLike, storage: Storage = None) -> Location:
+    """A :class:`Location` from a path, ``file://`` / ``memory://`` / ``s3://`` URL, kvstore
+    spec or a location; anything else is :class:`VaultLocationError`. ``storage``: settings
+    of an object-store location (endpoint, region, credentials, retries, ...) over the
+    environment's."""
+    if isinstance(location, Location):
+        if storage:
+            raise VaultLocationError(
+                f"storage= cannot change the settings of an existing location ({location})"
+            )
+        return location
+    if storage is not None and not isinstance(storage, Mapping):
+        raise VaultLocationError(f"storage must be a mapping, got {type(storage).__name__}")
+    if isinstance(location, dict):
+        driver = location.get("driver")
+        factory = DRIVERS.get(str(driver))
+        if factory is None:
+            raise VaultLocationError(
+                f"unsupported kvstore driver {driver!r} in {location!r}; supported: "
+                f"{sorted(DRIVERS)}"
+            )
+        return factory(location, storage)
+    try:
+        text = os.fspath(location)
+    except TypeError:
+        raise VaultLocationError(
+            f"a vault location is a path, a URL or a kvstore spec, got {type(location).__name__}"
+        ) from None
+    parsed = urlparse(text)
+    scheme = parsed.scheme if len(parsed.scheme) > 1 else ""  # "C:" is a drive, not a scheme
+    from_url = SCHEMES.get(scheme)
+    if from_url is None:
+        raise VaultLocationError(
+            f"unsupported vault location scheme {scheme!r} in {text!r}; supported: a path, "
+            + ", ".join(f"{s}://" for s in sorted(SCHEMES) if s)
+        )
+    return from_url(text, storage)

@@ -1,0 +1,454 @@
+"""Where a vault lives: one parser for paths, URLs and kvstore specs, and the location type.
+
+``vault/storage/_kinds.py`` turns a plain path, a ``file://`` or ``memory://`` URL, or a raw
+TensorStore kvstore spec (a dict) into a :class:`Location`. A location knows its kvstore spec,
+how to show itself, its TensorStore context, and what it can do (:class:`Capabilities`); it
+provides the writer lock, the reclaimer of replaced files (or none), staging of derived vaults,
+recovery after a crash, disk usage and discovery of vaults under it. Code asks a location what
+it can do; it never branches on a driver name. A new storage kind is one new module with a
+:class:`Location` subclass, registered in ``vault/storage/_kinds.py``.
+
+Failures of the storage itself (a full disk, no permission, a read-only file system, a
+symbolic-link loop) leave a location as typed errors naming the path (:func:`storage_error`):
+``VaultAccessError`` (a ``PermissionError``), ``VaultNotFoundError`` (a path that leads nowhere)
+or ``VaultStorageError`` (an ``OSError``), each with the cause's ``errno``.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import dataclasses
+import errno
+import json
+import os
+import re
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from vault._errors import (
+    VaultAccessError,
+    VaultError,
+    VaultExistsError,
+    VaultLocationError,
+    VaultNotFoundError,
+    VaultStorageError,
+)
+from vault.format._records import COMMIT_KEY, DATASET_ATTR, MANIFEST_ATTR, MANIFEST_KEY, ZARR_JSON
+
+ABSENT = b"\x02"  # TensorStore's generation of a key that has no value: create if absent
+
+if TYPE_CHECKING:
+    import tensorstore as ts
+
+    from vault.storage._reclaim import Reclaimer
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a location can do.
+
+    ``exclusive_lock``: a writer lock that excludes other writers (and is released when the
+    holder dies); ``hard_links``: old file versions can be held and freed off the write path;
+    ``atomic_rename``: a directory can be renamed into place (staging of derived vaults);
+    ``listing``: keys can be listed (discovery, verify's missing-chunk check);
+    ``conditional_writes``: compare-and-swap writes; ``persistent``: data outlives the process.
+    """
+
+    exclusive_lock: bool
+    hard_links: bool
+    atomic_rename: bool
+    listing: bool
+    conditional_writes: bool
+    persistent: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class LockHolder:
+    """Who holds a writer lock (as recorded by the holder)."""
+
+    pid: int | None
+    host: str | None
+    since: str | None
+    thread: str | None = None
+
+    def __str__(self) -> str:
+        return f"pid {self.pid} on {self.host} since {self.since}"
+
+    @classmethod
+    def from_json(cls, doc: Any) -> LockHolder | None:
+        if not isinstance(doc, dict):
+            return None
+        return cls(doc.get("pid"), doc.get("host"), doc.get("since"), doc.get("thread"))
+
+
+class WriterLock(Protocol):
+    """An acquired writer lock; ``release()`` is idempotent.
+
+    ``replace(key, value)`` replaces a record (the commit record) as the lock's holder. Where
+    exclusion cannot rest on the operating system (a lease on an object store: ``fences``
+    true), it is conditional on what this holder last wrote or read, and raises
+    ``VaultLockedError`` once the lock was lost; ``fence(key, rewrite)`` rewrites the record
+    on the version just read, so that every earlier holder's ``replace`` fails from then on;
+    ``check()`` raises ``VaultLockedError`` if the lock was lost (before an append writes).
+    """
+
+    fences: bool
+
+    def release(self) -> None: ...
+
+    def check(self) -> None: ...
+
+    def replace(self, key: str, value: bytes) -> None: ...
+
+    def fence(self, key: str, rewrite: Callable[[bytes | None], bytes]) -> bytes | None: ...
+
+
+class OsExclusiveLock:
+    """Shared part of locks whose exclusion the operating system or the process enforces
+    (``flock``, an in-process table): a replacement is a plain write, there is nothing to
+    fence."""
+
+    fences = False
+    location: Location
+
+    def check(self) -> None:
+        """Held until released: nothing to check."""
+
+    def replace(self, key: str, value: bytes) -> None:
+        self.location.kvstore().write(key, value).result()
+
+    def fence(self, key: str, rewrite: Callable[[bytes | None], bytes]) -> bytes | None:
+        return None
+
+
+class Location(abc.ABC):
+    """A vault root: a directory-like prefix of a kvstore."""
+
+    capabilities: Capabilities
+    remote = False  # each request is a network round trip: independent ones go out together
+
+    @property
+    @abc.abstractmethod
+    def spec(self) -> dict[str, Any]:
+        """The kvstore spec of the root (``path`` ends with ``/`` unless empty)."""
+
+    @abc.abstractmethod
+    def __str__(self) -> str:
+        """How the location is shown to people (a path or URL, never credentials)."""
+
+    @abc.abstractmethod
+    def context(self) -> ts.Context:
+        """The TensorStore context every handle of this location shares."""
+
+    @abc.abstractmethod
+    def child(self, name: str) -> Location:
+        """The location of ``name`` (a relative key) under this one."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Location) and type(other) is type(self) and other.spec == self.spec
+
+    def __hash__(self) -> int:
+        return hash((type(self).__name__, str(self)))
+
+    def child_spec(self, name: str) -> dict[str, Any]:
+        """The kvstore spec of ``name`` (a relative key, no leading slash) under the root."""
+        spec = dict(self.spec)
+        spec["path"] = f"{spec.get('path', '')}{name.strip('/')}/"
+        return spec
+
+    def kvstore(self) -> Any:
+        """The root as an open TensorStore ``KvStore``."""
+        kv = self.__dict__.get("_kvstore")
+        if kv is None:
+            import tensorstore as ts
+
+            kv = ts.KvStore.open(self.spec, context=self.context()).result()
+            self.__dict__["_kvstore"] = kv
+        return kv
+
+    def read(self, key: str) -> bytes | None:
+        """The value of ``key`` under the root, or None when it is absent."""
+        with self.failures("read the vault"):
+            value = self.kvstore().read(key).result()
+        return bytes(value.value) if value.state == "value" else None
+
+    def read_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The values of ``keys`` under the root (None where absent), read concurrently."""
+        if not keys:
+            return []
+        kv = self.kvstore()
+        with self.failures("read the vault"):
+            futures = [kv.read(key) for key in keys]
+            values = [f.result() for f in futures]
+        return [bytes(v.value) if v.state == "value" else None for v in values]
+
+    def child_names(self) -> list[str]:
+        """The names of the folders directly under the root that hold a ``zarr.json``, sorted
+        (a kind that lists one level cheaply may name every folder: callers read the
+        ``zarr.json``). Generic: lists every key."""
+        with self.failures("list the location"):
+            keys = self.kvstore().list().result()
+        names = set()
+        for raw in keys:
+            name, _, rest = bytes(raw).decode().partition("/")
+            if rest == ZARR_JSON:
+                names.add(name)
+        return sorted(names)
+
+    def read_tails(self, keys: list[str], size: int = 4) -> list[bytes | None]:
+        """The last ``size`` bytes of each key's value (None where absent): a chunk's crc32c.
+
+        This default reads whole values (concurrently); a kind that can read a byte range
+        cheaply (a local file, an object store's ranged GET) overrides it."""
+        kv = self.kvstore()
+        with self.failures("read the vault"):
+            futures = [kv.read(key) for key in keys]
+            values = [f.result() for f in futures]
+        return [bytes(v.value)[-size:] if v.state == "value" else None for v in values]
+
+    def contains(self, other: Location) -> bool:
+        """Whether ``other`` is this location or lies inside it (the same store, a path under
+        this one's)."""
+        mine, theirs = dict(self.spec), dict(other.spec)
+        path, other_path = str(mine.pop("path", "")), str(theirs.pop("path", ""))
+        return type(other) is type(self) and mine == theirs and other_path.startswith(path)
+
+    @contextlib.contextmanager
+    def failures(self, doing: str, remedy: str | None = None) -> Iterator[None]:
+        """Storage failures inside (an ``OSError``, or a TensorStore error the OS caused) as
+        typed errors naming this location and what it was ``doing`` (see
+        :func:`storage_error`); every other error passes unchanged."""
+        try:
+            yield
+        except (OSError, ValueError) as err:
+            typed = self.typed_failure(err, doing, remedy)
+            if typed is None:
+                raise
+            raise typed from err
+
+    def typed_failure(
+        self, err: BaseException, doing: str | None, remedy: str | None = None
+    ) -> VaultError | None:
+        """``err`` as a typed error naming this location if the storage caused it (see
+        :func:`storage_error`), else None."""
+        return storage_error(err, str(self), doing, remedy)
+
+    def prepare(self) -> None:  # noqa: B027 (optional hook: most stores need nothing)
+        """Make the root exist before a vault is created there."""
+
+    def writer_lock(self) -> WriterLock:
+        """Take the writer lock (VaultLockedError when another writer holds it)."""
+        raise VaultLocationError(
+            f"{self}: this kind of location offers no writer lock, so it can only be read"
+        )
+
+    def lock_holder(self) -> LockHolder | None:
+        """Who holds the writer lock now (None: nobody, or the location cannot tell)."""
+        return None
+
+    def break_lock(self) -> bool:
+        """Remove the writer lock whoever holds it; whether there was one. Only where a lock
+        can outlive its holder (a lease)."""
+        raise VaultLocationError(
+            f"{self}: its writer lock is released when the writer's process ends, so there is "
+            "no lock to break; if a writer is still running, stop it"
+        )
+
+    def reclaimer(self) -> Reclaimer | None:
+        """Frees replaced files off the write path, where the location can (hard links)."""
+        return None
+
+    def recover(self) -> int:
+        """Clean up after a writer that died (called with the writer lock held); returns how
+        many leftovers were removed."""
+        return 0
+
+    def disk_usage(self, prefix: str = "") -> int | None:
+        """Bytes stored under ``prefix`` (None when the location cannot tell cheaply)."""
+        return None
+
+    @contextlib.contextmanager
+    def staging(self) -> Iterator[Location]:
+        """Where to build a new vault that must appear whole or not at all.
+
+        This default (locations that cannot rename a folder atomically) builds in place: the
+        builder writes the manifest (the root ``zarr.json``) last, so an interrupted build is
+        never opened or listed as a vault. What a failed build wrote is removed; one that
+        was killed leaves data without a manifest (:meth:`abandoned_build`), which the next
+        build there removes first."""
+        if self.read(MANIFEST_KEY) is not None:
+            raise VaultExistsError(f"{self} already exists; choose a new destination")
+        if not self.is_empty():
+            if not self.abandoned_build():
+                raise VaultExistsError(f"{self} is not empty; choose a new destination")
+            self.clear()
+        done = False
+        try:
+            yield self
+            done = True
+        finally:
+            if not done:
+                with contextlib.suppress(Exception):
+                    self.clear()
+
+    def abandoned_build(self) -> bool:
+        """Whether this holds what an interrupted build of a vault left: a commit record
+        without a manifest, and no writer at work."""
+        return (
+            self.read(COMMIT_KEY) is not None
+            and self.read(MANIFEST_KEY) is None
+            and self.lock_holder() is None
+        )
+
+    def clear(self) -> None:
+        """Remove everything stored under the root: what a create that failed half-way left
+        (it is called only where the root was empty before)."""
+        import tensorstore as ts
+
+        with self.failures("remove a half-made vault"):
+            self.kvstore().delete_range(ts.KvStore.KeyRange("", "")).result()
+
+    def is_empty(self) -> bool:
+        """Whether nothing is stored under the root."""
+        with self.failures("list the location"):
+            keys = self.kvstore().list().result()
+        return not keys
+
+    def find_vaults(self) -> list[tuple[Location, str | None]]:
+        """Every vault under this location (not searched inside), sorted, each with None or
+        why it looks broken."""
+        return [(where, why) for where, kind, why in self.find_roots() if kind == "vault"]
+
+    def find_roots(self) -> list[tuple[Location, str, str | None]]:
+        """Every vault (kind ``"vault"``, not searched inside) and dataset root (``"dataset"``,
+        searched inside: its shards are vaults) under this location, sorted, each with None or
+        why it looks broken. Generic: lists every ``zarr.json`` key."""
+        with self.failures("list the location"):
+            keys = sorted(bytes(k).decode() for k in self.kvstore().list().result())
+        roots = sorted(
+            {k[: -len(ZARR_JSON)] for k in keys if k.endswith(ZARR_JSON) or k == ZARR_JSON}
+        )
+        found: list[tuple[Location, str, str | None]] = []
+        taken: list[str] = []
+        for prefix in roots:
+            if any(prefix.startswith(t) for t in taken) or "/." in f"/{prefix}":
+                continue
+            here = self.child(prefix) if prefix else self
+            kind = vault_kind(here.read, looks_like=f"{prefix}{COMMIT_KEY}" in keys)
+            if kind == "dataset":
+                found.append((here, kind, None))
+            elif kind is not None:
+                taken.append(prefix)
+                found.append((here, "vault", None if kind == "ok" else kind))
+        return found
+
+
+def vault_kind(read: Callable[[str], bytes | None], looks_like: bool) -> str | None:
+    """``"ok"`` for a vault, ``"dataset"`` for a dataset's root, a reason for something that
+    looks like a broken vault, None for anything else."""
+    raw = read(MANIFEST_KEY)
+    if raw is None:
+        return "no zarr.json (not a vault any more)" if looks_like else None
+    try:
+        doc = json.loads(raw)
+    except ValueError as err:
+        return f"corrupt manifest: {err}" if looks_like else None
+    attrs = doc.get("attributes") if isinstance(doc, dict) else None
+    if isinstance(attrs, dict) and MANIFEST_ATTR in attrs:
+        return "ok"
+    if isinstance(attrs, dict) and isinstance(attrs.get(DATASET_ATTR), dict):
+        return "dataset"
+    return "zarr.json has no 'rlvault' attributes" if looks_like else None
+
+
+# ------------------------------------------------------------------------- storage failures
+_TS_OS_CODE = re.compile(r"\[os_error_code='(\d+)'\]")
+_TS_STATUS = re.compile(r"([A-Z_]+): ")
+_TS_PATH = re.compile(r'"(/[^"]+)"')
+_STATUS_ERRNO = {"PERMISSION_DENIED": errno.EACCES, "RESOURCE_EXHAUSTED": errno.ENOSPC}
+_ACCESS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
+_NOWHERE = frozenset({errno.ENOENT, errno.ELOOP, errno.ENAMETOOLONG})
+_REMEDY = {
+    errno.ENOSPC: "free space there and try again",
+    errno.EDQUOT: "free space (or raise the quota) there and try again",
+    errno.EROFS: "the file system is mounted read-only: write somewhere writable (a vault on "
+    "it can still be opened with mode='r')",
+    errno.EACCES: "give this user permission there, or use another place",
+    errno.EPERM: "give this user permission there, or use another place",
+    errno.ELOOP: "fix or remove the symbolic link",
+    errno.ENOTDIR: "a file is in the way where a directory must be: choose another path",
+}
+
+
+def failed_os_call(err: BaseException) -> tuple[int, str | None] | None:
+    """``(errno, path)`` of a storage failure: an ``OSError`` with an errno, or a TensorStore
+    error carrying an OS error code (or a ``PERMISSION_DENIED`` / ``RESOURCE_EXHAUSTED``
+    status); None for anything else, a :class:`VaultError` among them (already typed)."""
+    if isinstance(err, VaultError):
+        return None
+    if isinstance(err, OSError):
+        if err.errno is None:
+            return None
+        return err.errno, None if err.filename is None else os.fsdecode(err.filename)
+    if not isinstance(err, ValueError):
+        return None
+    text = str(err)
+    found = _TS_OS_CODE.search(text)
+    status = _TS_STATUS.match(text)
+    code = int(found.group(1)) if found else None
+    if code is None and status is not None:
+        code = _STATUS_ERRNO.get(status.group(1))
+    if code is None:
+        return None
+    paths = _TS_PATH.findall(text.split(" [", 1)[0])  # before the "[tensorstore_spec=...]"
+    path = paths[-1].removesuffix(".__lock") if paths else None
+    return code, path
+
+
+def storage_error(
+    err: BaseException, where: str | None, doing: str | None, remedy: str | None = None
+) -> VaultError | None:
+    """``err`` as a typed error if it is a storage failure (:func:`failed_os_call`), else None.
+
+    The message names ``where`` (the location), what it was ``doing``, the cause, the path
+    that failed and the ``remedy`` (by default :func:`remedy_of` the cause); the type is
+    :func:`os_failure`'s.
+    """
+    found = failed_os_call(err)
+    if found is None:
+        return None
+    code, path = found
+    lead = f"{where}: " if where else ""
+    lead += f"cannot {doing}: " if doing else ""
+    place = f" at {path}" if path and path.rstrip("/") != (where or "").rstrip("/") else ""
+    return os_failure(code, f"{lead}{reason_of(code)}{place}; {remedy or remedy_of(code)}")
+
+
+def os_failure(code: int, message: str) -> VaultError:
+    """The typed error of OS error ``code``, keeping it as ``errno``: no permission or a
+    read-only file system is :class:`VaultAccessError`; a path that leads nowhere (missing, a
+    symbolic-link loop) :class:`VaultNotFoundError`; anything else (a full disk, a file where a
+    directory must be, an I/O error) :class:`VaultStorageError`."""
+    if code in _ACCESS:
+        return VaultAccessError(message, code)
+    if code in _NOWHERE:
+        nowhere = VaultNotFoundError(message)
+        nowhere.errno = code
+        return nowhere
+    return VaultStorageError(message, code)
+
+
+def reason_of(code: int) -> str:
+    """What OS error ``code`` means, in words (``"no space left on device"``)."""
+    text = os.strerror(code)
+    text = text[:1].lower() + text[1:]
+    return f"{text} (a symbolic link loop)" if code == errno.ELOOP else text
+
+
+def remedy_of(code: int) -> str:
+    """What to do about OS error ``code``."""
+    return _REMEDY.get(code, "check the storage")

@@ -1,0 +1,675 @@
+"""Streaming reads for vaults larger than memory: batches of sequences.
+
+:func:`as_dataset` streams one snapshot, or several of one structure (the shards of a
+dataset), cut into *blocks*: a group of rows x a range of timesteps made of whole time chunks,
+so a block costs what its bytes cost to decode (``vault/stream/_layout.py`` says which blocks
+exist, which starts each owns, the reading order of an epoch and each process's share of
+it). It reads blocks ahead of the consumer with TensorStore's asynchronous reads (decoding
+runs on TensorStore's threads, outside the GIL) and cuts batches of sequences out of the
+resident blocks on one background thread, which hands them over through a bounded queue.
+Memory is about ``(1 + prefetch) x interleave`` blocks plus a few batches, whatever the size
+of the data.
+
+Which sequences an epoch yields: every start ``(source, row, t)`` with ``t % stride == 0``
+whose window ``[t, t + sequence_length)`` lies inside the source's committed data, does not
+straddle a seam (:attr:`Vault.seams`: the data on either side is not consecutive) and, with
+``episode_aware=True``, holds no episode end (done or truncated) before its last step. Each
+such start is yielded exactly once per epoch (with several processes: by exactly one of them,
+less fewer than ``process_count`` dropped, see ``vault/stream/_layout.py``). A block needs
+the ``L - 1`` timesteps before it (its *head*, ``L`` the sequence length): they are copied
+from the block before it when that one was read just before (always without shuffling), else
+read from disk.
+
+Shuffling (``shuffle=True``) permutes, per epoch, the order of *runs* of ``run_blocks``
+consecutive blocks; ``interleave`` runs are read side by side and each batch is drawn from one
+block of each, in random order. Only the first block of a run reads its head from disk, so a
+run of several blocks keeps that extra decoding small. Everything random comes from
+``numpy.random.default_rng([seed, epoch, ...])`` on the one producer thread, so the batches and
+their order depend only on the arguments, never on thread timing.
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import itertools
+import math
+from collections.abc import Callable, Generator, Sequence
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from vault._errors import VaultArgumentError, VaultReadError
+from vault.commits._snapshot import Snapshot
+from vault.format import _structure
+from vault.read import _read
+from vault.stream._args import bool_arg, check_memory, end_leaves_of, int_arg, sources_arg
+from vault.stream._hosts import check_sharding, local_batch_size, process_arg, to_global
+from vault.stream._layout import Layout, end_flags, end_free
+from vault.stream._prefetch import Stream
+from vault.stream._state import state_of
+
+BATCH_QUEUE_BYTES = 4 << 20  # batches cut ahead of the consumer: 2 to 16, about this much
+ZERO_COPY_BYTES = 256 << 10  # batch leaves this large are handed to JAX without a copy
+PACK_BYTES = 2 << 20  # small batches are cut and handed over in packs (one gather per leaf)
+MAX_PACK = 64  # of at most this many batches
+
+
+@functools.cache
+def _identity() -> Callable[[Any], Any]:
+    import jax
+
+    return jax.jit(lambda xs: xs)
+
+
+class StreamBatch(NamedTuple):
+    """One batch from :func:`as_dataset`.
+
+    ``experience``: the vault's structure (or ``{path: array}`` when ``leaves`` was given) with
+    leaves ``[batch, sequence_length, ...]``. ``source``, ``row`` and ``start`` (int64 numpy,
+    ``[batch]``) say where each sequence comes from: source ``source[i]`` (an index into the
+    stream's snapshots; 0 for a single vault), ``read_numpy(rows=[row[i]], start=start[i],
+    stop=start[i] + sequence_length)``. With a ``sharding`` the leaves are global
+    ``jax.Array`` s and ``source``/``row``/``start`` describe this process's part of them.
+    ``epoch`` counts from 0.
+    """
+
+    experience: Any
+    row: np.ndarray
+    start: np.ndarray
+    epoch: int
+    source: np.ndarray
+
+
+# ------------------------------------------------------------------------------- as_dataset
+class _BlockGroup:
+    """Blocks read side by side into one buffer per leaf ``[slots * block_rows, seg, ...]``:
+    slot ``j`` holds rows ``[j * block_rows, ...)``; in each row, ``head`` timesteps before the
+    block, then the block's timesteps. ``parts``: the blocks of which only the sequences
+    ``[begin, end)`` of their canonical order are this process's."""
+
+    def __init__(
+        self,
+        epoch: int,
+        index: int,
+        blocks: list[int],
+        parts: dict[int, tuple[int, int]],
+        last: bool,
+        buffers: list[np.ndarray],
+    ) -> None:
+        self.epoch = epoch
+        self.index = index  # position in the epoch's schedule
+        self.blocks = blocks
+        self.parts = parts
+        self.last = last  # the epoch's last group
+        self.buffers = buffers
+        self.futures: list[tuple[Snapshot, str, Any]] = []
+        self.carries: list[tuple[int, int]] = []  # (slot, block whose tail is its head)
+
+
+class _PartialBatch:
+    """A batch being filled (it may take sequences from several groups)."""
+
+    def __init__(self, arrays: list[np.ndarray], size: int) -> None:
+        self.arrays = arrays
+        self.row = np.empty(size, np.int64)
+        self.start = np.empty(size, np.int64)
+        self.source = np.empty(size, np.int64)
+        self.fill = 0
+
+
+def batch_layout(shapes: list[tuple[int, ...]], dtypes: list[np.dtype]) -> list[int]:
+    """Offsets of a batch's leaves in one buffer (each 64-byte aligned), then the total."""
+    sizes = [
+        -(-math.prod(shape) * dt.itemsize // 64) * 64
+        for shape, dt in zip(shapes, dtypes, strict=False)
+    ]
+    return [0, *itertools.accumulate(sizes)]
+
+
+def check_stream_memory(plan: _Plan) -> None:
+    """Refuse, before anything is allocated, a stream that would hold more than the
+    machine's memory: the groups of blocks read ahead plus the batches cut ahead."""
+    lay = plan.layout
+    group_bytes = min(lay.interleave, max(1, lay.n_blocks)) * lay.block_rows * lay.seg
+    ahead = plan.prefetch
+    if plan.epochs is not None:  # never more groups than the epochs have
+        ahead = min(ahead, plan.epochs * lay.n_blocks)
+    held = (1 + ahead) * group_bytes * lay.step_bytes
+    held += (plan.queue_depth + 1) * plan.batch_layout[-1]
+    check_memory(
+        f"as_dataset(sample_batch_size={plan.global_batch}, sequence_length={lay.seq}, "
+        f"prefetch={plan.prefetch}, interleave={lay.interleave})",
+        held,
+        "lower sample_batch_size, prefetch, interleave or block_timesteps",
+    )
+
+
+class _Plan:
+    """The producer of :func:`as_dataset`: it follows the layout's schedule, reads the blocks
+    and cuts this process's batches (``batch`` sequences each; ``global_batch`` over every
+    process) out of them."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        batch: int,
+        global_batch: int,
+        *,
+        prefetch: int,
+        structured: bool,
+        epochs: int | None,
+        drop_remainder: bool,
+        device_put: bool,
+        sharding: Any = None,
+        resume_at: tuple[int, int] = (0, 0),
+    ) -> None:
+        self.layout = lay = layout
+        self.first_epoch, self.skip = resume_at  # a checkpointed position: (epoch, batches)
+        self.batch, self.global_batch, self.seq, self.head = batch, global_batch, lay.seq, lay.head
+        self.shuffle, self.seed, self.prefetch = lay.shuffle, lay.seed, prefetch
+        self.epochs, self.drop_remainder, self.device_put = epochs, drop_remainder, device_put
+        self.sharding = sharding
+        self.names, self.read_names, self.end_leaves = lay.names, lay.read_names, lay.end_leaves
+        self.structured = structured
+        self._rebuild: Callable[[list[Any]], Any] | None = None  # set by the first batch
+        self.out_count = len(self.names)
+        self.items, self.dtypes = lay.items, lay.dtypes
+        self.structure = lay.sources[0].snap.manifest.structure
+        batch_bytes = batch * lay.seq * sum(lay.row_bytes[: self.out_count])
+        # small batches are cut ``pack`` at a time (one gather per leaf) and handed over together
+        self.pack = max(1, min(MAX_PACK, PACK_BYTES // max(1, batch_bytes)))
+        self.capacity = self.pack * batch
+        self.batch_shapes = [
+            (self.capacity, lay.seq, *item) for item in self.items[: self.out_count]
+        ]
+        self.batch_layout = batch_layout(self.batch_shapes, self.dtypes)
+        self.queue_depth = max(2, min(16, BATCH_QUEUE_BYTES // max(1, self.batch_layout[-1])))
+        check_stream_memory(self)
+        self._steps = np.arange(lay.seq, dtype=np.int64)
+        self._tails: dict[int, list[np.ndarray]] = {}
+        self._issued_blocks: list[int] = []
+
+    def _groups(
+        self,
+    ) -> Generator[tuple[int, int, list[int], dict[int, tuple[int, int]], bool], None, None]:
+        epoch = self.first_epoch
+        while self.epochs is None or epoch < self.epochs:
+            groups, parts = self.layout.epoch(epoch)
+            if not groups and self.epochs is None:
+                raise self._no_batch()
+            for i, blocks in enumerate(groups):
+                yield epoch, i, blocks, parts, i == len(groups) - 1
+            epoch += 1
+
+    def _no_batch(self) -> VaultReadError:
+        sources = self.layout.sources
+        where = sources[0].snap.where if len(sources) == 1 else f"{len(sources)} sources"
+        share = " (this process's share)" if self.layout.process_count > 1 else ""
+        return VaultReadError(
+            f"{where}: an epoch{share} yields no batch of {self.batch} (too few valid "
+            f"sequences of {self.seq} timesteps); repeating forever would never yield one"
+        )
+
+    # ------------------------------------------------------------------------- reading
+    def _read_into(
+        self, group: _BlockGroup, j: int, block: int, col: int, lo: int, hi: int
+    ) -> None:
+        """Read timesteps ``[lo, hi)`` of the block's rows into slot ``j`` from column ``col``."""
+        info = self.layout.block_of(block)
+        snap = self.layout.sources[info.source].snap
+        ids = self.layout.sources[info.source].row_ids[info.first_row : info.first_row + info.rows]
+        count = info.rows
+        contiguous = ids[-1] - ids[0] == count - 1 and bool(np.all(np.diff(ids) == 1))
+        rows: Any = slice(int(ids[0]), int(ids[-1]) + 1) if contiguous else ids.tolist()
+        names, views = _read.views(snap, rows, lo, hi, self.read_names)
+        r0 = j * self.layout.block_rows
+        for buf, view, name in zip(group.buffers, views, names, strict=True):
+            dest = buf[r0 : r0 + count, col : col + hi - lo]
+            future = _read.read_into(snap, name, dest, view, rows, lo, hi)
+            group.futures.append((snap, name, future))
+
+    def _issue(
+        self,
+        epoch: int,
+        index: int,
+        blocks: list[int],
+        parts: dict[int, tuple[int, int]],
+        last: bool,
+    ) -> _BlockGroup:
+        lay = self.layout
+        buffers = [
+            _read.aligned_empty((len(blocks) * lay.block_rows, lay.seg, *item), dt)
+            for item, dt in zip(self.items, self.dtypes, strict=True)
+        ]
+        mine = {b: parts[b] for b in blocks if b in parts}
+        group = _BlockGroup(epoch, index, blocks, mine, last, buffers)
+        previous = set(self._issued_blocks)
+        for j, b in enumerate(blocks):
+            info = lay.block_of(b)
+            self._read_into(group, j, b, self.head, info.lo, info.hi)
+            if info.lo == 0 or self.head == 0:
+                continue
+            if b - 1 in blocks or b - 1 in previous:
+                group.carries.append((j, b - 1))  # copied once the reads are done
+            else:
+                self._read_into(group, j, b, 0, info.lo - self.head, info.lo)
+        self._issued_blocks = list(blocks)
+        return group
+
+    def _complete(self, group: _BlockGroup) -> None:
+        """Wait for the group's reads; fill the heads carried over; keep the new tails."""
+        for snap, name, fut in group.futures:
+            _read.result(snap, fut, name)
+        group.futures.clear()
+        lay = self.layout
+        h, rb = self.head, lay.block_rows
+        tails = {}
+        for j, b in enumerate(group.blocks):
+            info = lay.block_of(b)
+            if h and info.hi < lay.sources[info.source].length:  # a full block: its tail is a head
+                end = h + lay.block
+                tails[b] = [
+                    buf[j * rb : j * rb + info.rows, end - h : end] for buf in group.buffers
+                ]
+        for j, prev in group.carries:
+            source = tails.get(prev) or self._tails[prev]
+            for buf, part in zip(group.buffers, source, strict=True):
+                buf[j * rb : j * rb + part.shape[0], :h] = part
+        # Copies: the next group may need them after this group's buffers are released.
+        self._tails = {b: [np.array(p) for p in parts] for b, parts in tails.items()}
+
+    def _cancel(self, groups: collections.deque[_BlockGroup]) -> None:
+        for group in groups:
+            for _, _, fut in group.futures:
+                fut.cancel()
+        groups.clear()
+
+    # ------------------------------------------------------------------------- sequences
+    def _starts(self, group: _BlockGroup) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Where each of the group's sequences starts: flat indices into its buffers (seen as
+        ``[slots * block_rows * seg]``), with its source, vault row and start time; slot by
+        slot in canonical order (every row at ``t``, then ``t + 1``), or permuted with
+        ``shuffle``."""
+        lay = self.layout
+        h, seg, rb = self.head, lay.seg, lay.block_rows
+        bases, sources, rows, times = [], [], [], []
+        for j, b in enumerate(group.blocks):
+            info = lay.block_of(b)
+            free = None
+            if self.end_leaves and h:
+                w_lo, w_hi = lay.end_window(b)
+                c0 = h + w_lo - info.lo
+                names = self.read_names
+                ends = [
+                    group.buffers[names.index(n)][j * rb : j * rb + info.rows]
+                    for n in self.end_leaves
+                ]
+                free = end_free(end_flags([e[:, c0 : c0 + w_hi - w_lo] for e in ends]), h)
+            t, mask = lay.starts(b, free)
+            col = h + (t - info.lo)  # column of each start in the slot's rows
+            row_off = (j * rb + np.arange(info.rows, dtype=np.int64)) * seg
+            row_id = lay.sources[info.source].row_ids[info.first_row : info.first_row + info.rows]
+            if mask is None:
+                base = (col[:, None] + row_off[None, :]).ravel()
+                row = np.tile(row_id, t.size)
+                time = np.repeat(t, info.rows)
+            else:
+                q, r = np.nonzero(mask.T)
+                base, row, time = row_off[r] + col[q], row_id[r], t[q]
+            if b in group.parts:  # another process takes the rest of this block
+                begin, end = group.parts[b]
+                base, row, time = base[begin:end], row[begin:end], time[begin:end]
+            bases.append(base)
+            rows.append(row)
+            times.append(time)
+            sources.append(np.full(base.size, info.source, np.int64))
+        base, source, row, start = (
+            x[0] if len(x) == 1 else np.concatenate(x) for x in (bases, sources, rows, times)
+        )
+        if self.shuffle:
+            rng = np.random.default_rng([self.seed, group.epoch, group.index, 1])
+            order = rng.permutation(base.size)
+            base, source, row, start = base[order], source[order], row[order], start[order]
+        return base, source, row, start
+
+    def _new_batch(self) -> _PartialBatch:
+        """Output arrays of one pack of batches, carved 64-byte aligned out of one allocation
+        (JAX adopts aligned buffers without a copy)."""
+        raw = np.empty(self.batch_layout[-1] + 64, np.uint8)
+        first = (-raw.ctypes.data) % 64
+        arrays = [
+            np.ndarray(shape, dt, raw, first + o)
+            for o, shape, dt in zip(
+                self.batch_layout, self.batch_shapes, self.dtypes[: self.out_count], strict=False
+            )
+        ]
+        return _PartialBatch(arrays, self.capacity)
+
+    def _fill(self, pending: _PartialBatch, flat: list[np.ndarray], base: np.ndarray) -> None:
+        """Copy the sequences starting at ``base`` (of the group's buffers ``flat``, seen as
+        ``[rows * width, ...]``) into the pending batch."""
+        idx = base[:, None] + self._steps if self.seq > 1 else base[:, None]
+        lo, hi = pending.fill, pending.fill + base.size
+        for out, leaf in zip(pending.arrays, flat, strict=True):
+            np.take(leaf, idx, axis=0, out=out[lo:hi], mode="clip")
+
+    def _finish(self, pending: _PartialBatch, epoch: int, last: bool) -> list[StreamBatch]:
+        """The pack's batches: its full ones, and at the end of an epoch (``last``) the
+        incomplete rest unless ``drop_remainder``."""
+        b = self.batch
+        n = pending.fill if last and not self.drop_remainder else pending.fill // b * b
+        if n == 0:
+            return []
+        arrays: list[Any] = [a[:n] for a in pending.arrays]
+        rows, starts, sources = pending.row[:n], pending.start[:n], pending.source[:n]
+        out = []
+        for i in range(0, n, b):
+            leaves = [a[i : i + b] for a in arrays]
+            if self.sharding is not None:
+                leaves = to_global(self.sharding, self.global_batch, leaves)
+            elif self.device_put:
+                leaves = self._to_device(leaves)
+            if not self.structured:
+                experience: Any = dict(zip(self.names, leaves, strict=True))
+            elif self._rebuild is not None:
+                experience = self._rebuild(leaves)
+            else:
+                experience = _structure.build(self.structure, leaves)
+                self._rebuild = _rebuilder(experience, leaves)
+            leaves.clear()
+            where = slice(i, i + b)
+            out.append(StreamBatch(experience, rows[where], starts[where], epoch, sources[where]))
+        arrays.clear()
+        return out
+
+    def _to_device(self, arrays: list[np.ndarray]) -> list[Any]:
+        """JAX arrays of a batch. ``jax.device_put`` adopts a large leaf without a copy on CPU
+        but costs about 15 us per leaf; small leaves go through one jitted identity instead
+        (JAX's C++ dispatch: one call for all of them, at the price of copying them)."""
+        import jax
+
+        out: list[Any] = list(arrays)
+        small = [i for i, a in enumerate(arrays) if a.nbytes < ZERO_COPY_BYTES]
+        large = [i for i, a in enumerate(arrays) if a.nbytes >= ZERO_COPY_BYTES]
+        if large:
+            moved = jax.device_put([arrays[i] for i in large])
+            for i, x in zip(large, moved, strict=True):
+                out[i] = x
+        if small:
+            for i, x in zip(small, _identity()([arrays[i] for i in small]), strict=True):
+                out[i] = x
+        return out
+
+    # ------------------------------------------------------------------------- producer
+    def batches(self) -> Generator[list[StreamBatch], None, None]:
+        """The batches a pack at a time (non-empty lists), less the ``skip`` first ones (a
+        resumed stream: cut again, never handed over)."""
+        skip = self.skip
+        for pack in self._produce():
+            if skip >= len(pack):
+                skip -= len(pack)
+                continue
+            yield pack[skip:]
+            skip = 0
+
+    def _produce(self) -> Generator[list[StreamBatch], None, None]:
+        """The producer: yields the batches a pack at a time (non-empty lists)."""
+        groups = self._groups()
+        inflight: collections.deque[_BlockGroup] = collections.deque()
+
+        def issue_next() -> bool:
+            nxt = next(groups, None)
+            if nxt is None:
+                return False
+            inflight.append(self._issue(*nxt))
+            return True
+
+        pending: _PartialBatch | None = None
+        epoch_batches = 0
+        try:
+            while inflight or issue_next():
+                group = inflight.popleft()
+                while len(inflight) < self.prefetch and issue_next():
+                    pass  # the next groups decode while this one is cut into batches
+                try:
+                    self._complete(group)
+                except Exception:
+                    if pending is not None:  # hand over the whole batches cut before it
+                        early, pending = self._finish(pending, group.epoch, False), None
+                        if early:
+                            yield early
+                    raise
+                base, source, row, start = self._starts(group)
+                flat = [buf.reshape(-1, *buf.shape[2:]) for buf in group.buffers[: self.out_count]]
+                pos = 0
+                while pos < base.size:
+                    if pending is None:
+                        pending = self._new_batch()
+                    take = min(self.capacity - pending.fill, base.size - pos)
+                    self._fill(pending, flat, base[pos : pos + take])
+                    fill = slice(pending.fill, pending.fill + take)
+                    pending.row[fill] = row[pos : pos + take]
+                    pending.start[fill] = start[pos : pos + take]
+                    pending.source[fill] = source[pos : pos + take]
+                    pending.fill += take
+                    pos += take
+                    if pending.fill == self.capacity:
+                        batches, pending = self._finish(pending, group.epoch, False), None
+                        epoch_batches += len(batches)
+                        yield batches
+                del group.buffers[:], flat[:]  # release the block before the next is read
+                if group.last:
+                    if pending is not None:
+                        batches = self._finish(pending, group.epoch, True)
+                        if batches:
+                            epoch_batches += len(batches)
+                            yield batches
+                    pending = None
+                    if epoch_batches == 0 and self.epochs is None:
+                        raise self._no_batch()
+                    epoch_batches = 0
+        finally:
+            self._cancel(inflight)
+
+
+class DatasetStream(Stream[StreamBatch]):
+    """The iterator :func:`as_dataset` returns, with the layout it chose (ints, for memory
+    planning): ``block_timesteps``, ``block_rows``, ``block_bytes`` (raw bytes of one block
+    of the selected leaves), ``run_blocks``, ``interleave``, ``prefetch``, ``length`` (the
+    committed timesteps per row it streams, summed over its sources), ``sources`` (how many),
+    ``process_index``, ``process_count`` and ``local_batch_size`` (the sequences of each
+    batch this process reads: ``sample_batch_size / process_count``)."""
+
+    def __init__(self, plan: _Plan, args: dict[str, Any] | None = None) -> None:
+        super().__init__(plan.batches(), plan.queue_depth if plan.prefetch else 0, packed=True)
+        lay = plan.layout
+        self._args = args or {}  # how it was made, for state()
+        self._pins = [(s.snap.where, s.snap.commit) for s in lay.sources]
+        self._position = plan.first_epoch, plan.skip  # of the next batch handed over
+        self.block_timesteps = lay.block
+        self.block_rows = lay.block_rows
+        self.block_bytes = lay.block * lay.block_rows * lay.step_bytes
+        self.run_blocks = lay.run_blocks
+        self.interleave = lay.interleave
+        self.prefetch = plan.prefetch
+        self.length = sum(s.length for s in lay.sources)
+        self.sources = len(lay.sources)
+        self.process_index, self.process_count = lay.process_index, lay.process_count
+        self.local_batch_size = plan.batch
+
+    def __next__(self) -> StreamBatch:
+        batch, (epoch, count) = super().__next__(), self._position
+        self._position = (batch.epoch, count + 1 if batch.epoch == epoch else 1)
+        return batch
+
+    def state(self) -> dict[str, Any]:
+        """The position as a small JSON-serialisable dict (every source's location and
+        pinned commit, the arguments, epoch and batch): :func:`vault.resume_stream` goes on
+        exactly there, in any process. Every process of a multi-process stream is at the same
+        position after the same number of batches, so one state (any process's) resumes
+        them all."""
+        return state_of(self._pins, self._args, self._position)
+
+
+def as_dataset(
+    snaps: Snapshot | Sequence[Snapshot],
+    sample_batch_size: int,
+    sequence_length: int,
+    *,
+    shuffle: bool = True,
+    seed: int = 0,
+    prefetch: int = 2,
+    episode_aware: bool = False,
+    stride: int = 1,
+    block_timesteps: int | None = None,
+    block_rows: int | None = None,
+    interleave: int = 1,
+    run_blocks: int | None = None,
+    rows: Sequence[int] | slice | None = None,
+    leaves: Sequence[str] | None = None,
+    epochs: int | None = 1,
+    drop_remainder: bool = True,
+    device_put: bool | None = None,
+    sharding: Any = None,
+    process_index: int | None = None,
+    process_count: int | None = None,
+    resume_at: tuple[int, int] = (0, 0),
+) -> DatasetStream:
+    """Batches of sequences streamed from disk, for data larger than memory.
+
+    ``snaps``: one snapshot, or several of one structure (the same leaves, shapes, dtypes and
+    containers; else :class:`VaultStructureError`), read as one dataset. Yields
+    :class:`StreamBatch` items: ``experience`` has leaves ``[sample_batch_size,
+    sequence_length, ...]`` (JAX or numpy arrays: see ``device_put`` and ``sharding``), plus
+    the ``source``, ``row`` and ``start`` of every sequence. An epoch yields every valid start
+    of every source exactly once (see the module docstring: inside the committed length as of
+    this call, ``t % stride == 0``, not across a seam, and with ``episode_aware`` no episode
+    end before a window's last step); with ``drop_remainder`` the last incomplete batch of
+    each epoch is dropped, else yielded smaller. ``epochs=None`` repeats forever, reshuffling
+    each epoch.
+
+    Args:
+        shuffle: permute, per epoch, the order of runs of blocks and the order of sequences
+            inside the resident blocks (without: source by source, block by block in time
+            order, and inside a block all its rows at ``t``, then ``t + 1``).
+        seed: the same seed gives the same batches in the same order.
+        prefetch: groups of blocks read ahead while the current one is cut into batches
+            (0: read on demand, no background thread).
+        episode_aware: needs vaults with an episode index (``done_leaf`` given at creation),
+            else :class:`VaultReadError`.
+        stride: only starts ``t`` with ``t % stride == 0`` (``sequence_length``: windows that
+            do not overlap).
+        block_timesteps, block_rows: the block shape (default: about 32 MiB of the selected
+            leaves, a whole number of the largest leaf's time chunks, all selected rows unless
+            that is more than twice the target). Without ``shuffle``, row groups come one
+            after the other.
+        interleave: blocks resident together; each batch is drawn from all of them.
+            More decorrelates batches, at ``interleave`` times the memory.
+        run_blocks: with ``shuffle``, consecutive blocks read in a row before jumping
+            elsewhere (default: enough that re-reading the first block's head costs at most
+            1/8 more decoding; 1 when ``sequence_length`` is 1).
+        rows, leaves: as :meth:`Vault.read_numpy` (``rows`` applies to every source;
+            ``leaves`` gives a dict ``{path: array}``).
+        device_put: ``True``: the leaves are JAX arrays, put on the default device by the
+            background thread (on a GPU or TPU the transfer overlaps training). ``False``:
+            numpy arrays, which JAX functions take as they are. ``None``
+            (default): ``True`` when JAX's default backend is an accelerator, ``False`` on
+            CPU, where a JAX array made ahead buys no overlap and costs about 4 us per leaf
+            (the README's streaming benchmark). Ignored with a ``sharding``.
+        sharding: a ``jax.sharding.Sharding`` of the global batch that splits its first axis
+            evenly over the processes' devices (e.g. ``NamedSharding(Mesh(jax.devices(),
+            ("data",)), PartitionSpec("data"))``), applied to every leaf: the leaves are then
+            global ``jax.Array`` s of ``sample_batch_size`` sequences built with
+            ``jax.make_array_from_process_local_data`` from this process's part, which a
+            ``jit`` over the mesh takes directly. Needs ``drop_remainder=True`` (one shape).
+        process_index, process_count: this process and how many share each epoch (default:
+            ``jax.process_index()`` and ``jax.process_count()`` when ``jax.distributed`` is
+            initialised, else 0 and 1). ``sample_batch_size`` is the global batch: each
+            process reads only its share of the epoch's blocks and yields batches of
+            ``sample_batch_size / process_count`` sequences; the shares are disjoint, together
+            they are the epoch less fewer than ``process_count`` sequences (the last of the
+            epoch's order), and every process yields the same number of batches per epoch
+            (see ``vault/stream/_layout.py``). With ``episode_aware``, every process reads
+            the done/truncated leaves once when the stream is made, to count the shares.
+        resume_at: ``(epoch, batch)`` to start from (set by :func:`vault.resume_stream` from
+            :meth:`DatasetStream.state`; the batches before it are cut again, not yielded).
+
+    Memory: about ``(1 + prefetch) * interleave`` blocks (``DatasetStream.block_bytes`` is
+    one), TensorStore's buffers for the chunks being decoded, and 2 to 16 batches (about
+    4 MiB) cut ahead of the consumer; a stream that would hold more than the machine's memory
+    is refused (:class:`VaultReadError`) before anything is allocated. Every argument is
+    checked at the call (a wrong type is :class:`VaultArgumentError`, flags must be bools).
+    The returned :class:`DatasetStream` is an iterator and a context manager; ``close()`` (or
+    leaving the ``with`` block, or dropping it) stops its thread. Errors met while reading
+    (for example :class:`VaultCorruptError`) are raised by ``next()``.
+    """
+    args = dict(locals())
+    for name in ("snaps", "resume_at", "sharding", "process_index"):
+        del args[name]  # a state resumes every process, each with its own sharding
+    sources = sources_arg(snaps)
+    batch = int_arg("sample_batch_size", sample_batch_size, 1)
+    seq = int_arg("sequence_length", sequence_length, 1)
+    if epochs is not None:
+        epochs = int_arg("epochs", epochs, 0)
+    process = process_arg(process_index, process_count)
+    args["process_count"] = process[1]
+    local = local_batch_size(batch, process[1])
+    drop_remainder = bool_arg("drop_remainder", drop_remainder)
+    if sharding is not None and not drop_remainder:
+        raise VaultArgumentError(
+            "a sharded stream yields global batches of one shape: give drop_remainder=True "
+            "(the default) with sharding="
+        )
+    layout = Layout(
+        sources,
+        seq,
+        rows=rows,
+        leaves=leaves,
+        end_leaves=end_leaves_of(sources) if bool_arg("episode_aware", episode_aware) else [],
+        stride=int_arg("stride", stride, 1),
+        block_timesteps=block_timesteps,
+        block_rows=block_rows,
+        run_blocks=run_blocks,
+        interleave=int_arg("interleave", interleave, 1),
+        shuffle=bool_arg("shuffle", shuffle),
+        seed=int_arg("seed", seed, 0),
+        process=process,
+    )
+    if sharding is not None:
+        shapes = [(batch, seq, *item) for item in layout.items[: len(layout.names)]]
+        check_sharding(sharding, batch, process[1], shapes)
+    plan = _Plan(
+        layout,
+        local,
+        batch,
+        prefetch=int_arg("prefetch", prefetch, 0),
+        structured=leaves is None,
+        epochs=epochs,
+        drop_remainder=drop_remainder,
+        device_put=_on_device() if device_put is None else bool_arg("device_put", device_put),
+        sharding=sharding,
+        resume_at=resume_at,
+    )
+    return DatasetStream(plan, args)
+
+
+def _rebuilder(tree: Any, leaves: list[Any]) -> Callable[[list[Any]], Any] | None:
+    """Rebuild trees shaped like ``tree`` (just built from ``leaves``) through JAX's tree
+    definition, about 3x cheaper per batch than :func:`_structure.build`; None when JAX does
+    not see exactly those leaves in it (a class JAX does not know as a pytree)."""
+    import jax
+
+    flat, treedef = jax.tree.flatten(tree)
+    where = {id(x): k for k, x in enumerate(leaves)}
+    order = [where.get(id(x), -1) for x in flat]
+    if len(where) != len(leaves) or sorted(order) != list(range(len(leaves))):
+        return None
+    return lambda values: jax.tree.unflatten(treedef, [values[k] for k in order])
+
+
+def _on_device() -> bool:
+    """Whether JAX's default backend is an accelerator (batches are then put on it)."""
+    import jax
+
+    return bool(jax.default_backend() != "cpu")

@@ -1,0 +1,49 @@
+"""Named fault-injection points of the commit protocol (crash trials, durability tests).
+
+The commit protocol (``vault/write/_commit.py``) runs each step of an append through
+:func:`run_point`. With no hook set that is a plain call. A hook installed with
+:func:`set_fault_hook` is called as ``hook(point, info, step)`` and must call ``step()``
+exactly once and return its result; around it, it may print markers, start a timer that kills
+the process while the step is in flight, or raise to simulate a failed step.
+
+Points, in the order an append runs them:
+
+* ``"append"``: the whole append job; ``info = {"begin", "end"}``.
+* ``"resize"``: growing the arrays' time axis, only when at least one array must grow;
+  ``info = {"length": needed length, "shapes": {leaf: current time length}}``.
+* ``"index"``: writing episode-index entries; ``info = {"count", "new_count"}``.
+* ``"commit"``: replacing the commit record; ``info = {"length": new committed length}``.
+* ``"trim"``: as a writer closes, cutting the arrays' shapes down to the committed length
+  (and the episode index to the indexed count), only when one runs past it;
+  ``info = {"length", "episodes"}``.
+* ``"fence"``: only where the writer lock is a lease (object stores), once when a writer
+  starts: rewriting the commit record so that an earlier holder cannot commit; ``info = {}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+R = TypeVar("R")
+FaultHook = Callable[[str, dict[str, Any], Callable[[], Any]], Any]
+FAULT_POINTS = ("append", "resize", "index", "commit", "trim", "fence")
+
+_hook: FaultHook | None = None
+
+
+def set_fault_hook(hook: FaultHook | None) -> FaultHook | None:
+    """Install ``hook`` for every vault of this process (``None`` removes it); returns the
+    previous hook."""
+    global _hook
+    previous, _hook = _hook, hook
+    return previous
+
+
+def run_point(point: str, info: dict[str, Any], step: Callable[[], R]) -> R:
+    """Run ``step`` as fault point ``point`` (through the hook, when one is set)."""
+    hook = _hook
+    if hook is None:
+        return step()
+    result: R = hook(point, info, step)
+    return result

@@ -1,0 +1,337 @@
+"""Write planning, without I/O: (what is committed or queued, a buffer state, the overrun
+policy) -> an :class:`AppendJob`, a frozen record of exactly what to append.
+
+:func:`plan_write` decides which timesteps of a buffer state are new (by the buffer's
+never-wrapping write counter against the one recorded at the previous write), unrolls the ring
+buffer's wrap-around, and applies the overrun policy; :func:`plan_append` does the same for
+arrays given directly. :func:`check_leaves` checks a state against the manifest and names
+every bad leaf.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+from vault._errors import UnsavedDataLostError, VaultArgumentError, VaultStructureError
+from vault.format import _structure
+from vault.format._records import CommitRecord, Manifest, Seam
+
+OnOverrun = Literal["error", "save_surviving"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Tip:
+    """Where the next append goes: after every write issued so far (committed or queued)."""
+
+    length: int
+    source_counter: int | None
+    seams: tuple[Seam, ...]
+    # True once this writer has written (or checked) the buffer the counter belongs to; a
+    # counter read from the commit record may belong to a buffer of another process
+    known_source: bool = False
+    # the last appended timestep, one array [rows, ...] per leaf (None: read it if needed)
+    last: tuple[np.ndarray, ...] | None = None
+
+    @classmethod
+    def of(cls, commit: CommitRecord) -> Tip:
+        return cls(commit.committed_length, commit.source_counter, commit.seams)
+
+
+@dataclasses.dataclass(frozen=True)
+class AppendJob:
+    """Append ``parts`` (one array ``[rows, end - begin, ...]`` per leaf, leaf order) at
+    ``begin``, then commit ``end`` with ``source_counter`` and ``seams``.
+
+    ``lost_before``: timesteps were lost right before ``begin`` (open episodes lose their
+    start); ``restart`` (per row, or None): the data at ``begin`` does not continue the rows'
+    open episodes (new ones start at ``begin``, with a known start where true).
+    """
+
+    begin: int
+    end: int
+    parts: tuple[np.ndarray, ...]
+    source_counter: int | None
+    seams: tuple[Seam, ...]
+    lost_before: bool = False
+    restart: np.ndarray | None = None
+
+    def tip_after(self, before: Tip) -> Tip:
+        """The tip after this job (which was planned at ``before``)."""
+        last = tuple(np.array(p[:, -1]) for p in self.parts) if self.end > self.begin else None
+        return Tip(
+            self.end,
+            self.source_counter,
+            self.seams,
+            known_source=self.source_counter is not None,
+            last=before.last if last is None else last,
+        )
+
+
+class BufferView:
+    """What a write needs from a buffer state: experience, position, counter, stacking."""
+
+    def __init__(self, state: Any) -> None:
+        if not hasattr(state, "experience") or not hasattr(state, "write_counter"):
+            raise VaultStructureError(
+                f"write() takes a buffer state from `buffers` (with `experience` and "
+                f"`write_counter`), got {type(state).__name__}"
+            )
+        from buffers import timesteps_added
+
+        # the ring position of the next add: ``current_index`` (replay buffers) or
+        # ``write_index`` (queues)
+        position = getattr(state, "current_index", None)
+        if position is None:
+            position = getattr(state, "write_index", None)
+        if position is None:
+            raise VaultStructureError(
+                f"write() needs the buffer's position (`current_index` or `write_index`); "
+                f"{type(state).__name__} has neither"
+            )
+        current = np.asarray(position)
+        self.stack = current.ndim  # leading device/vmap axes folded into rows
+        if self.stack and (np.any(current != current.flat[0])):
+            raise VaultStructureError(
+                "stacked (pmap/vmap) state whose parts are at different time positions: "
+                f"current_index={current.tolist()}"
+            )
+        counter = timesteps_added(state)
+        counters = np.atleast_1d(np.asarray(counter, dtype=object))
+        if any(c != counters[0] for c in counters):
+            raise VaultStructureError(f"stacked state with different write counters {counter}")
+        self.counter = int(counters[0])
+        self.current = int(current.flat[0]) if current.size else 0
+        self.experience = state.experience
+        first = first_leaf(state.experience)
+        if len(first.shape) < self.stack + 2:
+            raise VaultStructureError(
+                f"the state's experience leaves must be [rows, time, ...], got shape "
+                f"{tuple(first.shape)}"
+            )
+        self.time_len = int(first.shape[self.stack + 1])
+        self.rows = int(math.prod(first.shape[: self.stack + 1]))
+        if not 0 <= self.current < max(self.time_len, 1):
+            raise VaultStructureError(
+                f"the state's position ({self.current}) is outside its time axis "
+                f"[0, {self.time_len}); nothing written"
+            )
+        self.full = self.counter >= self.time_len
+        if self.counter % max(self.time_len, 1) != self.current:
+            raise VaultStructureError(
+                f"the state's position ({self.current}) disagrees with its write counter "
+                f"({self.counter} timesteps added to a time axis of {self.time_len}); "
+                "nothing written"
+            )
+
+    @property
+    def stored(self) -> int:
+        """Timesteps per row the buffer holds now."""
+        return min(self.counter, self.time_len)
+
+    def leaf(self, value: Any) -> np.ndarray:
+        arr = np.asarray(value)
+        return arr.reshape((self.rows, self.time_len, *arr.shape[self.stack + 2 :]))
+
+    def timestep(self, values: list[Any], counter: int) -> tuple[np.ndarray, ...] | None:
+        """The timestep this buffer got as its ``counter``-th add (from 0), one array
+        ``[rows, ...]`` per leaf; None when the ring no longer (or not yet) holds it."""
+        back = self.counter - counter  # adds since that one, itself included
+        if not 0 < back <= self.stored:
+            return None
+        at = (self.current - back) % self.time_len
+        return tuple(self.leaf(v)[:, at] for v in values)
+
+
+class ArraysView:
+    """Experience given as arrays ``[rows, n, ...]``: what ``append`` checks and writes."""
+
+    stack = 0
+
+    def __init__(self, experience: Any) -> None:
+        first = first_leaf(experience)
+        if not hasattr(first, "shape") or len(first.shape) < 2:
+            raise VaultStructureError(
+                "append() takes array leaves shaped [rows, time, ...], got "
+                + (f"shape {tuple(first.shape)}" if hasattr(first, "shape") else repr(first))
+            )
+        self.experience = experience
+        self.rows = int(first.shape[0])
+        self.time_len = int(first.shape[1])
+
+
+def first_leaf(tree: Any) -> Any:
+    import jax
+
+    leaves = jax.tree_util.tree_leaves(tree)
+    if not leaves:
+        raise VaultStructureError("the experience has no array leaves")
+    return leaves[0]
+
+
+def check_leaves(manifest: Manifest, view: BufferView | ArraysView, where: str) -> list[Any]:
+    """The state's leaves in vault order, or a VaultStructureError naming every bad leaf."""
+    try:
+        node = _structure.describe(view.experience)
+    except VaultStructureError as err:
+        raise VaultStructureError(f"{where}: {err}") from None
+    if node != manifest.structure:
+        stored = set(manifest.leaf_names)
+        given = set(_structure.leaf_names(node))
+        differ = [f"experience/{n}: missing from the state" for n in sorted(stored - given)]
+        differ += [f"experience/{n}: not in the vault" for n in sorted(given - stored)]
+        if not differ:
+            differ = ["container types differ from the vault's structure"]
+        raise VaultStructureError(
+            f"{where}: the state's structure differs from the vault's; nothing written", differ
+        )
+    values = _structure.leaves(view.experience, node)
+    problems = []
+    rows = manifest.rows
+    if view.rows != rows:
+        problems.append(f"rows: expected {rows}, got {view.rows}")
+    for leaf, value in zip(manifest.leaves, values, strict=True):
+        shape = tuple(int(d) for d in value.shape[view.stack + 2 :])
+        dtype = np.dtype(value.dtype).name
+        lead = tuple(int(d) for d in value.shape[: view.stack + 2])
+        if (
+            len(lead) < view.stack + 2
+            or lead[-1] != view.time_len
+            or math.prod(lead[:-1]) != (view.rows)
+        ):
+            problems.append(
+                f"experience/{leaf.name}: leading axes {list(lead)} disagree with the first "
+                f"leaf's [rows={view.rows}, time={view.time_len}]"
+            )
+        elif shape != leaf.shape or dtype != leaf.dtype:
+            expected = ", ".join(map(str, (rows, "T", *leaf.shape)))
+            got = ", ".join(map(str, (view.rows, "T", *shape)))
+            problems.append(
+                f"experience/{leaf.name}: expected [{expected}] {leaf.dtype}, got [{got}] {dtype}"
+            )
+    if problems:
+        raise VaultStructureError(
+            f"{where}: the state does not match the vault; nothing written", problems
+        )
+    return values
+
+
+def same_buffer(
+    tip: Tip, view: BufferView, values: list[Any], last: Sequence[np.ndarray]
+) -> bool | None:
+    """Whether ``view`` is the buffer that the tip's counter belongs to: it still holds, at
+    that counter, the vault's last timestep ``last``. None: it cannot tell (the ring no longer
+    holds that timestep)."""
+    source = tip.source_counter
+    if source is None or source == 0:
+        return None
+    if view.counter < source:
+        return False
+    held = view.timestep(values, source - 1)
+    if held is None:
+        return None
+    return all(
+        a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
+        for a, b in zip(held, last, strict=True)
+    )
+
+
+def plan_write(
+    tip: Tip,
+    view: BufferView,
+    values: list[Any],
+    *,
+    where: str,
+    on_overrun: OnOverrun = "error",
+    fresh: bool = False,
+    copy: bool = False,
+) -> AppendJob | None:
+    """The append that saves what ``view`` holds beyond ``tip`` (None: nothing new).
+
+    ``fresh``: the buffer is not the one the tip's counter belongs to; everything it holds is
+    new. ``copy``: copy the fresh timesteps out of the buffer (for a write that returns before
+    the data is stored; the buffer may be donated or overwritten at once).
+    """
+    if on_overrun not in ("error", "save_surviving"):
+        raise VaultArgumentError(
+            f"on_overrun must be 'error' or 'save_surviving', got {on_overrun!r}"
+        )
+    source = tip.source_counter
+    seams = tip.seams
+    lost = 0
+    if source is None or fresh:
+        unsaved = view.stored
+        # a buffer written for the first time that has wrapped: what it overwrote before this
+        # write never reached the vault; recorded as a seam (as later overruns are)
+        lost = view.counter - view.stored
+        if lost > 0:
+            seams = _with_seam(seams, tip.length, lost)
+    else:
+        if view.counter < source:
+            raise VaultStructureError(
+                f"{where}: the buffer's write counter ({view.counter}) is behind the vault's "
+                f"record of it ({source}): this is not the buffer this vault was written from. "
+                "Nothing was written. Pass new_buffer=True to append everything it holds."
+            )
+        unsaved = view.counter - source
+    if unsaved > view.stored:
+        lost = unsaved - view.stored
+        if on_overrun == "error":
+            raise UnsavedDataLostError(
+                f"{where}: {unsaved} timesteps per row were added since the last write but the "
+                f"buffer holds {view.stored}; {lost} were overwritten before being saved. "
+                f"Nothing was written. Write more often (at least every {view.time_len} "
+                "timesteps) or pass on_overrun='save_surviving'. If this is not the buffer "
+                "the vault was last written from (a new process, a restarted run), pass "
+                "new_buffer=True to append everything it holds.",
+                lost,
+            )
+        seams = _with_seam(seams, tip.length, lost)
+        unsaved = view.stored
+    if unsaved == 0 and view.counter == source:
+        return None
+    start = (view.current - unsaved) % max(view.time_len, 1)
+    stop = start + unsaved
+    parts = []
+    for value in values if unsaved else ():
+        data = view.leaf(value)
+        if stop <= view.time_len:
+            part = np.array(data[:, start:stop]) if copy else data[:, start:stop]
+        else:  # the ring wrapped: the oldest part at the end, the newest at the start
+            part = np.concatenate([data[:, start:], data[:, : stop - view.time_len]], axis=1)
+        parts.append(part)
+    return AppendJob(
+        tip.length, tip.length + unsaved, tuple(parts), view.counter, seams, lost_before=lost > 0
+    )
+
+
+def _with_seam(seams: tuple[Seam, ...], at: int, lost: int) -> tuple[Seam, ...]:
+    """``seams`` with ``lost`` timesteps lost at ``at`` (merged into a seam already there)."""
+    if seams and seams[-1].at == at:
+        return (*seams[:-1], Seam(at, seams[-1].lost + lost))
+    return (*seams, Seam(at, lost))
+
+
+def plan_append(
+    tip: Tip, rows: int, parts: list[np.ndarray], restart: np.ndarray | None, lost: int = 0
+) -> AppendJob:
+    """The append of arrays given directly (``[rows, n, ...]`` per leaf), after ``lost`` lost
+    timesteps; ``restart`` as in :class:`AppendJob`. The buffer counter is forgotten."""
+    n = int(parts[0].shape[1]) if parts else 0
+    begin = tip.length
+    seams = list(tip.seams)
+    if lost or (restart is not None and begin > 0):
+        # a seam: the timesteps on either side are not consecutive (``lost`` 0: a restart)
+        if seams and seams[-1].at == begin:
+            seams[-1] = Seam(begin, seams[-1].lost + int(lost))
+        else:
+            seams.append(Seam(begin, int(lost)))
+    if lost:
+        restart = np.zeros(rows, bool)
+    return AppendJob(
+        begin, begin + n, tuple(parts) if n else (), None, tuple(seams), False, restart
+    )

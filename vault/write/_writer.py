@@ -1,0 +1,274 @@
+"""The one writer of a vault: its lock, where the next append goes (the tip), and how appends
+run (now, or queued in the background).
+
+A :class:`Writer` plans each write (``vault/write/_plan.py``), runs it through the commit protocol
+(``vault/write/_commit.py``) and keeps the snapshot of its latest commit. The tip moves only once an
+append has run (blocking) or is queued (non-blocking): a write that fails or is interrupted
+(Ctrl-C) leaves it at the last commit, so the next write of the same buffer appends exactly
+what is missing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any
+
+import numpy as np
+
+from vault._errors import VaultError, VaultModeError, VaultStructureError
+from vault.commits._snapshot import Snapshot
+from vault.storage._location import WriterLock
+from vault.storage._reclaim import Reclaimer
+from vault.storage._relay_write import WriteRelay
+from vault.write import _commit
+from vault.write._background import BackgroundQueue
+from vault.write._plan import (
+    AppendJob,
+    ArraysView,
+    BufferView,
+    OnOverrun,
+    Tip,
+    check_leaves,
+    plan_append,
+    plan_write,
+    same_buffer,
+)
+
+
+class Writer:
+    """Appends to the vault at ``snapshot`` while holding its writer ``lock``."""
+
+    def __init__(self, snapshot: Snapshot, lock: WriterLock) -> None:
+        snapshot = _commit.fence(snapshot, lock)  # no earlier holder of the lock commits now
+        _commit.mark_groups(snapshot)
+        self.snapshot = snapshot  # the latest commit of this writer
+        self.tip = Tip.of(snapshot.commit)
+        self.closed = False
+        self._reopen = False  # the arrays must be reopened before the next write
+        self._lock: WriterLock | None = lock
+        self._queue = BackgroundQueue()
+        self._reclaimer: Reclaimer | None = None
+        self._reclaimer_checked = False
+        # where every request is a round trip: chunks written through memory
+        self._relay = WriteRelay() if snapshot.location.remote else None
+        # the reference-style constructor: a buffer the writer has not seen is appended whole
+        self.adopt_buffers = False
+
+    @property
+    def where(self) -> str:
+        return self.snapshot.where
+
+    @property
+    def max_pending(self) -> int:
+        return self._queue.max_pending
+
+    @max_pending.setter
+    def max_pending(self, value: int) -> None:
+        self._queue.max_pending = int(value)
+
+    @property
+    def reclaimer(self) -> Reclaimer | None:
+        """Frees replaced files off the write path (created at the first append, where the
+        location can hold files by hard links)."""
+        if not self._reclaimer_checked:
+            self._reclaimer_checked = True
+            if self.snapshot.location.capabilities.hard_links:
+                self._reclaimer = self.snapshot.location.reclaimer()
+        return self._reclaimer
+
+    # ------------------------------------------------------------------------- writing
+    def write(self, state: Any, *, on_overrun: OnOverrun, new_buffer: bool, block: bool) -> int:
+        """Append what ``state`` holds beyond the tip; returns how many timesteps per row."""
+        self._check_open()
+        view = BufferView(state)
+        values = check_leaves(self.snapshot.manifest, view, self.where)
+        fresh = self._is_fresh(view, values, new_buffer)
+        job = plan_write(
+            self.tip,
+            view,
+            values,
+            where=self.where,
+            on_overrun=on_overrun,
+            fresh=fresh,
+            copy=not block,
+        )
+        if job is None:
+            self.tip = dataclasses.replace(self.tip, known_source=True)
+            return 0
+        if block:
+            self.run_now(job)
+        else:
+            self._queue.submit(lambda: self._apply(job))
+            self.tip = job.tip_after(self.tip)
+        return job.end - job.begin
+
+    def _is_fresh(self, view: BufferView, values: list[Any], new_buffer: bool) -> bool:
+        """Whether ``view`` is a buffer other than the one the tip's counter belongs to (so
+        that everything it holds is new).
+
+        A counter read from the commit record (this writer has not written that buffer yet),
+        or ``new_buffer=True``, is checked: the buffer must still hold, at that counter, the
+        vault's last timestep. If it does, it is the same buffer and only what is new is
+        appended (so ``new_buffer=True`` on every write never stores a timestep twice). If it
+        does not, it is another buffer: with ``new_buffer=True`` or a writer that adopts
+        buffers (the reference-style constructor, which tracks buffers per Vault object)
+        everything it holds is appended; otherwise the write is refused, never silently short.
+        """
+        tip = self.tip
+        if not tip.source_counter:  # no buffer written yet (or one with nothing in it)
+            return False
+        if tip.known_source and not new_buffer and not self.adopt_buffers:
+            return False
+        if tip.length == 0 and tip.last is None:
+            same = None  # nothing stored to compare with
+        else:
+            same = same_buffer(tip, view, values, self._last_timestep())
+        if same is True:
+            return False
+        if new_buffer or self.adopt_buffers:
+            return True
+        if same is None:
+            return False  # it cannot tell: plan_write saves all it holds, or reports a loss
+        raise VaultStructureError(
+            f"{self.where}: this is not the buffer the vault was last written from: the vault "
+            f"holds its first {tip.source_counter} timesteps, and this buffer "
+            + (
+                f"has had only {view.counter} added"
+                if view.counter < tip.source_counter
+                else f"holds different data at timestep {tip.source_counter - 1}"
+            )
+            + ". Nothing was written. If it is a new buffer (a new process, a restarted run), "
+            "pass new_buffer=True to append everything it holds; to continue the old buffer, "
+            "write the state restored from its checkpoint."
+        )
+
+    def _last_timestep(self) -> tuple[np.ndarray, ...]:
+        """The vault's last appended timestep per leaf (from the tip, else read)."""
+        if self.tip.last is not None:
+            return self.tip.last
+        snap = self.snapshot
+        at = snap.length - 1
+        futures = [a[:, at].read() for a in snap.arrays]
+        last = tuple(np.asarray(f.result()) for f in futures)
+        self.tip = dataclasses.replace(self.tip, last=last)
+        return last
+
+    def append(self, experience: Any, restart: np.ndarray | None, lost: int = 0) -> int:
+        """Append arrays ``[rows, n, ...]`` (blocking); ``restart`` and ``lost`` as in
+        :class:`~vault.write._plan.AppendJob`. Returns ``n``."""
+        self._check_open()
+        self.flush()
+        view = ArraysView(experience)
+        values = check_leaves(self.snapshot.manifest, view, self.where)
+        parts = [np.asarray(v) for v in values]
+        job = plan_append(self.tip, self.snapshot.rows, parts, restart, lost)
+        self.run_now(job)
+        return view.time_len
+
+    def run_now(self, job: AppendJob) -> None:
+        """Run ``job`` in this thread, after every queued one."""
+        self.flush()
+        try:
+            self._apply(job)
+        except BaseException as err:
+            self._back_to_commit()
+            if isinstance(err, Exception) and not isinstance(err, VaultError):
+                raise VaultError(
+                    f"{self.where}: the write failed ({type(err).__name__}: {err}); the vault "
+                    f"is at its last commit ({self.snapshot.length} timesteps). Writing the "
+                    "same buffer again appends what is missing."
+                ) from err
+            raise
+        self.tip = job.tip_after(self.tip)
+
+    def _apply(self, job: AppendJob) -> None:
+        if self._lock is None:
+            raise VaultModeError(f"{self.where}: this Vault was closed")
+        self.snapshot = _commit.apply(self.snapshot, job, self._lock, self.reclaimer, self._relay)
+
+    def _back_to_commit(self) -> None:
+        """After a failed append: the tip is what is really committed, the arrays as stored.
+        Where the storage is failing too (a dead server), the failure being reported stays the
+        one raised, and the next write reopens first."""
+        try:
+            self.snapshot = self.snapshot.reopened()
+        except Exception:
+            self._reopen = True
+        else:
+            self._reopen = False
+        self.tip = Tip.of(self.snapshot.commit)
+
+    # ------------------------------------------------------------------------- lifecycle
+    def _check_open(self) -> None:
+        self._raise_background_error()
+        if self.closed:
+            raise VaultModeError(f"{self.where}: this Vault was closed")
+        if self._reopen:  # a failed append could not reopen the arrays then
+            self.snapshot = self.snapshot.reopened()
+            self.tip = Tip.of(self.snapshot.commit)
+            self._reopen = False
+
+    def _raise_background_error(self) -> None:
+        self._raise_failure(self._queue.take_error())
+
+    def flush(self) -> None:
+        """Wait until every queued write is committed; raise a background error if one
+        failed."""
+        self._raise_failure(self._queue.wait())
+
+    def _raise_failure(self, err: BaseException | None) -> None:
+        if err is None:
+            return
+        self._back_to_commit()
+        raise VaultError(
+            f"{self.where}: a background write failed ({type(err).__name__}: {err}); the vault "
+            f"is at its last commit ({self.snapshot.length} timesteps). Writing the same "
+            "buffer again appends what is missing."
+        ) from err
+
+    def _trim(self) -> None:
+        """:func:`vault.write._commit.trim`; a failure leaves the data as committed (arrays merely
+        longer than committed, as after a crash), so it is a warning, not an error."""
+        if self._lock is None:
+            return
+        try:
+            self.snapshot = _commit.trim(self.snapshot, self._lock, self._relay)
+        except Exception as err:
+            warnings.warn(
+                f"{self.where}: the arrays' shapes could not be cut to the committed length "
+                f"({type(err).__name__}: {err}). The data is committed; plain Zarr readers see "
+                "fill values past it until a writer closes cleanly again.",
+                RuntimeWarning,
+                stacklevel=4,  # the caller of Vault.close
+            )
+
+    @property
+    def pending(self) -> int:
+        return len(self._queue)
+
+    def refresh(self) -> Snapshot:
+        """Wait for queued writes, then re-read the commit record."""
+        self.flush()
+        self.snapshot = self.snapshot.refreshed()
+        self.tip = Tip.of(self.snapshot.commit)
+        return self.snapshot
+
+    def close(self) -> None:
+        """Wait for queued writes, cut the arrays' shapes to the committed length (a vault at
+        rest shows plain Zarr readers only committed data), free held files, stop the thread,
+        release the lock."""
+        try:
+            self.flush()
+            self._trim()
+        finally:
+            if self._reclaimer is not None:
+                self._reclaimer.close()
+                self._reclaimer = None
+            if self._relay is not None:
+                self._relay.close()
+            self._queue.close()
+            if self._lock is not None:
+                self._lock.release()
+                self._lock = None
+            self.closed = True
