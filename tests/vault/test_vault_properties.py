@@ -44,13 +44,22 @@ def batch(t0: int, n: int) -> dict:
     }
 
 
+# chunks of a few timesteps (and row blocks of one row), so that appends start and end inside
+# chunks and cross their boundaries (the default chunks hold thousands of timesteps)
+SMALL_CHUNKS = {"x": [2, 4], "pair/0": [1, 3, 2], "pair/1": [2, 5]}
+
+
 @settings(max_examples=40)
-@given(st.lists(step, min_size=1, max_size=25))
-def test_vault_matches_the_model(steps: list[tuple]) -> None:
+@given(
+    st.lists(step, min_size=1, max_size=25),
+    st.sampled_from([None, SMALL_CHUNKS]),
+    st.booleans(),
+)
+def test_vault_matches_the_model(steps: list[tuple], chunk: dict | None, block: bool) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = str(Path(tmp) / "v")
         state = BUFFER.init(EXAMPLE)
-        vault = Vault.create(path, state)
+        vault = Vault.create(path, state, chunk=chunk)
         added = 0  # timesteps per row ever added
         saved_upto = 0  # buffer counter at the last successful write
         model: list[int] = []  # committed timestep indices (row 0 codes)
@@ -68,7 +77,8 @@ def test_vault_matches_the_model(steps: list[tuple]) -> None:
                         vault.write(state, on_overrun="error")
                     assert info.value.lost == unsaved - held
                     continue
-                written = vault.write(state, on_overrun=args[0])
+                written = vault.write(state, on_overrun=args[0], block=block)
+                vault.flush()
                 assert written == min(unsaved, held)
                 model += list(range(added - written, added))
                 saved_upto, first = added, False

@@ -124,10 +124,7 @@ def _append(
         if rec is not None:
             held += rec.hold(replaced_by_append(snap, job.begin, job.end))
         arrays = grow(snap, job.end)
-        futures = [
-            arr[:, job.begin : job.end].write(part)
-            for arr, part in zip(arrays, job.parts, strict=True)
-        ]
+        futures = write_parts(arrays, job)
     index = snap.index
     episodes = snap.commit.episodes
     cfg = snap.manifest.episodes
@@ -152,6 +149,27 @@ def _append(
         held += rec.hold([COMMIT_KEY])
     commit = _commit(snap, job, lock, episodes, edges)
     return dataclasses.replace(snap, commit=commit, arrays=arrays, index=index)
+
+
+def write_parts(arrays: tuple[Any, ...], job: AppendJob) -> list[Any]:
+    """Start writing the job's data to ``arrays`` (grown to hold it); the write futures.
+
+    Staged data (``vault.write._plan.Staged``) is written in whole chunks, clipped to an
+    array's shape (which ``grow`` leaves at a chunk boundary, so only an array shaped
+    otherwise, by an older writer, clips), and TensorStore may encode straight from it."""
+    if not job.staged:
+        return [
+            arr[:, job.begin : job.end].write(part)
+            for arr, part in zip(arrays, job.parts, strict=True)
+        ]
+    futures = []
+    for arr, staged in zip(arrays, job.staged, strict=True):
+        stop = min(staged.begin + int(staged.data.shape[1]), int(arr.shape[1]))
+        data = staged.data[:, : stop - staged.begin]
+        futures.append(
+            arr[:, staged.begin : stop].write(data, can_reference_source_data_indefinitely=True)
+        )
+    return futures
 
 
 def _commit(

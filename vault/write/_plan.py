@@ -21,6 +21,7 @@ import numpy as np
 from vault._errors import UnsavedDataLostError, VaultArgumentError, VaultStructureError
 from vault.format import _structure
 from vault.format._records import CommitRecord, Manifest, Seam
+from vault.write._stage import Empty, Staged, Tails, stage
 
 OnOverrun = Literal["error", "save_surviving"]
 
@@ -37,6 +38,9 @@ class Tip:
     known_source: bool = False
     # the last appended timestep, one array [rows, ...] per leaf (None: read it if needed)
     last: tuple[np.ndarray, ...] | None = None
+    # per leaf, the timesteps appended so far to the partly filled time chunk at ``length``
+    # ([rows, length % chunk time, ...]; None: not kept, or not known since the last commit)
+    tail: Tails | None = None
 
     @classmethod
     def of(cls, commit: CommitRecord) -> Tip:
@@ -51,6 +55,10 @@ class AppendJob:
     ``lost_before``: timesteps were lost right before ``begin`` (open episodes lose their
     start); ``restart`` (per row, or None): the data at ``begin`` does not continue the rows'
     open episodes (new ones start at ``begin``, with a known start where true).
+
+    ``staged`` (empty: write ``parts`` as they are): per leaf, the data to write in whole time
+    chunks (``vault.write._stage.Staged``), of which ``parts`` are views; ``tail``: the tip's
+    ``tail`` after this job.
     """
 
     begin: int
@@ -60,16 +68,20 @@ class AppendJob:
     seams: tuple[Seam, ...]
     lost_before: bool = False
     restart: np.ndarray | None = None
+    staged: tuple[Staged, ...] = ()
+    tail: Tails | None = None
 
     def tip_after(self, before: Tip) -> Tip:
         """The tip after this job (which was planned at ``before``)."""
-        last = tuple(np.array(p[:, -1]) for p in self.parts) if self.end > self.begin else None
+        grew = self.end > self.begin
+        last = tuple(np.array(p[:, -1]) for p in self.parts) if grew else None
         return Tip(
             self.end,
             self.source_counter,
             self.seams,
             known_source=self.source_counter is not None,
             last=before.last if last is None else last,
+            tail=self.tail if grew else before.tail,
         )
 
 
@@ -261,12 +273,16 @@ def plan_write(
     on_overrun: OnOverrun = "error",
     fresh: bool = False,
     copy: bool = False,
+    chunks: Sequence[int] | None = None,
+    empty: Empty = np.empty,
 ) -> AppendJob | None:
     """The append that saves what ``view`` holds beyond ``tip`` (None: nothing new).
 
     ``fresh``: the buffer is not the one the tip's counter belongs to; everything it holds is
     new. ``copy``: copy the fresh timesteps out of the buffer (for a write that returns before
-    the data is stored; the buffer may be donated or overwritten at once).
+    the data is stored; the buffer may be donated or overwritten at once). ``chunks`` (the
+    chunk time per leaf): stage the data in whole chunks (``vault.write._stage.stage``, into
+    arrays from ``empty``), which copies it too.
     """
     if on_overrun not in ("error", "save_surviving"):
         raise VaultArgumentError(
@@ -308,17 +324,41 @@ def plan_write(
         return None
     start = (view.current - unsaved) % max(view.time_len, 1)
     stop = start + unsaved
-    parts = []
+    pieces = []
     for value in values if unsaved else ():
         data = view.leaf(value)
         if stop <= view.time_len:
-            part = np.array(data[:, start:stop]) if copy else data[:, start:stop]
+            pieces.append([data[:, start:stop]])
         else:  # the ring wrapped: the oldest part at the end, the newest at the start
-            part = np.concatenate([data[:, start:], data[:, : stop - view.time_len]], axis=1)
-        parts.append(part)
-    return AppendJob(
-        tip.length, tip.length + unsaved, tuple(parts), view.counter, seams, lost_before=lost > 0
-    )
+            pieces.append([data[:, start:], data[:, : stop - view.time_len]])
+    job = AppendJob(tip.length, tip.length + unsaved, (), view.counter, seams, lost_before=lost > 0)
+    return _with_parts(job, tip, pieces, chunks, copy, empty)
+
+
+def _with_parts(
+    job: AppendJob,
+    tip: Tip,
+    pieces: list[list[np.ndarray]],
+    chunks: Sequence[int] | None,
+    copy: bool,
+    empty: Empty = np.empty,
+) -> AppendJob:
+    """``job`` with its data: ``pieces`` per leaf (in time order) staged in whole chunks
+    (``chunks``: the chunk time per leaf; ``empty``: where the staging arrays come from;
+    ``vault.write._stage.stage``), else as they are (``copy``: copied out, in one array per
+    leaf)."""
+    if not pieces:
+        return job
+    if chunks is not None:
+        parts, staged, tail = stage(tip.length, tip.tail, pieces, chunks, empty)
+        return dataclasses.replace(job, parts=parts, staged=staged, tail=tail)
+    out = []
+    for leaf_pieces in pieces:
+        if len(leaf_pieces) > 1:
+            out.append(np.concatenate(leaf_pieces, axis=1))
+        else:
+            out.append(np.array(leaf_pieces[0]) if copy else leaf_pieces[0])
+    return dataclasses.replace(job, parts=tuple(out))
 
 
 def _with_seam(seams: tuple[Seam, ...], at: int, lost: int) -> tuple[Seam, ...]:
@@ -329,10 +369,17 @@ def _with_seam(seams: tuple[Seam, ...], at: int, lost: int) -> tuple[Seam, ...]:
 
 
 def plan_append(
-    tip: Tip, rows: int, parts: list[np.ndarray], restart: np.ndarray | None, lost: int = 0
+    tip: Tip,
+    rows: int,
+    parts: list[np.ndarray],
+    restart: np.ndarray | None,
+    lost: int = 0,
+    chunks: Sequence[int] | None = None,
+    empty: Empty = np.empty,
 ) -> AppendJob:
     """The append of arrays given directly (``[rows, n, ...]`` per leaf), after ``lost`` lost
-    timesteps; ``restart`` as in :class:`AppendJob`. The buffer counter is forgotten."""
+    timesteps; ``restart`` as in :class:`AppendJob`. The buffer counter is forgotten.
+    ``chunks``: as for :func:`plan_write`."""
     n = int(parts[0].shape[1]) if parts else 0
     begin = tip.length
     seams = list(tip.seams)
@@ -344,6 +391,5 @@ def plan_append(
             seams.append(Seam(begin, int(lost)))
     if lost:
         restart = np.zeros(rows, bool)
-    return AppendJob(
-        begin, begin + n, tuple(parts) if n else (), None, tuple(seams), False, restart
-    )
+    job = AppendJob(begin, begin + n, (), None, tuple(seams), False, restart)
+    return _with_parts(job, tip, [[p] for p in parts] if n else [], chunks, False, empty)

@@ -34,6 +34,7 @@ from vault.write._plan import (
     plan_write,
     same_buffer,
 )
+from vault.write._stage import StagingPool
 
 
 class Writer:
@@ -52,6 +53,7 @@ class Writer:
         self._reclaimer_checked = False
         # where every request is a round trip: chunks written through memory
         self._relay = WriteRelay() if snapshot.location.remote else None
+        self._staging = StagingPool()  # appends staged in whole chunks (local locations)
         # the reference-style constructor: a buffer the writer has not seen is appended whole
         self.adopt_buffers = False
 
@@ -92,6 +94,8 @@ class Writer:
             on_overrun=on_overrun,
             fresh=fresh,
             copy=not block,
+            chunks=self._chunks(),
+            empty=self._staging.empty,
         )
         if job is None:
             self.tip = dataclasses.replace(self.tip, known_source=True)
@@ -102,6 +106,14 @@ class Writer:
             self._queue.submit(lambda: self._apply(job))
             self.tip = job.tip_after(self.tip)
         return job.end - job.begin
+
+    def _chunks(self) -> tuple[int, ...] | None:
+        """The chunk time per leaf, to stage appends in whole chunks
+        (:class:`~vault.write._plan.Staged`); None on a remote location, whose relay keeps
+        the partly filled chunks itself (``vault/storage/_relay_write.py``)."""
+        if self._relay is not None:
+            return None
+        return tuple(leaf.chunk[1] for leaf in self.snapshot.manifest.leaves)
 
     def _is_fresh(self, view: BufferView, values: list[Any], new_buffer: bool) -> bool:
         """Whether ``view`` is a buffer other than the one the tip's counter belongs to (so
@@ -162,7 +174,9 @@ class Writer:
         view = ArraysView(experience)
         values = check_leaves(self.snapshot.manifest, view, self.where)
         parts = [np.asarray(v) for v in values]
-        job = plan_append(self.tip, self.snapshot.rows, parts, restart, lost)
+        job = plan_append(
+            self.tip, self.snapshot.rows, parts, restart, lost, self._chunks(), self._staging.empty
+        )
         self.run_now(job)
         return view.time_len
 
@@ -185,7 +199,12 @@ class Writer:
     def _apply(self, job: AppendJob) -> None:
         if self._lock is None:
             raise VaultModeError(f"{self.where}: this Vault was closed")
-        self.snapshot = _commit.apply(self.snapshot, job, self._lock, self.reclaimer, self._relay)
+        try:
+            self.snapshot = _commit.apply(
+                self.snapshot, job, self._lock, self.reclaimer, self._relay
+            )
+        finally:
+            self._staging.release(job.staged)
 
     def _back_to_commit(self) -> None:
         """After a failed append: the tip is what is really committed, the arrays as stored.
@@ -268,6 +287,7 @@ class Writer:
             if self._relay is not None:
                 self._relay.close()
             self._queue.close()
+            self._staging.clear()
             if self._lock is not None:
                 self._lock.release()
                 self._lock = None
