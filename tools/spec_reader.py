@@ -45,7 +45,7 @@ _SHARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 class SpecError(Exception):
-    """The stored objects break the specification: a reader must refuse them."""
+    """The stored objects break the specification: a reader must refuse them (§10)."""
 
 
 class VersionError(SpecError):
@@ -181,7 +181,7 @@ def check_manifest(doc: dict[str, Any], where: str) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------- structure
 def node_names(node: dict[str, Any]) -> list[str]:
-    """§4.1: the node names of a container's children."""
+    """§4.1.2: the node names of a container's children."""
     kind = node["kind"]
     if kind == "dict":
         return [escape(k) for k in node["keys"]]
@@ -251,7 +251,7 @@ def dimension_names(leaf: str, rank: int) -> list[str]:
 
 
 def normal_codecs(codecs: list[dict[str, Any]], itemsize: int) -> list[dict[str, Any]]:
-    """§4.2: a codec chain as the array metadata states it (``bytes`` without configuration
+    """§4.1.3: a codec chain as the array metadata states it (``bytes`` without configuration
     for one-byte types, ``blosc`` with ``typesize``)."""
     out = []
     for codec in codecs:
@@ -443,8 +443,8 @@ class SpecVault:
         separator = encoding.get("configuration", {}).get("separator", "/")
         if encoding.get("name") != "default" or separator != "/":
             problems.append(f"chunk_key_encoding {encoding!r}")
-        named = key.startswith("episodes/") or self.manifest.get("dimension_names") is True
-        if named and meta.get("dimension_names") != want["dimension_names"]:
+        names = meta.get("dimension_names")
+        if self.manifest.get("dimension_names") is True and names != want["dimension_names"]:
             problems.append(f"dimension_names {meta.get('dimension_names')!r}")
         shape = meta.get("shape", [])
         axis = 0 if key.startswith("episodes/") else 1
