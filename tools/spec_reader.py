@@ -152,8 +152,9 @@ def canonical_digest(doc: dict[str, Any]) -> str:
 
 
 def check_digest(doc: dict[str, Any], version: int, where: str) -> None:
-    if version < 3:
-        return  # §9: versions 1 and 2 keep no digest
+    """§6.2: a digest that is there must match; format 3 requires one."""
+    if "digest" not in doc and version < 3:
+        return  # §9: versions 1 and 2 were written without
     if doc.get("digest") != canonical_digest(doc):
         raise SpecError(f"{where}: the content does not match its digest")
 

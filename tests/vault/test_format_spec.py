@@ -566,3 +566,27 @@ def test_the_spec_reader_knows_nothing_of_rlvault() -> None:
     tops = {name.split(".")[0] for name in imported}
     assert tops <= {"__future__", "argparse", "asyncio", "collections", "hashlib", "json", "numpy",
                     "os", "re", "sys", "typing", "zarr", "zlib"}, tops  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "version"), [("main", 2), ("codec-zstd", 1)])
+def test_the_spec_reader_reads_older_versions_as_rlvault_does(
+    scenario: Scenario, tmp_path: Path, name: str, version: int
+) -> None:
+    """A vault of format 1 or 2 has no place tags or edges to check and needs no digest
+    (section 9): both readers read it, a chunk moved to another place included."""
+    v = copy_of(scenario, tmp_path, name)
+
+    def older(doc: dict[str, Any]) -> None:
+        manifest = doc["attributes"]["rlvault"]
+        manifest["format_version"] = version
+        del manifest["digest"]  # (written without one)
+
+    edit_json(v / "zarr.json", older)
+    shutil.copy(v / "experience" / "obs" / "c" / "0" / "0" / "0", v / "experience/obs/c/0/1/0")
+    ours, theirs = Vault.open(str(v)), spec_reader.open_vault(str(v))
+    assert theirs.version == version
+    assert_same(ours, theirs)  # the moved chunk is read as data by both: no place tags
+    leaf = next(x for x in theirs.manifest["leaves"] if x["name"] == "obs")
+    rows, step, items = leaf["chunk"]
+    obs = theirs.read()["obs"]
+    np.testing.assert_array_equal(obs[:rows, step : 2 * step, :items], obs[:rows, :step, :items])
