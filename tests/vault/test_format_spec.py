@@ -361,6 +361,10 @@ OBJECT_SCHEMAS = [
 
 
 def test_every_json_object_validates_against_its_schema(scenario: Scenario) -> None:
+    from jsonschema import Draft202012Validator
+
+    for path in sorted(SCHEMAS.glob("*.schema.json")):  # each a valid draft 2020-12 schema
+        Draft202012Validator.check_schema(json.loads(path.read_text()))
     validators = {name: validator(name) for name in OBJECT_SCHEMAS}
     seen: dict[str, int] = dict.fromkeys(OBJECT_SCHEMAS, 0)
     failures = []
@@ -590,3 +594,17 @@ def test_the_spec_reader_reads_older_versions_as_rlvault_does(
     rows, step, items = leaf["chunk"]
     obs = theirs.read()["obs"]
     np.testing.assert_array_equal(obs[:rows, step : 2 * step, :items], obs[:rows, :step, :items])
+
+
+def test_the_spec_reader_command_prints_a_pinned_commit(
+    scenario: Scenario, capsys: pytest.CaptureFixture[str]
+) -> None:
+    location = scenario.vaults["local main"]
+    assert spec_reader.main([location, "--at", "before-seam", "--episodes"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    pinned = Vault.open(location, at="before-seam")
+    assert shown["commit"] == pinned.commit_id
+    assert shown["committed_length"] == pinned.committed_length == 11
+    assert shown["fingerprint"] == pinned.fingerprint()
+    assert shown["leaves"]["obs"] == ["float32", [ROWS, 11, 3]]
+    assert shown["episodes"]["start"] == pinned.episodes(include_open=True).start.tolist()
