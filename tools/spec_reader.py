@@ -35,10 +35,10 @@ from zarr.abc.store import SuffixByteRequest
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-FORMAT = 3  # the newest format version this reader knows (§9)
+FORMAT = 4  # the newest format version this reader knows (§9)
 DATASET_FORMAT = 1
 INDEX_CHUNK = 8192  # episodes per chunk of the episode index (§4.4)
-TAG_CHUNK = 1024  # time chunks per chunk of a tag array (§4.5)
+TAG_CHUNK = 1024  # tags per chunk of a tag array (§4.5)
 _COMMIT_ID = re.compile(r"^(\d+)(?:-([0-9a-f]{4,64}))?$")
 _TAG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]{0,99}$")
 _SHARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -152,7 +152,7 @@ def canonical_digest(doc: dict[str, Any]) -> str:
 
 
 def check_digest(doc: dict[str, Any], version: int, where: str) -> None:
-    """§6.2: a digest that is there must match; format 3 requires one."""
+    """§6.2: a digest that is there must match; formats 3 and later require one."""
     if "digest" not in doc and version < 3:
         return  # §9: versions 1 and 2 were written without
     if doc.get("digest") != canonical_digest(doc):
@@ -266,31 +266,39 @@ def normal_codecs(codecs: list[dict[str, Any]], itemsize: int) -> list[dict[str,
 
 
 class Grid:
-    """How an array is cut along rows and time (§4.5)."""
+    """How an array is cut along rows, time and item axes; ``bound``: the item chunks of each
+    place (row block, time chunk) bound to it, all in format 4, the first before (§4.5)."""
 
-    def __init__(self, key: str, rows: int, row_block: int | None, step: int, item: int):
-        self.key, self.rows, self.row_block, self.step, self.item = key, rows, row_block, step, item
+    def __init__(self, key: str, rows: int, block: int | None, step: int, items: list[int]):
+        self.key, self.rows, self.row_block, self.step, self.items = key, rows, block, step, items
+        self.count = self.bound = int(np.prod(items, dtype=np.int64))
 
     @property
     def blocks(self) -> int:
         return 1 if self.row_block is None else -(-self.rows // self.row_block)
 
-    def chunk(self, block: int, k: int, item: Sequence[int] | None = None) -> str:
+    def chunk(self, block: int, k: int, i: int = 0) -> str:
+        """The key of item chunk ``i`` (its flat index, C order) of place ``(block, k)``."""
         parts = [block] if self.row_block is not None else []
-        parts += [k, *(item if item is not None else [0] * self.item)]
-        return f"{self.key}/c/" + "/".join(map(str, parts))
+        at = np.unravel_index(i, self.items) if self.items else ()
+        return f"{self.key}/c/" + "/".join(map(str, [*parts, k, *map(int, at)]))
+
+    def bound_keys(self, k: int) -> list[str]:
+        """The chunks bound to time chunk ``k``'s places: by row block, then item chunk."""
+        return [self.chunk(b, k, i) for b in range(self.blocks) for i in range(self.bound)]
 
 
 def grids(manifest: dict[str, Any]) -> dict[str, Grid]:
     """Every array of the vault by key: leaves in manifest order, then the episode index."""
     out = {}
     for leaf in manifest["leaves"]:
-        key = f"experience/{leaf['name']}"
-        chunk = leaf["chunk"]
-        out[key] = Grid(key, manifest["rows"], chunk[0], chunk[1], len(leaf["shape"]))
+        key, chunk = f"experience/{leaf['name']}", leaf["chunk"]
+        items = [-(-n // c) for n, c in zip(leaf["shape"], chunk[2:], strict=True)]
+        out[key] = Grid(key, manifest["rows"], chunk[0], chunk[1], items)
+        out[key].bound = out[key].bound if manifest["format_version"] >= 4 else 1
     if manifest.get("episodes") is not None:
-        out["episodes/bounds"] = Grid("episodes/bounds", 1, None, INDEX_CHUNK, 1)
-        out["episodes/returns"] = Grid("episodes/returns", 1, None, INDEX_CHUNK, 0)
+        out["episodes/bounds"] = Grid("episodes/bounds", 1, None, INDEX_CHUNK, [1])
+        out["episodes/returns"] = Grid("episodes/returns", 1, None, INDEX_CHUNK, [])
     return out
 
 
@@ -457,20 +465,12 @@ class SpecVault:
         return meta
 
     # -- integrity (§6.1, §7)
-    def _chunk_keys(self, key: str, meta: dict[str, Any], length: int) -> list[tuple]:
-        """(chunk key, row block, time chunk, whether its item-axis indices are all 0) of
-        every chunk that holds timesteps (episodes) ``[0, length)``."""
-        grid = self.grids[key]
-        shape = meta["shape"]
-        chunk = meta["chunk_grid"]["configuration"]["chunk_shape"]
-        axis = 0 if grid.row_block is None else 1
-        items = [-(-s // c) for s, c in zip(shape[axis + 1 :], chunk[axis + 1 :], strict=True)]
-        out = []
-        for b in range(grid.blocks):
-            for k in range(-(-length // grid.step)):
-                for item in np.ndindex(*items):
-                    out.append((grid.chunk(b, k, list(item)), b, k, not any(item)))
-        return out
+    def _chunk_keys(self, key: str, length: int) -> list[tuple]:
+        """(key, row block, time chunk, item chunk) of every chunk holding ``[0, length)``."""
+        g, ks = self.grids[key], range(-(-length // self.grids[key].step))
+        return [
+            (g.chunk(b, k, i), b, k, i) for b in range(g.blocks) for k in ks for i in range(g.count)
+        ]
 
     def _load(self, lengths: dict[str, int]) -> None:
         """Check arrays ``{key: committed length}`` before reading them: their metadata
@@ -478,10 +478,9 @@ class SpecVault:
         the chunk written at its place (§6.1). Three rounds of requests for all of them."""
         keys = list(lengths)
         raws = self.store.get_many([f"{key}/zarr.json" for key in keys])
-        metas = {
-            k: self._check_metadata(k, raw, lengths[k]) for k, raw in zip(keys, raws, strict=True)
-        }
-        chunks = {key: self._chunk_keys(key, metas[key], lengths[key]) for key in keys}
+        for key, raw in zip(keys, raws, strict=True):
+            self._check_metadata(key, raw, lengths[key])
+        chunks = {key: self._chunk_keys(key, lengths[key]) for key in keys}
         tagged = [k for k in keys if self.version >= 3 and lengths[k] >= self.grids[k].step]
         flat = [c[0] for key in keys for c in chunks[key]]
         tails, *tags = self.store.gather(
@@ -494,21 +493,22 @@ class SpecVault:
         if missing and strict:
             raise SpecError(f"{self.store.url}: chunk {missing[0]} is missing")
         for key, values in zip(tagged, tags, strict=True):
-            complete = lengths[key] // self.grids[key].step
-            for chunk, b, k, first in chunks[key]:
-                tail = self._tails[chunk]
+            grid = self.grids[key]
+            complete = lengths[key] // grid.step
+            for chunk, b, k, i in chunks[key]:  # tag of (b, k, i) at [b, k * bound + i]
+                tail, tag = self._tails[chunk], values[b, k * grid.bound + i : (k + 1) * grid.bound]
                 stored = None if tail is None else int.from_bytes(tail, "little")
-                if first and k < complete and stored not in (None, int(values[b, k])):
+                if i < grid.bound and k < complete and stored not in (None, int(tag[0])):
                     raise SpecError(f"{self.store.url}: {chunk} is not the chunk written there")
 
     async def _tags(self, key: str, complete: int) -> np.ndarray:
         """The place tags of the first ``complete`` time chunks of array ``key``."""
-        grid = self.grids[key]
+        n, blocks = complete * self.grids[key].bound, self.grids[key].blocks
         try:
-            values = await self.store.read_array(f"tags/{key}", (slice(None), slice(0, complete)))
+            values = await self.store.read_array(f"tags/{key}", (slice(None), slice(0, n)))
         except Exception as err:  # absent or unreadable
             raise SpecError(f"{self.store.url}: tags/{key} cannot be read ({err})") from None
-        if values.shape != (grid.blocks, complete):
+        if values.shape != (blocks, n):
             raise SpecError(f"{self.store.url}: tags/{key} holds {values.shape} tags")
         return values
 
@@ -521,8 +521,8 @@ class SpecVault:
             return
         grid = self.grids[key]
         k = edge["from"] // grid.step
-        if edge.get("tail"):
-            stored = [self._tails.get(grid.chunk(b, k)) for b in range(grid.blocks)]
+        if edge.get("tail") and grid.bound == grid.count:  # format 3, items cut: crc only
+            stored = [self._tails.get(c) for c in grid.bound_keys(k)]
             if [None if t is None else int.from_bytes(t, "little") for t in stored] == edge["tail"]:
                 return  # the chunk is still the one stored at this commit
         region = data[:, edge["from"] : length]
@@ -611,7 +611,7 @@ class SpecVault:
             index = key.startswith("episodes/")
             length = self.episode_count if index else self.length
             complete = length // grid.step
-            chunks = [grid.chunk(b, k) for k in range(complete) for b in range(grid.blocks)]
+            chunks = [c for k in range(complete) for c in grid.bound_keys(k)]
             e0 = complete * grid.step
             edge = None
             if length % grid.step:

@@ -15,7 +15,9 @@ number of later appends: a snapshot at an old commit record reads exactly that c
   length, the episode count and seams, the stored crc32c of every complete chunk in the
   committed range (four bytes read per chunk, not the chunk), and the bytes of the committed
   part of each array's last, partly filled chunk. A byte-for-byte copy has the same
-  fingerprint; any changed committed value changes it.
+  fingerprint; any changed committed value changes it. (In format 3 and older, of a leaf whose
+  chunks cut its item axes only the first item chunk of each place is covered, as those
+  versions defined it: ``vault/format/_tags.py``.)
 """
 
 from __future__ import annotations
@@ -201,7 +203,12 @@ def fingerprint(snap: Snapshot) -> str:
     for key, grid in snap.grids.items():
         length = snap.episode_count if key in (BOUNDS, RETURNS) else snap.length
         complete = length // grid.step
-        keys = [grid.chunk(b, k) for k in range(complete) for b in range(grid.row_blocks)]
+        keys = [  # format 4: every item chunk; before, the first of each place only
+            chunk
+            for k in range(complete)
+            for b in range(grid.row_blocks)
+            for chunk in grid.bound_chunks(b, k)
+        ]
         tails = snap.location.read_tails(keys) if keys else []
         missing = [k for k, t in zip(keys, tails, strict=True) if t is None or len(t) < 4]
         if missing:

@@ -319,6 +319,17 @@ class _Checker:
         ]
         for key, message in _tags.verify_places(self.location, manifest, record, found):
             self.problem(key, _one_line(message))
+        if _tags.enabled(manifest):
+            for key, grid in _tags.grids(manifest).items():
+                if grid.partial:
+                    self.warn(
+                        key,
+                        f"format {manifest.format_version}: its chunks cut its item axes, and "
+                        "only the first item chunk of each place is bound to it (checked); the "
+                        "others are checked by their own crc32c only, so one copied over "
+                        "another place would read as data. Vaults created now bind every chunk "
+                        "(format 4): copy this one into a new vault (`vault slice`) for that",
+                    )
 
     def trash(self) -> None:
         """Old versions of replaced files that a writer holds until it frees them."""

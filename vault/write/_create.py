@@ -46,6 +46,7 @@ from vault.format._records import (
     OpenEpisodes,
     group_json,
     leaf_key,
+    version_for,
 )
 from vault.storage._arrays import (
     CODECS,
@@ -135,6 +136,7 @@ def plan_manifest(
         rlvault_version=_version(),
         user_metadata=user,
         episodes=episode_leaves,
+        format_version=version_for(leaves),
     )
 
 
