@@ -2,7 +2,7 @@
 
 Every chunk carries a crc32c (its last four bytes), which proves its bytes intact but not that
 they are the chunk written *there*: a chunk moved or copied over another chunk of the same
-array decodes and passes its checksum. Two records bind data to places (format 3):
+array decodes and passes its checksum. Two records bind data to places (from format 3):
 
 * **tags**, for complete chunks (every timestep committed; never rewritten again): when an
   append completes a chunk, the writer records the chunk's stored crc32c in the tag array

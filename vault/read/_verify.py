@@ -328,7 +328,8 @@ class _Checker:
                         "only the first item chunk of each place is bound to it (checked); the "
                         "others are checked by their own crc32c only, so one copied over "
                         "another place would read as data. Vaults created now bind every chunk "
-                        "(format 4): copy this one into a new vault (`vault slice`) for that",
+                        "(format 4): copy this one into a new vault (`vault slice VAULT -o NEW`) "
+                        "for that",
                     )
 
     def trash(self) -> None:
