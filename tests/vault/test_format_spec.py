@@ -151,7 +151,8 @@ def build_main(where: Any, storage: dict[str, Any] | None = None) -> None:
 
 
 def build_codec(where: str, codec: str | None) -> None:
-    """A small vault per codec: rows in two row blocks, the item axis cut in two chunks."""
+    """A small vault per codec: rows in two row blocks, the item axis cut in two chunks (so
+    written in format 4)."""
     rng = np.random.default_rng(3)
     v = Vault.create(
         where, {"obs": np.zeros(3, np.float32), "flag": np.zeros((), np.uint8)}, rows=ROWS,
@@ -495,6 +496,9 @@ def test_the_scenario_has_every_kind_of_vault(scenario: Scenario) -> None:
     names = main.leaf_names
     assert {"odd/%-", "odd/%2Ehidden", "odd/%7Aarr.json", "extra/right/0"} <= set(names)
     assert len(Vault.open(scenario.vaults["local many episodes"]).episodes()) > 8192
+    # both versions written: 3 (whole items per chunk), 4 (the codec vaults cut obs's items)
+    assert main.manifest.format_version == 3
+    assert Vault.open(scenario.vaults["local zstd"]).manifest.format_version == 4
     assert set(scenario.vaults) == set(KINDS)
 
 
