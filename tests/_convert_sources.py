@@ -204,10 +204,12 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-def write_minari(dataset_id: str, data_format: str, *, env_id: str, steps: int, seed: int) -> Any:
+def write_minari(
+    dataset_id: str, data_format: str, *, env_id: str, steps: int, seed: int, **create: Any
+) -> Any:
     """Record ``steps`` steps of ``env_id`` (random actions) with Minari's DataCollector into
-    dataset ``dataset_id`` (under ``MINARI_DATASETS_PATH``); returns ``minari.load_dataset``
-    of it."""
+    dataset ``dataset_id`` (under ``MINARI_DATASETS_PATH``; ``create``: more arguments of
+    ``create_dataset``, e.g. ``author``); returns ``minari.load_dataset`` of it."""
     import minari
     from minari import DataCollector
 
@@ -220,8 +222,42 @@ def write_minari(dataset_id: str, data_format: str, *, env_id: str, steps: int, 
             _, _, terminated, truncated, _ = env.step(env.action_space.sample())
             if terminated or truncated:
                 env.reset()
-        env.create_dataset(dataset_id, algorithm_name="random", description="test")
+        options = {"algorithm_name": "random", "description": "test", **create}
+        env.create_dataset(dataset_id, **options)
         env.close()
         del env  # its temporary directories are finalised (with a ResourceWarning) here
         gc.collect()
         return minari.load_dataset(dataset_id)
+
+
+# -------------------------------------------------------------------------------- OGBench
+def write_ogbench(
+    path: Path,
+    lengths: list[int],
+    *,
+    visual: bool = False,
+    info: bool = True,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """An OGBench dataset file in OGBench's layout (``np.savez_compressed``, the dtypes of its
+    data-generation scripts): trajectories of ``lengths`` transitions, each ``length + 1``
+    states with ``terminals`` set at the last; float32 (or, ``visual``, uint8 frame)
+    observations, float32 actions, bool terminals, and with ``info`` float32 ``qpos``/``qvel``
+    and int64 ``button_states``. Returns the arrays written."""
+    rng = np.random.default_rng(seed)
+    n = sum(length + 1 for length in lengths)
+    terminals = np.zeros(n, bool)
+    terminals[np.cumsum([length + 1 for length in lengths]) - 1] = True
+    data = {
+        "observations": rng.integers(0, 256, (n, 6, 6, 3)).astype(np.uint8)
+        if visual
+        else rng.normal(size=(n, 5)).astype(np.float32),
+        "actions": rng.uniform(-1, 1, (n, 2)).astype(np.float32),
+        "terminals": terminals,
+    }
+    if info:
+        data["qpos"] = rng.normal(size=(n, 4)).astype(np.float32)
+        data["qvel"] = rng.normal(size=(n, 4)).astype(np.float32)
+        data["button_states"] = rng.integers(0, 2, (n, 3)).astype(np.int64)
+    np.savez_compressed(path, **data)
+    return data
