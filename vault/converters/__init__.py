@@ -22,12 +22,14 @@ if TYPE_CHECKING:
     from vault.converters._flashbax import import_flashbax
     from vault.converters._minari import datasets_root, export_minari, import_minari
     from vault.converters._ogbench import import_ogbench, ogbench_dataset
+    from vault.converters._rlds import import_rlds
 
 IMPORTERS = {
     "flashbax": ("vault.converters._flashbax", "import_flashbax"),
     "minari": ("vault.converters._minari", "import_minari"),
     "d4rl": ("vault.converters._d4rl", "import_d4rl"),
     "ogbench": ("vault.converters._ogbench", "import_ogbench"),
+    "rlds": ("vault.converters._rlds", "import_rlds"),
 }
 EXPORTERS = {
     "minari": ("vault.converters._minari", "export_minari"),
@@ -50,6 +52,7 @@ __all__ = [
     "import_flashbax",
     "import_minari",
     "import_ogbench",
+    "import_rlds",
     "ogbench_dataset",
 ]
 

@@ -90,13 +90,37 @@ def _ogbench(path: Path, n: int) -> None:
                 np.lib.format.write_array(member, value)
 
 
-@pytest.mark.parametrize("fmt", ["d4rl", "flashbax", "ogbench"])
+def _rlds(root: Path, n: int) -> Path:
+    """An RLDS dataset built by TFDS (array_record files) of episodes of 256 steps."""
+    import tensorflow_datasets as tfds
+    from _convert_sources import write_rlds
+
+    per = 256
+    features = {
+        "observation": tfds.features.Tensor(shape=(WIDTH,), dtype=np.float32),
+        "is_first": tfds.features.Scalar(dtype=np.bool_),
+        "is_last": tfds.features.Scalar(dtype=np.bool_),
+    }
+
+    def steps(seed: int, e: int, length: int) -> dict[str, object]:
+        obs = np.random.default_rng([seed, e]).normal(size=(length, WIDTH)).astype(np.float32)
+        flags = np.arange(length)
+        return {"steps": {"observation": obs, "is_first": flags == 0,
+                          "is_last": flags == length - 1}}  # fmt: skip
+
+    return write_rlds(root, {"train": [min(per, n)] * max(1, n // per)}, steps_of=steps,
+                      features=features)  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["d4rl", "flashbax", "ogbench", "rlds"])
 def test_import_memory_is_bounded_by_a_block(tmp_path: Path, fmt: str) -> None:
     n = RAW // (WIDTH * 4)
     if fmt == "d4rl":
         small, big = tmp_path / "small.hdf5", tmp_path / "big.hdf5"
         _d4rl(small, 400)
         _d4rl(big, n)
+    elif fmt == "rlds":
+        small, big = _rlds(tmp_path / "small", 400), _rlds(tmp_path / "big", n)
     elif fmt == "ogbench":
         small, big = tmp_path / "small.npz", tmp_path / "big.npz"
         _ogbench(small, 400)
