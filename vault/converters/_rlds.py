@@ -85,13 +85,16 @@ def require(module: str) -> Any:
 
 @dataclasses.dataclass(frozen=True)
 class StepLeaf:
-    """One imported step feature: its path, shape, dtype, and the TFDS image feature that
-    decodes it (None: a tensor)."""
+    """One imported step feature: its path, shape and dtype, its TFDS feature, and how its
+    parsed values become the leaf: ``"plain"`` (stored as the values themselves: taken as
+    they are), ``"image"`` (encoded images, decoded here) or ``"decoded"`` (the feature's own
+    decoder, step by step)."""
 
     path: str
     shape: tuple[int, ...]
     dtype: np.dtype[Any]
-    image: Any = None
+    feature: Any
+    kind: str
 
     @property
     def step_bytes(self) -> int:
@@ -330,13 +333,15 @@ def plan_steps(features: Any, where: str) -> Plan:
             fixed = isinstance(found, tuple) and all(isinstance(n, int) for n in found)
             shape: tuple[int, ...] = tuple(found) if fixed and found is not None else ()
             if isinstance(sub, tfds.features.Image) and fixed and dtype == np.uint8:
-                leaves.append(StepLeaf(path, shape, dtype, sub))
+                leaves.append(StepLeaf(path, shape, dtype, sub, "image"))
             elif (
                 type(sub) in (tfds.features.Tensor, tfds.features.Scalar, tfds.features.ClassLabel)
                 and fixed
                 and dtype.kind in "biuf"
             ):
-                leaves.append(StepLeaf(path, shape, dtype))
+                stored = sub.get_serialized_info()
+                plain = tuple(stored.shape) == shape and np.dtype(stored.np_dtype) == dtype
+                leaves.append(StepLeaf(path, shape, dtype, sub, "plain" if plain else "decoded"))
             else:
                 skipped.append(f"steps/{path}")
 
@@ -368,31 +373,39 @@ def episode_decoder(
 ) -> Callable[[bytes, str, int], dict[str, np.ndarray] | None]:
     """``decode(record, file name, record index)``: one episode's steps as ``{path: [T,
     ...]}`` (None for an episode without steps), its flags checked."""
-    images = [leaf for leaf in plan.leaves if leaf.image is not None]
-    skip: dict[str, Any] = {}
-    for leaf in images:  # images come as their encoded bytes; decoded below
-        put(skip, leaf.path, tfds.decode.SkipDecoding())
-    decoders = {"steps": skip} if skip else None
+    # the steps as parsed (each feature stacked over the steps), decoded here leaf by leaf:
+    # a plain tensor is its parsed values, so only images and encoded tensors cost a step each
+    decoders = {"steps": tfds.decode.SkipDecoding()}
     done_flag, last_flag = plan.episodes["done"], "is_last"
 
     def decode(record: bytes, name: str, index: int) -> dict[str, np.ndarray] | None:
         try:
-            episode = features.deserialize_example_np(record, decoders=decoders)
+            steps = features.deserialize_example_np(record, decoders=decoders)["steps"]
+            columns = {leaf.path: get(steps, leaf.path) for leaf in plan.leaves}
         except Exception as err:  # TFDS's parser: protobuf and shape errors of every kind
             raise VaultCorruptError(
                 f"{name}: record {index} is not an example of this dataset's features ({err})"
             ) from None
-        steps = episode["steps"]
-        n = len(steps)
+        n = len(columns[last_flag])
         if n == 0:
             return None
-        rows = [steps[t] for t in range(n)]
         out = {}
         for leaf in plan.leaves:
-            values = [get(row, leaf.path) for row in rows]
-            if leaf.image is not None:
-                values = [_image(v, leaf, jpeg, name, index) for v in values]
-            out[leaf.path] = np.stack([np.asarray(v, leaf.dtype) for v in values])
+            raw = columns[leaf.path]
+            if leaf.kind == "plain":
+                value = np.asarray(raw, leaf.dtype).reshape(n, *leaf.shape)
+            elif leaf.kind == "image":
+                value = np.stack([_image(v, leaf, jpeg, name, index) for v in raw])
+            else:
+                decoded = leaf.feature.decode_batch_example_np(raw)
+                value = np.stack([np.asarray(v, leaf.dtype) for v in decoded])
+            if value.shape != (n, *leaf.shape):
+                want = [n, *leaf.shape]
+                raise VaultStructureError(
+                    f"{name}: record {index}: a feature of another shape",
+                    [f"steps/{leaf.path}: expected {want} ({n} steps), got {list(value.shape)}"],
+                )
+            out[leaf.path] = value
         _check_flags(out, done_flag, last_flag, name, index)
         return out
 
@@ -415,7 +428,7 @@ def _image(data: Any, leaf: StepLeaf, jpeg: str, name: str, index: int) -> np.nd
                 f"{name}: record {index}: {leaf.path}: a JPEG image that cannot be decoded ({err})"
             ) from None
     else:
-        image = np.asarray(leaf.image.decode_example_np(raw))
+        image = np.asarray(leaf.feature.decode_example_np(raw))
     image = image.reshape((*image.shape[:2], -1))
     if image.shape != leaf.shape:
         raise VaultStructureError(
