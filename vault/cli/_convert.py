@@ -111,7 +111,8 @@ def import_(
     if validation is not None:
         from vault import Vault
 
-        doc["validation"] = {"path": validation, **_summary(Vault.open(validation))}
+        val = Vault.open(validation)
+        doc["validation"] = {"path": val.location, **_summary(val)}
     if json_out:
         emit_json(doc)
         return
