@@ -5,10 +5,12 @@
 ``dataset_info.json``, ``features.json`` and the split's files ``<name>-<split>.tfrecord-*``
 or ``.array_record-*``) whose examples are episodes: a ``steps`` feature (a
 ``tfds.features.Dataset``) of steps with ``is_first``, ``is_last``, usually ``is_terminal``,
-``observation``, ``action``, ``reward``, ``discount`` and whatever else the dataset records. It
-is read with TFDS's own feature decoders (``features.deserialize_example_np``, the numpy path
-of ``tfds.data_source``), from files read here: TFRecord framing (every length and record
-checked against its CRC-32C) or ``array_record``; TensorFlow is never imported. A path TFDS
+``observation``, ``action``, ``reward``, ``discount`` and whatever else the dataset records.
+Its records are read here (TFRecord framing, every length and record checked against its
+CRC-32C, or ``array_record``), parsed by TFDS (``features.deserialize_example_np``, the numpy
+path of ``tfds.data_source``) and decoded leaf by leaf over all the steps of an episode: a
+plain tensor is its parsed values, an encoded one goes through its TFDS feature's decoder,
+an image through a JPEG or PNG decoder (below). TensorFlow is never imported. A path TFDS
 can open (``etils.epath``: local, or ``gs://``/``s3://`` with ``gcsfs``/``s3fs``, or through
 TensorFlow's file systems where it is installed) works for TFRecord files; ``array_record``
 files must be local.
@@ -24,8 +26,8 @@ flags: with ``is_terminal``, it is the done leaf and ``is_last`` the truncated l
 that ends on ``is_last`` alone is truncated); without it, ``is_last`` is the done leaf; a
 scalar ``reward`` is the reward leaf. So the vault's episodes are the dataset's records exactly:
 an episode whose ``is_last`` is not set on exactly its last step, or whose ``is_terminal`` is set
-before its end, is refused (named by file and record); empty episodes (no steps) are skipped and
-counted under ``imported_from.empty_episodes``.
+before its end, is refused (named by file and record); episodes without steps are skipped (and
+logged).
 
 **Images.** ``jpeg="tensorflow"`` (default) decodes JPEG-encoded images exactly as TensorFlow
 does when TFDS's ``as_dataset`` reads them (libjpeg-turbo with its fast integer IDCT, through

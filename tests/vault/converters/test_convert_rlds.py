@@ -200,3 +200,32 @@ def test_from_a_bucket(s3_env: Any, tmp_path: Path) -> None:
     np.testing.assert_array_equal(
         vault.read_numpy()["observation"]["image"][0], want["observation/image"]
     )
+
+
+def test_encoded_tensors_and_episodes_without_steps(tmp_path: Path) -> None:
+    features = {
+        "packed": tfds.features.Tensor(shape=(2, 3), dtype=np.uint16, encoding="zlib"),
+        "label": tfds.features.ClassLabel(num_classes=5),
+        "is_first": tfds.features.Scalar(dtype=np.bool_),
+        "is_last": tfds.features.Scalar(dtype=np.bool_),
+    }
+
+    def steps(seed: int, e: int, n: int) -> dict[str, Any]:
+        rng = np.random.default_rng(e)
+        return {"steps": [{"packed": rng.integers(0, 60000, (2, 3)).astype(np.uint16),
+                           "label": int(rng.integers(0, 5)), "is_first": t == 0,
+                           "is_last": t == n - 1} for t in range(n)]}  # fmt: skip
+
+    source = write_rlds(tmp_path / "src", {"train": [3, 0, 4, 2]}, steps_of=steps,
+                        features=features)  # fmt: skip
+    vault = import_rlds(source, tmp_path / "v")
+    data = tfds.builder_from_directory(str(source)).as_data_source(split="train")
+    episodes = [data[i]["steps"] for i in range(len(data))]
+    want = [ep for ep in episodes if len(ep)]
+    assert len(want) == 3  # the episode without steps is left out
+    assert vault.episodes().length.tolist() == [len(ep) for ep in want]
+    got = vault.read_numpy()
+    for key in ("packed", "label"):
+        expected = np.stack([np.asarray(ep[t][key]) for ep in want for t in range(len(ep))])
+        assert got[key][0].dtype == expected.dtype, key
+        np.testing.assert_array_equal(got[key][0], expected, err_msg=key)
