@@ -68,8 +68,8 @@ VAL_SUFFIX = "-val"
 
 @dataclass(frozen=True)
 class Member:
-    """One ``.npy`` array inside the ``.npz``: its key, shape, dtype and where its data starts
-    (header length), read from the member's header."""
+    """One ``.npy`` array inside the ``.npz``: its key, shape, dtype and memory order, read from
+    the member's header."""
 
     key: str
     shape: tuple[int, ...]
