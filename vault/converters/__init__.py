@@ -1,5 +1,6 @@
 """Converters between vaults and other offline-RL formats, one private module per format:
-Flashbax/og-marl vault directories, Minari datasets (HDF5 or Arrow), D4RL-style HDF5 files.
+Flashbax/og-marl vault directories, Minari datasets (HDF5 or Arrow), D4RL-style HDF5 files,
+OGBench ``.npz`` files and RLDS datasets (TFDS directories of episodes).
 
 Each streams (about two blocks of ``block_bytes`` in memory), writes through :class:`vault.Vault`
 at any location and leaves nothing behind when it fails; :func:`import_dataset` and
@@ -20,11 +21,15 @@ if TYPE_CHECKING:
     from vault.converters._d4rl import import_d4rl
     from vault.converters._flashbax import import_flashbax
     from vault.converters._minari import datasets_root, export_minari, import_minari
+    from vault.converters._ogbench import import_ogbench, ogbench_dataset
+    from vault.converters._rlds import import_rlds
 
 IMPORTERS = {
     "flashbax": ("vault.converters._flashbax", "import_flashbax"),
     "minari": ("vault.converters._minari", "import_minari"),
     "d4rl": ("vault.converters._d4rl", "import_d4rl"),
+    "ogbench": ("vault.converters._ogbench", "import_ogbench"),
+    "rlds": ("vault.converters._rlds", "import_rlds"),
 }
 EXPORTERS = {
     "minari": ("vault.converters._minari", "export_minari"),
@@ -33,6 +38,7 @@ IMPORT_FORMATS = tuple(IMPORTERS)
 EXPORT_FORMATS = tuple(EXPORTERS)
 _LAZY = {name: module for module, name in [*IMPORTERS.values(), *EXPORTERS.values()]}
 _LAZY["datasets_root"] = "vault.converters._minari"
+_LAZY["ogbench_dataset"] = "vault.converters._ogbench"
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -45,6 +51,9 @@ __all__ = [
     "import_dataset",
     "import_flashbax",
     "import_minari",
+    "import_ogbench",
+    "import_rlds",
+    "ogbench_dataset",
 ]
 
 

@@ -23,9 +23,15 @@ imported.
 **Export.** The complete episodes of a vault with an episode index become a Minari dataset
 (``minari.load_dataset(dataset_id)`` opens it) in Minari's datasets directory
 (``MINARI_DATASETS_PATH``, else ``~/.minari/datasets``) or under ``root``, built under a hidden
-name and renamed into place. Spaces are the ones recorded by an import, else given, else
+name and renamed into place. Spaces are the ones given, else recorded by an import, else
 inferred (``Box`` of each leaf's shape and dtype, unbounded for floats; ``Dict``/``Tuple`` for
-nested leaves). Images are stored raw (Minari's lossy JPEG encoding is off).
+nested leaves). The dataset's metadata is what an import recorded (``env_spec``, so that
+``recover_environment()`` works, ``eval_env_spec``, ``algorithm_name``, ``author``,
+``author_email``, ``code_permalink``, ``description``, ``requirements``, reference scores and
+any other key), updated by the ``env_spec`` and ``metadata`` arguments; the keys that describe
+the new files (``dataset_id``, ``total_episodes``, ``total_steps``, ``dataset_size``,
+``data_format``, ``jpeg_encoding``, ``minari_version``, the spaces) are the export's own.
+Images are stored raw (Minari's lossy JPEG encoding is off).
 """
 
 from __future__ import annotations
@@ -230,6 +236,8 @@ def export_minari(
     truncations: str | None = None,
     observation_space: Any = None,
     action_space: Any = None,
+    env_spec: Any = None,
+    metadata: dict[str, Any] | None = None,
     block_bytes: int = BLOCK_BYTES,
     progress: Progress | None = None,
 ) -> Path:
@@ -239,8 +247,10 @@ def export_minari(
 
     The leaf paths (or subtrees, for Dict/Tuple spaces) of each Minari field default to the
     names an import gives them; ``rewards``, ``terminations`` and ``truncations`` default to
-    the vault's episode leaves (no truncated leaf: all false). The dataset appears whole or
-    not at all."""
+    the vault's episode leaves (no truncated leaf: all false). ``env_spec`` (a Gymnasium
+    ``EnvSpec``, its JSON, or an environment id) and ``metadata`` (Minari metadata keys such
+    as ``algorithm_name``, ``author``) replace what an import recorded. The dataset appears
+    whole or not at all."""
     block_bytes = check_common(block_bytes, progress)
     if data_format not in FORMATS:
         raise VaultArgumentError(f"data_format must be one of {list(FORMATS)}, got {data_format!r}")
@@ -276,6 +286,7 @@ def export_minari(
         ]
         if missing:
             raise VaultStructureError(f"{vault.location}: cannot export as Minari", missing)
+        info = _export_metadata(vault, env_spec, metadata)
         obs_space = observation_space or _recorded(vault, "observation_space")
         act_space = action_space or _recorded(vault, "action_space")
         obs_space = obs_space or _space_of(_subtree(example, observations))
@@ -291,15 +302,13 @@ def export_minari(
                 tmp / DATA_DIR,
                 observation_space=obs_space,
                 action_space=act_space,
+                env_spec=info.pop("env_spec"),
                 data_format=data_format,
                 jpeg_encoding=False,
             )
+            info.setdefault("description", f"exported by rlvault from {vault.location}")
             storage.update_metadata(
-                {
-                    "dataset_id": dataset_id,
-                    "minari_version": minari.__version__,
-                    "description": f"exported by rlvault from {vault.location}",
-                }
+                {**info, "dataset_id": dataset_id, "minari_version": minari.__version__}
             )
             total = int(table.length.sum()) * step
             done, batch, size = 0, [], 0
@@ -380,6 +389,57 @@ def _recorded(vault: Vault, key: str) -> Any:
     from minari.serialization import deserialize_space
 
     return deserialize_space(origin[key])
+
+
+# the keys of Minari's metadata that describe the files themselves: an export writes its own
+OWN_KEYS = frozenset(
+    {
+        "dataset_id", "total_episodes", "total_steps", "dataset_size", "data_format",
+        "jpeg_encoding", "minari_version", "observation_space", "action_space",
+    }
+)  # fmt: skip
+AUTHOR_KEYS = ("author", "author_email")  # sets in Minari's metadata
+
+
+def _export_metadata(vault: Vault, env_spec: Any, given: dict[str, Any] | None) -> dict[str, Any]:
+    """The Minari metadata of an export: what an import recorded, updated by ``given`` and
+    ``env_spec``; ``env_spec`` as an ``EnvSpec`` (or None), authors as sets."""
+    from gymnasium.envs.registration import EnvSpec
+
+    origin = vault.metadata.get("imported_from")
+    recorded = (
+        origin.get("metadata", {})
+        if isinstance(origin, dict) and origin.get("format") == "minari"
+        else {}
+    )
+    if given is not None and not isinstance(given, dict):
+        raise VaultArgumentError(f"metadata must be a dict of Minari metadata, got {given!r}")
+    info = {k: v for k, v in {**recorded, **(given or {})}.items() if k not in OWN_KEYS}
+    spec = info.pop("env_spec", None) if env_spec is None else env_spec
+    for key in AUTHOR_KEYS:
+        value = info.get(key)
+        if isinstance(value, (list, tuple, set, frozenset)):
+            info[key] = {str(v) for v in value}
+        elif value is not None:
+            info[key] = {str(value)}
+    if isinstance(spec, str):
+        try:
+            spec = EnvSpec.from_json(spec) if spec.lstrip().startswith("{") else spec
+        except (ValueError, TypeError, KeyError) as err:
+            raise VaultArgumentError(f"env_spec: not a Gymnasium EnvSpec JSON ({err})") from None
+    if isinstance(spec, str):
+        import gymnasium as gym
+
+        try:
+            spec = gym.spec(spec)
+        except gym.error.Error as err:
+            raise VaultArgumentError(f"env_spec: {err}") from None
+    if spec is not None and not isinstance(spec, EnvSpec):
+        raise VaultArgumentError(
+            f"env_spec must be a gymnasium EnvSpec, its JSON or an environment id, got {spec!r}"
+        )
+    info["env_spec"] = spec
+    return info
 
 
 def _space_of(tree: Any) -> Any:

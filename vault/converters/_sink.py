@@ -117,6 +117,38 @@ def pump(
     _log.debug("imported %d blocks (%d bytes) into %s", len(reads), total, vault.location)
 
 
+def pump_stream(
+    vault: Vault,
+    blocks: Iterator[tuple[Any, int]],
+    total: int,
+    progress: Progress | None,
+    done: int = 0,
+) -> int:
+    """:func:`pump` for a source read as a stream whose block sizes are known only once read:
+    ``blocks`` yields (a tree of ``[rows, n, ...]`` arrays, its size in ``total``'s units);
+    the next one is read on a helper thread while this one is appended. ``done`` starts the
+    count (several streams, one progress); returns the count at the end."""
+    sentinel = object()
+    with ThreadPoolExecutor(1, thread_name_prefix="vault-import") as pool:
+        ahead = pool.submit(next, blocks, sentinel)
+        try:
+            while True:
+                item: Any = ahead.result()
+                if item is sentinel:
+                    break
+                ahead = pool.submit(next, blocks, sentinel)
+                data, size = item
+                vault.append(data)
+                del data, item
+                done += size
+                if progress:
+                    progress(done, total)
+        except BaseException:
+            ahead.cancel()
+            raise
+    return done
+
+
 def time_blocks(
     read: Callable[[int, int], Any], length: int, step_bytes: int, block_bytes: int
 ) -> tuple[list[Callable[[], Any]], list[int]]:
