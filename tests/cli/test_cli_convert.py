@@ -46,7 +46,7 @@ def test_import_flashbax_with_episode_leaves(cli: Cli, tmp_path: Path) -> None:
 def test_import_d4rl_and_usage_errors(cli: Cli, tmp_path: Path) -> None:
     write_d4rl(tmp_path / "d.hdf5", [4, 6, 3])
     out = cli("import", "d4rl", tmp_path / "d.hdf5", "--out", tmp_path / "v")
-    assert "1 rows x 13 timesteps" in out.stdout
+    assert "1 row x 13 timesteps" in out.stdout
     assert "2 episodes" in out.stdout
     line = one_error_line(cli("import", "csv", "x", "--out", tmp_path / "z", code=1))
     assert "FORMAT must be one of flashbax, minari, d4rl, got 'csv'" in line

@@ -3,8 +3,12 @@
 Both call the converters of :mod:`vault.converters` (their optional dependencies are imported
 only when the command runs); a progress bar in bytes of raw data is shown on a terminal. The
 destination is built under a hidden name and renamed at the end: an interrupted command
-(Ctrl-C, exit 130) leaves nothing. ``vault export`` keeps its numpy formats (``npz``, ``npy``:
-``vault.cli._export``) and adds ``minari``.
+(Ctrl-C, exit 130) leaves nothing. ``vault export`` writes its numpy formats (``npz``, ``npy``:
+``vault.cli._export``) itself and the others through the converters.
+
+The formats each command takes come from one registry, :mod:`vault.converters`
+(``IMPORT_FORMATS``, ``EXPORT_FORMATS``) with the numpy formats before them: its help, its
+checks and its error messages list them from there.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ from typing import Annotated, Any
 
 import typer
 
+from vault import converters
 from vault.cli import _export
 from vault.cli._common import (
     JsonOpt,
     PathArg,
     ShardOpt,
+    count,
     emit_json,
     fail,
     local_path,
@@ -28,12 +34,19 @@ from vault.cli._common import (
 )
 from vault.cli._export import CompressOpt, LeafOpt, RowsOpt, TimeOpt
 
-FORMATS = ("flashbax", "minari", "d4rl")
+IMPORT_FORMATS = converters.IMPORT_FORMATS
+EXPORT_FORMATS = (*_export.FORMATS, *converters.EXPORT_FORMATS)
+
+
+def _either(names: tuple[str, ...]) -> str:
+    """``"a, b or c"``."""
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
 
 
 def import_(
     fmt: Annotated[
-        str, typer.Argument(metavar="FORMAT", help="flashbax, minari or d4rl.", show_default=False)
+        str,
+        typer.Argument(metavar="FORMAT", help=f"{_either(IMPORT_FORMATS)}.", show_default=False),
     ],
     source: Annotated[
         str,
@@ -55,10 +68,8 @@ def import_(
     json_out: JsonOpt = False,
 ) -> None:
     """Import a Flashbax/og-marl vault, a Minari dataset or a D4RL-style HDF5 file as a vault."""
-    from vault import converters
-
-    if fmt not in FORMATS:
-        fail(f"FORMAT must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if fmt not in IMPORT_FORMATS:
+        fail(f"FORMAT must be one of {', '.join(IMPORT_FORMATS)}, got {fmt!r}")
     roles = {"done": done, "truncated": truncated, "reward": reward}
     if fmt != "flashbax" and any(roles.values()):
         fail(
@@ -84,10 +95,11 @@ def import_(
     if json_out:
         emit_json(doc)
         return
-    eps = "" if episodes is None else f", {episodes} episodes"
+    eps = "" if episodes is None else f", {count(episodes, 'episode')}"
     stdout().print(
-        f"wrote {made.location}: {made.rows} rows x {made.committed_length} timesteps, "
-        f"{len(made.leaf_names)} leaves{eps} (from {fmt} {source})",
+        f"wrote {made.location}: {count(made.rows, 'row')} x "
+        f"{count(made.committed_length, 'timestep')}, "
+        f"{count(len(made.leaf_names), 'leaf', 'leaves')}{eps} (from {fmt} {source})",
         highlight=False,
     )
 
@@ -100,7 +112,9 @@ def export(
             "--out", "-o", help="npz file / npy folder, or the Minari dataset id (minari)."
         ),
     ],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="npz, npy or minari.")] = "npz",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help=f"{_either(EXPORT_FORMATS)}.")
+    ] = _export.FORMATS[0],
     leaf: LeafOpt = None,
     rows: RowsOpt = None,
     time: TimeOpt = None,
@@ -115,8 +129,10 @@ def export(
 ) -> None:
     """Export a selection of a vault to numpy files, or its episodes as a Minari dataset.
     A dataset's root exports every shard's selection (npz members and npy files
-    ``shards/<name>/<leaf>``), or with --shard one shard as a vault."""
-    if fmt != "minari":
+    `shards/<name>/<leaf>`), or with --shard one shard as a vault."""
+    if fmt not in EXPORT_FORMATS:
+        fail(f"--format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
+    if fmt in _export.FORMATS:
         if minari_root is not None or data_format != "hdf5":
             fail("--minari-root and --data-format are for --format minari")
         _export.export(path, Path(out), fmt, leaf, rows, time, compress, json_out, shard)

@@ -22,11 +22,12 @@ its help, exit 1: ``vault: `vault info`: No such option: --foo. See `vault info 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from typing import Annotated, Any, NoReturn
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from vault.cli import _check, _convert, _derive, _episodes, _ls, _ls_info, _show, _tag, _unlock
 from vault.cli._common import (
@@ -40,7 +41,51 @@ from vault.cli._common import (
 )
 
 
-class _Group(TyperGroup):
+def reflow(text: str | None) -> str | None:
+    """A help text whose paragraphs are each one line, so that the terminal (or the page) wraps
+    them at its own width; the line breaks of the docstring's source would otherwise show at
+    every width. Paragraphs are separated by a blank line; a paragraph whose lines start with
+    a list marker (``*``, ``-``) keeps one line per item."""
+    if text is None:
+        return None
+    paragraphs = []
+    for paragraph in inspect.cleandoc(text).split("\n\n"):
+        items: list[list[str]] = []
+        for line in paragraph.splitlines():
+            line = line.strip()
+            if not items or line.startswith(("* ", "- ")):
+                items.append([line])
+            else:
+                items[-1].append(line)
+        paragraphs.append("\n".join(" ".join(item) for item in items))
+    return "\n\n".join(paragraphs)
+
+
+class _Flag(TyperOption):
+    """A flag (``--json``, ``--help``) takes no value: its help shows no value type (typer
+    shows ``<bool>``, as if the flag took one)."""
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+class _Help:
+    """The help of a command (or of the group): paragraphs reflowed to the terminal's width
+    (:func:`reflow`) and flags without a value type (:class:`_Flag`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["help"] = reflow(kwargs.get("help"))
+        super().__init__(*args, **kwargs)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if type(param) is TyperOption and param.is_flag:
+                param.__class__ = _Flag  # typer builds the options; this only adds a method
+        return params
+
+
+class _Group(_Help, TyperGroup):
     """Reports usage errors and library errors as one line each, with their exit code.
 
     Parsing the command line happens in ``make_context`` (the group's options, then, inside
@@ -80,7 +125,7 @@ class _Group(TyperGroup):
             raise typer.Exit(code) from None
 
 
-class _Command(TyperCommand):
+class _Command(_Help, TyperCommand):
     """A command whose usage errors know the command (see :func:`_naming`)."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:

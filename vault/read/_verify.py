@@ -328,8 +328,13 @@ class _Checker:
         if held:
             self.warn(
                 TRASH_DIR,
-                f"{len(held)} old versions of replaced files are waiting to be freed (a writer "
-                "is running, or one died: the next writer frees them). They are not data",
+                (
+                    "1 old version of a replaced file is"
+                    if len(held) == 1
+                    else f"{len(held)} old versions of replaced files are"
+                )
+                + " waiting to be freed (a writer is running, or one died: the next writer "
+                "frees them). They are not data",
             )
 
     def absent_warning(self, arr: _Array, absent: list[str]) -> None:
