@@ -175,13 +175,9 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
+        import vault
 
-        try:
-            text = version("rlvault")
-        except PackageNotFoundError:
-            text = "unknown"
-        typer.echo(f"rlvault {text}")
+        typer.echo(f"rlvault {vault.__version__}")
         raise typer.Exit()
 
 
