@@ -5,7 +5,8 @@ The public names are those in ``vault.__all__``, ``buffers.__all__`` and
 which ruff's pydocstyle rules treat as private, so this test reads them as mkdocstrings does
 (griffe, Google style) and asks of each: a one-line summary; for a function or method, every
 parameter under ``Args`` and, when it returns something, a ``Returns`` (or ``Yields``)
-section; for a class, its public methods likewise and its public fields under ``Attributes``
+section (or, as Google's guide allows, a summary that starts with "Returns"); for a class,
+its public methods likewise and its public fields under ``Attributes``
 (or with a docstring of their own); no warning from the docstring parser (a documented
 parameter that is not in the signature, a malformed section). The ``Example`` sections run as
 doctests.
@@ -60,19 +61,29 @@ def _missing(obj: Any, where: str) -> list[str]:
             and obj.name != "__init__"
             and "property" not in obj.labels
             and not {"returns", "yields"} & set(sections)
+            and not lines[0].startswith(("Returns ", "Yields "))  # Google's one-line form
         ):
             gaps.append(f"{where}: no Returns section (returns {obj.returns})")
-    if obj.is_class:
-        fields = {a.name for a in getattr(sections.get("attributes"), "value", [])}
-        for name, member in obj.members.items():
+    if obj.is_class:  # its own members and those it inherits (a mixin's methods)
+        for name, member in obj.all_members.items():
+            member = _members(member)
             if name.startswith("_"):
                 continue
-            member = _members(member)
             if member.is_function:
                 gaps += _missing(member, f"{where}.{name}")
-            elif member.is_attribute and name not in fields and member.docstring is None:
+            elif (
+                member.is_attribute
+                and member.docstring is None
+                and name not in _attributes(member.parent)  # the defining class's section
+            ):
                 gaps.append(f"{where}.{name}: not under Attributes and no docstring")
     return gaps
+
+
+def _attributes(cls: Any) -> set[str]:
+    """The names under the ``Attributes`` section of ``cls``'s docstring."""
+    sections = cls.docstring.parsed if cls.docstring is not None else []
+    return {a.name for s in sections if s.kind.value == "attributes" for a in s.value}
 
 
 def _public(package: griffe.Module) -> Iterator[tuple[str, Any]]:
@@ -143,15 +154,24 @@ def silent() -> None:
 
 
 def _examples() -> list[doctest.DocTest]:
+    """The examples of every public name, and of the methods a public class inherits from
+    this project's mixins (``Vault.read`` lives in ``ReadMethods``), each once."""
     finder = doctest.DocTestFinder(recurse=True, exclude_empty=True)
-    tests = []
+    found: dict[tuple[str | None, str | None], doctest.DocTest] = {}
     for module_name, module in PUBLIC.items():
         for name in module.__all__:
             obj = getattr(module, name)
             if isinstance(obj, type(vault)):
                 continue  # a module of buffers (its names are checked where exported)
-            tests += finder.find(obj, f"{module_name}.{name}", module=False, globs={})
-    return [t for t in tests if t.examples]
+            ours = [obj]
+            if isinstance(obj, type):  # the class and this project's classes it inherits from
+                ours = [c for c in obj.__mro__ if c.__module__.split(".")[0] in PUBLIC]
+            for part in ours:
+                label = f"{module_name}.{name}"
+                for test in finder.find(part, label, module=False, globs={}):
+                    test.name = label + test.name[len(label) :]
+                    found.setdefault((test.filename, test.docstring), test)
+    return [t for t in found.values() if t.examples]
 
 
 @pytest.mark.parametrize("example", _examples(), ids=lambda t: t.name)
