@@ -139,8 +139,10 @@ def episode_init(
 
 
 def _named_flags(batch: Any, episode_end: str, what: str) -> Any:
-    """The leaf ``episode_end`` names in ``batch`` (a key, or an attribute), or a typed error
-    that lists the fields the batch has."""
+    """The leaf ``episode_end`` names in ``batch`` (a key, or an attribute).
+
+    A typed error lists the fields the batch has when it has no such leaf.
+    """
     if isinstance(batch, Mapping):
         if episode_end in batch:
             return batch[episode_end]
@@ -184,8 +186,11 @@ def episode_ends(
 
 
 def _steps_within(ends: Array, last_step: Array, last_done: Array) -> Array:
-    """``episode_step`` of ``L`` new timesteps per row, given the flags of each new step and
-    the newest stored step (``last_step``, ``last_done``)."""
+    """``episode_step`` of ``L`` new timesteps per row.
+
+    Given the flags of each new step and the newest stored step (``last_step``,
+    ``last_done``).
+    """
     length = ends.shape[1]
     starts = jnp.concatenate([last_done[:, None], ends[:, :-1]], axis=1)
     idx = jnp.arange(length, dtype=jnp.int32)

@@ -153,8 +153,10 @@ __all__ = [
 
 
 def _installed_version() -> str:
-    """The version of the installed distribution (pyproject.toml's, the one version source);
-    ``"0+unknown"`` when rlvault is imported from a source tree that was never installed."""
+    """The version of the installed distribution (pyproject.toml's, the one version source).
+
+    ``"0+unknown"`` when rlvault is imported from a source tree that was never installed.
+    """
     from importlib.metadata import PackageNotFoundError, version
 
     try:

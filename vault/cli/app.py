@@ -42,10 +42,19 @@ from vault.cli._common import (
 
 
 def reflow(text: str | None) -> str | None:
-    """A help text whose paragraphs are each one line, so that the terminal (or the page) wraps
-    them at its own width; the line breaks of the docstring's source would otherwise show at
-    every width. Paragraphs are separated by a blank line; a paragraph whose lines start with
-    a list marker (``*``, ``-``) keeps one line per item."""
+    """A help text whose paragraphs are each one line, for the terminal to wrap.
+
+    The terminal (or the page) then wraps them at its own width; the line breaks of the
+    docstring's source would otherwise show at every width. Paragraphs are separated by a
+    blank line; a paragraph whose lines start with a list marker (``*``, ``-``) keeps one line
+    per item.
+
+    Args:
+        text: a docstring (or None).
+
+    Returns:
+        The text reflowed (None for None).
+    """
     if text is None:
         return None
     paragraphs = []
@@ -62,16 +71,21 @@ def reflow(text: str | None) -> str | None:
 
 
 class _Flag(TyperOption):
-    """A flag (``--json``, ``--help``) takes no value: its help shows no value type (typer
-    shows ``<bool>``, as if the flag took one)."""
+    """A flag (``--json``, ``--help``): its help shows no value type, as it takes no value.
+
+    Typer shows ``<bool>``, as if the flag took one.
+    """
 
     def display_type_rich(self, ctx: Any) -> str | None:
         return None
 
 
 class _Help:
-    """The help of a command (or of the group): paragraphs reflowed to the terminal's width
-    (:func:`reflow`) and flags without a value type (:class:`_Flag`)."""
+    """The help of a command (or of the group), as a new user can read it.
+
+    Paragraphs reflowed to the terminal's width (:func:`reflow`) and flags without a value
+    type (:class:`_Flag`).
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["help"] = reflow(kwargs.get("help"))
@@ -135,9 +149,11 @@ class _Command(_Help, TyperCommand):
 
 @contextlib.contextmanager
 def _naming(ctx: Any) -> Iterator[None]:
-    """Usage errors raised while ``ctx``'s arguments are parsed carry ``ctx`` (click's parser
-    leaves it out of some, e.g. "Option '--rows' requires an argument"), so that the one line
-    names the command."""
+    """Usage errors raised while ``ctx``'s arguments are parsed carry ``ctx``.
+
+    Click's parser leaves it out of some (e.g. "Option '--rows' requires an argument"); with
+    it, the one line names the command.
+    """
     try:
         yield
     except typer.TyperException as err:
@@ -147,9 +163,11 @@ def _naming(ctx: Any) -> Iterator[None]:
 
 
 def _usage_error(err: typer.TyperException) -> NoReturn:
-    """One line naming the command, the problem and the command's help; exit ``EXIT_USAGE``
-    (typer's 2 is this command's "not found"). ``vault`` alone shows the help, as typer does
-    (its error carries the help text)."""
+    """One line naming the command, the problem and the command's help; exit ``EXIT_USAGE``.
+
+    Typer's 2 is this command's "not found". ``vault`` alone shows the help, as typer does
+    (its error carries the help text).
+    """
     if type(err).__name__ == "NoArgsIsHelpError":  # typer's check, without importing it
         err.exit_code = EXIT_USAGE
         raise err

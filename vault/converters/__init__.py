@@ -1,4 +1,5 @@
-"""Converters between vaults and other offline-RL formats, one private module per format:
+"""Converters between vaults and other offline-RL formats, one private module per format.
+
 Flashbax/og-marl vault directories, Minari datasets (HDF5 or Arrow), D4RL-style HDF5 files.
 
 Each streams (about two blocks of ``block_bytes`` in memory), writes through :class:`vault.Vault`
