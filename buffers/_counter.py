@@ -37,7 +37,7 @@ def from_int(n: int) -> Array:
         ArgumentTypeError: ``n`` is not an integer.
         BufferConfigError: ``n`` is outside [0, 2**64).
 
-    Example:
+    Examples:
         >>> import buffers as fbx
         >>> fbx.write_counter_from_int(2**32 + 5).tolist()
         [1, 5]
@@ -126,7 +126,7 @@ def timesteps_added(state: Any) -> Any:
     Raises:
         ArgumentTypeError: ``state`` has no ``write_counter`` (not a state of this package).
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> import buffers as fbx
         >>> buffer = fbx.make_flat_buffer(max_length=8, min_length=1, sample_batch_size=1)

@@ -380,7 +380,7 @@ def make_episode_buffer(
         ArgumentTypeError: a size that is not an integer, or an ``episode_end`` that is
             neither a leaf name nor a function.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> import buffers as fbx
         >>> buffer = fbx.make_episode_buffer(

@@ -172,7 +172,7 @@ def make_flat_buffer(
             rows shorter than 2 timesteps, ``min_length`` more than the rows hold).
         ArgumentTypeError: a size that is not an integer, or a flag that is not a bool.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> import buffers as fbx
         >>> buffer = fbx.make_flat_buffer(max_length=100, min_length=4, sample_batch_size=8)

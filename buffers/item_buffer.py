@@ -91,7 +91,7 @@ def make_item_buffer(
             above ``max_length``).
         ArgumentTypeError: a size that is not an integer, or a flag that is not a bool.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> import buffers as fbx
         >>> buffer = fbx.make_item_buffer(max_length=32, min_length=2, sample_batch_size=4)

@@ -151,7 +151,7 @@ def make_mixer(
         ArgumentTypeError: something that is not a buffer, or a proportion that is not a
             number.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> import buffers as fbx
         >>> a = fbx.make_flat_buffer(max_length=32, min_length=2, sample_batch_size=8)

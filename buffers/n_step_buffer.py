@@ -98,7 +98,7 @@ def n_step_returns(rewards: Array, discounts: Array, n_step: int) -> Array:
         BufferConfigError: ``rewards`` and ``discounts`` differ in shape, or are scalars.
         ArgumentTypeError: ``n_step`` is not a positive integer.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> import buffers as fbx
         >>> fbx.n_step_returns(jnp.ones(4), jnp.full(4, 0.5), n_step=2).tolist()
@@ -139,7 +139,7 @@ def n_step_discounts(discounts: Array, n_step: int) -> Array:
         BufferConfigError: ``discounts`` is a scalar.
         ArgumentTypeError: ``n_step`` is not a positive integer.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> import buffers as fbx
         >>> fbx.n_step_discounts(jnp.full(4, 0.5), n_step=2).tolist()
@@ -197,7 +197,7 @@ def make_n_step_buffer(
         ArgumentTypeError: a size that is not an integer, or a functional map that is not a
             dict of tuples to functions.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> import buffers as fbx
         >>> buffer = fbx.make_n_step_buffer(

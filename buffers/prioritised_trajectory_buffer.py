@@ -416,7 +416,7 @@ def make_prioritised_trajectory_buffer(
         BufferConfigError: a size out of range, or a ``priority_exponent`` outside [0, 1].
         ArgumentTypeError: a size that is not an integer.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> import buffers as fbx
         >>> buffer = fbx.make_prioritised_trajectory_buffer(

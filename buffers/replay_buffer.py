@@ -80,7 +80,7 @@ class ReplayBuffer(Replaceable):
         BufferConfigError: ``buffer_size`` is not positive.
         ArgumentTypeError: ``buffer_size`` is not an integer.
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> import buffers as fbx
         >>> replay = fbx.ReplayBuffer(buffer_size=100)

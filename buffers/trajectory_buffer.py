@@ -202,7 +202,7 @@ def make_trajectory_buffer(
             the time axis, or neither ``max_size`` nor ``max_length_time_axis`` given).
         ArgumentTypeError: a size that is not an integer (``2.5``, ``True``).
 
-    Example:
+    Examples:
         >>> import jax, jax.numpy as jnp
         >>> import buffers as fbx
         >>> buffer = fbx.make_trajectory_buffer(

@@ -241,7 +241,7 @@ def make_trajectory_queue(
         BufferConfigError: a size out of range (sequence lengths longer than the time axis).
         ArgumentTypeError: a size that is not an integer.
 
-    Example:
+    Examples:
         >>> import jax.numpy as jnp
         >>> import buffers as fbx
         >>> queue = fbx.make_trajectory_queue(

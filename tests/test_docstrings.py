@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import doctest
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -93,7 +94,13 @@ def _public(package: griffe.Module) -> Iterator[tuple[str, Any]]:
 
 @pytest.fixture(scope="module")
 def loaded() -> list[griffe.Module]:
-    load = {"search_paths": [str(ROOT)], "docstring_parser": "google", "resolve_aliases": True}
+    load = {
+        "search_paths": [str(ROOT)],
+        "docstring_parser": "google",
+        # as mkdocs.yml sets them: a Returns section is one description, as Google's guide has
+        "docstring_options": {"returns_multiple_items": False, "returns_named_value": False},
+        "resolve_aliases": True,
+    }
     top = {name: griffe.load(name, resolve_external=False, **load) for name in ("vault", "buffers")}
     return [top["vault"], top["vault"]["converters"], top["buffers"]]
 
@@ -182,3 +189,30 @@ def test_docstring_examples_run(
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     runner.run(example, out=lambda text: pytest.fail(text, pytrace=False))
     assert runner.summarize(verbose=False).failed == 0
+
+
+def _pages() -> dict[str, str]:
+    return {p.name: p.read_text() for p in sorted((ROOT / "docs" / "api").glob("*.md"))}
+
+
+def test_every_public_name_is_on_an_api_page() -> None:
+    """docs/api/*.md render each name of the three ``__all__`` lists (``::: vault.Vault``)."""
+    rendered = {m for text in _pages().values() for m in re.findall(r"^::: (\S+)$", text, re.M)}
+    wanted = {f"{prefix}.{name}" for prefix, module in PUBLIC.items() for name in module.__all__}
+    assert sorted(wanted - rendered) == []
+    assert sorted(rendered - wanted) == []  # nothing private, nothing gone
+
+
+def test_member_lists_on_the_api_pages_are_complete() -> None:
+    """Where a page lists a class's members (to order them), it lists every public one."""
+    for text in _pages().values():
+        for path, block in re.findall(r"^::: (\S+)\n((?:    .*\n)+)", text, re.M):
+            if "members:\n" not in block or "members: false" in block:
+                continue
+            listed = re.findall(r"^        - (\w+)$", block, re.M)
+            prefix, name = path.rsplit(".", 1)
+            cls = getattr(PUBLIC[prefix], name)
+            public = {n for n in dir(cls) if not n.startswith("_")}
+            assert sorted(public - set(listed)) == [], path
+            assert len(listed) == len(set(listed)), path
+            assert set(listed) <= public, path

@@ -231,3 +231,15 @@ for _name, _function in (
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+def __getattr__(name: str) -> Any:
+    """``click_command``: the app as the click command typer builds, for the CLI reference.
+
+    docs/cli.md renders it with mkdocs-click (``:module: vault.cli.app``, ``:command:
+    click_command``), so the reference is generated from the app itself. Built on access:
+    importing the app stays as fast as before.
+    """
+    if name == "click_command":
+        return typer.main.get_command(app)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -150,7 +150,7 @@ class Dataset(DatasetReadMethods):
     Create it (or join it) with :meth:`create`, write a shard with :meth:`shard`, read it with
     :meth:`open`.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from vault import Dataset
         >>> dataset = Dataset.create("runs/doc-ds", {"x": np.float32(0)}, rows=2, exist_ok=True)

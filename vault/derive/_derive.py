@@ -122,7 +122,7 @@ def derive_slice(
         VaultExistsError: something is at ``dest`` already.
         VaultLocationError: ``dest`` lies inside the source.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from vault import Vault, derive_slice
         >>> with Vault.create("runs/doc", {"x": np.float32(0)}, rows=3) as v:

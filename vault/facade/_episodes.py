@@ -49,7 +49,7 @@ class EpisodeMethods:
         Raises:
             VaultCorruptError: the index arrays failed validation.
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> from vault import Vault
             >>> example = {"r": np.float32(0), "done": np.bool_(False)}

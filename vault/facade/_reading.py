@@ -56,7 +56,7 @@ class ReadMethods:
             VaultReadError: rows, a time range or leaves that the vault does not have.
             VaultCorruptError: a chunk failed its checksum or is missing (named).
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> from vault import Vault
             >>> with Vault.create("runs/doc", {"x": np.float32(0)}, rows=2) as v:
@@ -106,7 +106,7 @@ class ReadMethods:
                 ``last`` and ``timesteps``, or a ``capacity`` below 1.
             VaultCorruptError: a chunk failed its checksum or is missing (named).
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> from vault import Vault
             >>> with Vault.create("runs/doc", {"x": np.float32(0)}, rows=2) as v:
@@ -171,7 +171,7 @@ class ReadMethods:
             VaultReadError: too little data for one batch, or ``episode_aware`` on a vault
                 without an episode index.
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> from vault import Vault
             >>> with Vault.create("runs/doc", {"x": np.float32(0)}, rows=2) as v:

@@ -152,7 +152,7 @@ def time_blocks(length: int, chunk_time: int, step_bytes: int, block_bytes: int)
     Raises:
         VaultArgumentError: an argument that is not an integer, or out of range.
 
-    Example:
+    Examples:
         >>> import vault
         >>> vault.time_blocks(10, chunk_time=4, step_bytes=100, block_bytes=900)
         [0, 8, 10]
@@ -190,7 +190,7 @@ def leaf_stats(
         VaultArgumentError: ``vault`` is not an open Vault or Dataset.
         VaultReadError: leaves that the vault does not have.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from vault import Vault, leaf_stats
         >>> with Vault.create("runs/doc", {"x": np.float32(0)}, rows=2) as v:

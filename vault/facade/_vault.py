@@ -151,7 +151,7 @@ class Vault(EpisodeMethods, ReadMethods, WriteMethods, CommitMethods):
                 a tuple, NaN, a numpy scalar), naming its key path.
             VaultArgumentError: an unknown codec, a bad chunk shape or episode leaf.
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> from vault import Vault
             >>> example = {"obs": np.zeros(3, np.float32), "done": np.bool_(False)}

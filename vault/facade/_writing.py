@@ -66,7 +66,7 @@ class WriteMethods:
             VaultModeError: the vault is read-only or closed.
             VaultLockedError: another writer took the lock (opened by ``Vault(...)``).
 
-        Example:
+        Examples:
             >>> import jax.numpy as jnp
             >>> import buffers as fbx
             >>> from vault import Vault

@@ -141,7 +141,7 @@ class EpisodeTable:
         Raises:
             VaultArgumentError: a bound that is not a finite number, or a count below 0.
 
-        Example:
+        Examples:
             >>> import numpy as np
             >>> from vault import EpisodeTable
             >>> bounds = np.array([[0, 0, 3, 0], [0, 3, 5, 0], [1, 0, 2, 0]])

@@ -71,7 +71,7 @@ def to_xarray(source: Any, *, leaves: Sequence[str] | None = None, episodes: boo
         VaultDependencyError: xarray or dask is missing (``pip install "rlvault[xarray]"``).
         VaultReadError: leaves that the vault does not have.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from vault import Vault, to_xarray
         >>> with Vault.create("runs/doc", {"obs": np.zeros(3, np.float32)}, rows=2) as v:

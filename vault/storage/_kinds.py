@@ -74,7 +74,7 @@ def parse_location(location: LocationLike, storage: Storage = None) -> Location:
     Raises:
         VaultLocationError: anything else, or ``storage`` given with a location.
 
-    Example:
+    Examples:
         >>> import vault
         >>> vault.parse_location("memory://demo").capabilities.persistent
         False

@@ -37,7 +37,7 @@ def resume_stream(
             number of processes.
         VaultPinError: a source can no longer serve its pinned commit.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from vault import Vault, resume_stream
         >>> with Vault.create("runs/doc", {"x": np.float32(0)}, rows=2) as v:

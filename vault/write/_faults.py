@@ -54,7 +54,7 @@ def set_fault_hook(hook: FaultHook | None) -> FaultHook | None:
     Returns:
         The previous hook (``None`` if there was none).
 
-    Example:
+    Examples:
         >>> import vault
         >>> seen = []
         >>> def hook(point, info, step):
