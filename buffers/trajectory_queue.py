@@ -135,8 +135,9 @@ def queue_add(
     seq_len = tree_shape_prefix(batch, 2)[1]
     ok = can_add(state, seq_len)
     if not is_tracing(ok) and not bool(ok):
+        steps = "1 timestep does" if seq_len == 1 else f"{seq_len} timesteps do"
         raise QueueFullError(
-            f"add: {seq_len} timesteps do not fit: the queue holds {int(occupancy(state))} "
+            f"add: {steps} not fit: the queue holds {int(occupancy(state))} "
             f"unread of {t_len}. Sample (consume) first, or check `can_add`."
         )
     indices = (state.write_index + jnp.arange(seq_len)) % t_len
