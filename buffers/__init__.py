@@ -15,7 +15,12 @@ that does not match the state), :class:`PriorityError` (NaN, infinite or negativ
 indices that name no item), :class:`NotReadyError` and :class:`QueueFullError`
 (``RuntimeError``). Shapes, dtypes and types are checked at trace time, so also under ``jit``;
 values (priorities) only when concrete.
+
+``buffers.__version__`` is the installed rlvault's version (the one in pyproject.toml, as
+``vault.__version__`` and ``vault --version`` show it).
 """
+
+from typing import TYPE_CHECKING
 
 from buffers import (
     episode_buffer,
@@ -134,3 +139,21 @@ __all__ = [
     "trajectory_queue",
     "write_counter_from_int",
 ]
+
+if TYPE_CHECKING:
+    __version__: str
+
+
+def __getattr__(name: str) -> str:
+    # read on first use from the installed distribution's metadata (pyproject.toml's version,
+    # the one version source; vault reads it the same way, as buffers never imports vault)
+    if name != "__version__":
+        raise AttributeError(f"module 'buffers' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        value = version("rlvault")
+    except PackageNotFoundError:  # a source tree that was never installed
+        value = "0+unknown"
+    globals()[name] = value
+    return value

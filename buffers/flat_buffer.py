@@ -21,7 +21,12 @@ if TYPE_CHECKING:
 
 
 class ExperiencePair(NamedTuple, Generic[Experience]):
-    """``first``: the timestep at t; ``second``: the timestep at t + 1 (t + n for n-step)."""
+    """A transition: two timesteps of the same row.
+
+    Attributes:
+        first: the timestep at ``t``.
+        second: the timestep at ``t + 1`` (``t + n`` for an n-step buffer).
+    """
 
     first: Experience
     second: Experience
@@ -29,9 +34,12 @@ class ExperiencePair(NamedTuple, Generic[Experience]):
 
 @pytree_dataclass
 class TransitionSample(Replaceable, Generic[Experience]):
-    """``experience``: an :class:`ExperiencePair` of ``[sample_batch_size, ...]`` leaves.
+    """A batch of sampled transitions.
 
-    ``valid`` is false for items sampled from a state that was not ready.
+    Attributes:
+        experience: an :class:`ExperiencePair` whose leaves are ``[sample_batch_size, ...]``.
+        valid: ``bool[sample_batch_size]``, false for items sampled from a state that was not
+            ready.
     """
 
     experience: ExperiencePair[Experience]
@@ -140,12 +148,41 @@ def make_flat_buffer(
     add_sequences: bool = False,
     add_batch_size: int | None = None,
 ) -> TrajectoryBuffer:
-    """A flat transition buffer (same signature and semantics as the reference's).
+    """Make a flat transition buffer (same signature and semantics as the reference's).
 
     ``add`` takes one timestep (default), ``[add_batch_size, ...]`` when ``add_batch_size`` is
     given, with a time axis after it when ``add_sequences``. ``sample`` returns
     ``TransitionSample(experience=ExperiencePair(first, second))``. The state keeps
     ``add_batch_size`` rows of ``max_length // add_batch_size`` timesteps.
+
+    Args:
+        max_length: timesteps the buffer holds in all (a warning names the effective capacity
+            when ``add_batch_size`` does not divide it).
+        min_length: timesteps to hold before ``can_sample`` is true.
+        sample_batch_size: transitions per ``sample`` call.
+        add_sequences: ``add`` takes a time axis (``[..., L, ...]``) rather than one timestep.
+        add_batch_size: rows added per ``add`` call (``None``: one timestep, no batch axis).
+
+    Returns:
+        The buffer's pure functions (``init``, ``add``, ``sample``, ``can_sample``) and its
+        configuration.
+
+    Raises:
+        BufferConfigError: a size out of range (``sample_batch_size`` above ``max_length``,
+            rows shorter than 2 timesteps, ``min_length`` more than the rows hold).
+        ArgumentTypeError: a size that is not an integer, or a flag that is not a bool.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> buffer = fbx.make_flat_buffer(max_length=100, min_length=4, sample_batch_size=8)
+        >>> buffer = buffer.replace(add=jax.jit(buffer.add), sample=jax.jit(buffer.sample))
+        >>> state = buffer.init({"obs": jnp.float32(0)})
+        >>> for i in range(6):
+        ...     state = buffer.add(state, {"obs": jnp.float32(i)})
+        >>> pair = buffer.sample(state, jax.random.key(0)).experience
+        >>> bool(((pair.second["obs"] - pair.first["obs"]) == 1).all())
+        True
     """
     core, add = make_sequence_view(
         max_length, min_length, sample_batch_size, add_sequences, add_batch_size, 2

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 
 def item_layout_args(max_length: int, min_length: int, sample_batch_size: int) -> None:
+    """Validate an item buffer's sizes (typed errors naming the argument)."""
     max_length = positive_int("max_length", max_length)
     min_length = positive_int("min_length", min_length, allow_zero=True)
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
@@ -44,10 +45,12 @@ def squeeze_time(sample: Any) -> Any:
 def item_sample(
     state: Any, rng_key: chex.PRNGKey, *, core_sample: Callable[[Any, Any], Any]
 ) -> TrajectoryBufferSample:
+    """Sample items: sequences of one timestep from ``core_sample``, time axis dropped."""
     return squeeze_time(core_sample(state, rng_key))
 
 
 def item_add(add_sequences: bool, add_batches: bool, core_add: Any) -> Any:
+    """The ``add`` of an item buffer: the user's layout folded into items of one row."""
     return functools.partial(
         layout_add,
         core_add=core_add,
@@ -65,11 +68,39 @@ def make_item_buffer(
     add_sequences: bool = False,
     add_batches: bool = False,
 ) -> TrajectoryBuffer:
-    """An item buffer (same signature and semantics as the reference's).
+    """Make an item buffer (same signature and semantics as the reference's).
 
     ``add`` takes one item, or ``[n, ...]`` with ``add_batches`` / ``add_sequences``, or
     ``[b, l, ...]`` with both (folded into ``b * l`` items). ``sample`` returns
     ``TrajectoryBufferSample(experience)`` with ``[sample_batch_size, ...]`` leaves.
+
+    Args:
+        max_length: items the buffer holds.
+        min_length: items to hold before ``can_sample`` is true.
+        sample_batch_size: items per ``sample`` call.
+        add_sequences: ``add`` takes a leading axis of items.
+        add_batches: ``add`` takes a leading axis of items (with ``add_sequences`` too: two
+            axes, folded into one).
+
+    Returns:
+        The buffer's pure functions (``init``, ``add``, ``sample``, ``can_sample``) and its
+        configuration.
+
+    Raises:
+        BufferConfigError: a size out of range (``sample_batch_size`` or ``min_length``
+            above ``max_length``).
+        ArgumentTypeError: a size that is not an integer, or a flag that is not a bool.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> buffer = fbx.make_item_buffer(max_length=32, min_length=2, sample_batch_size=4)
+        >>> buffer = buffer.replace(add=jax.jit(buffer.add), sample=jax.jit(buffer.sample))
+        >>> state = buffer.init({"x": jnp.zeros(3)})
+        >>> state = buffer.add(state, {"x": jnp.ones(3)})
+        >>> state = buffer.add(state, {"x": jnp.ones(3)})
+        >>> buffer.sample(state, jax.random.key(0)).experience["x"].shape
+        (4, 3)
     """
     item_layout_args(max_length, min_length, sample_batch_size)
     core = make_trajectory_buffer(1, sample_batch_size, 1, 1, min_length, None, max_length)

@@ -30,7 +30,14 @@ if TYPE_CHECKING:
 
 @frozen_container
 class Mixer(Replaceable):
-    """``sample(states, key)`` and ``can_sample(states)`` over a sequence of buffer states."""
+    """One batch drawn from several buffers in fixed proportions.
+
+    Attributes:
+        sample: ``sample(states, rng_key)``: each buffer's share of the batch from its state
+            (``states`` in the order of the buffers), concatenated along the batch axis.
+        can_sample: ``can_sample(states) -> bool[]``: whether every buffer can sample.
+        batch_sizes: each buffer's share of the batch.
+    """
 
     sample: Callable[..., Any]
     can_sample: Callable[..., Array]
@@ -115,6 +122,7 @@ def _check_same_samples(parts: Sequence[tuple[int, Any]]) -> None:
 def mixer_can_sample(
     states: Sequence[Any], *, can_sample_fns: Sequence[Callable[[Any], Array]]
 ) -> Array:
+    """Whether every buffer can sample from its state."""
     states = _check_states(states, len(can_sample_fns), "Mixer.can_sample")
     return jnp.all(jnp.stack([fn(s) for fn, s in zip(can_sample_fns, states, strict=True)]))
 
@@ -122,10 +130,35 @@ def mixer_can_sample(
 def make_mixer(
     buffers: Sequence[Any], sample_batch_size: int, proportions: Sequence[float]
 ) -> Mixer:
-    """A mixer over ``buffers`` (same signature as the reference's).
+    """Make a mixer over ``buffers`` (same signature as the reference's).
 
     All buffers must return samples of the same structure (same kind and sequence length);
     each must sample at least its share of ``sample_batch_size``.
+
+    Args:
+        buffers: buffers made by the same ``make_*`` factory.
+        sample_batch_size: items of every mixed batch.
+        proportions: one non-negative share per buffer (the batch is split in proportion,
+            the largest remainders getting the leftover items).
+
+    Returns:
+        The mixer's ``sample`` and ``can_sample`` and each buffer's share of the batch.
+
+    Raises:
+        BufferConfigError: no buffers, buffers of different kinds, proportions that do not
+            match the buffers or are negative, or a buffer whose ``sample_batch_size`` is
+            below its share.
+        ArgumentTypeError: something that is not a buffer, or a proportion that is not a
+            number.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> a = fbx.make_flat_buffer(max_length=32, min_length=2, sample_batch_size=8)
+        >>> b = fbx.make_flat_buffer(max_length=32, min_length=2, sample_batch_size=8)
+        >>> mixer = fbx.make_mixer([a, b], sample_batch_size=8, proportions=[3, 1])
+        >>> mixer.batch_sizes
+        (6, 2)
     """
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
     buffers = as_list("buffers", buffers)

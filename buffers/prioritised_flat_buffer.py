@@ -29,7 +29,12 @@ if TYPE_CHECKING:
 
 @pytree_dataclass
 class PrioritisedTransitionSample(TransitionSample):
-    """A :class:`TransitionSample` with item ``indices`` and normalised ``probabilities``."""
+    """A :class:`TransitionSample` with its items and sampling probabilities.
+
+    Attributes:
+        indices: the sampled items, to give back to ``set_priorities``.
+        probabilities: each item's normalised sampling probability.
+    """
 
     indices: Indices | None = dataclasses.field(default=None, kw_only=True)
     probabilities: Probabilities | None = dataclasses.field(default=None, kw_only=True)
@@ -38,6 +43,7 @@ class PrioritisedTransitionSample(TransitionSample):
 def prioritised_transition_sample(
     state: Any, rng_key: chex.PRNGKey, *, core_sample: Callable[[Any, Any], Any]
 ) -> PrioritisedTransitionSample:
+    """Sample windows of two timesteps with ``core_sample``; return them as transitions."""
     seq = core_sample(state, rng_key)
     return PrioritisedTransitionSample(
         experience=pair_from_sequences(seq.experience),
@@ -56,7 +62,29 @@ def make_prioritised_flat_buffer(
     priority_exponent: float = 0.6,
     device: str = "cpu",
 ) -> PrioritisedTrajectoryBuffer:
-    """A prioritised flat buffer (same signature and semantics as the reference's)."""
+    """Make a prioritised flat buffer (same signature and semantics as the reference's).
+
+    Transitions ``(s_t, s_{t+1})`` laid out as in :func:`buffers.make_flat_buffer`, sampled in
+    proportion to their priorities.
+
+    Args:
+        max_length: timesteps the buffer holds in all.
+        min_length: timesteps to hold before ``can_sample`` is true.
+        sample_batch_size: transitions per ``sample`` call.
+        add_sequences: ``add`` takes a time axis rather than one timestep.
+        add_batch_size: rows added per ``add`` call (``None``: one timestep, no batch axis).
+        priority_exponent: alpha of the PER paper, in [0, 1].
+        device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
+            level.
+
+    Returns:
+        The buffer's pure functions, ``set_priorities`` among them, and its configuration;
+        ``sample`` returns a :class:`PrioritisedTransitionSample`.
+
+    Raises:
+        BufferConfigError: a size out of range, or a ``priority_exponent`` outside [0, 1].
+        ArgumentTypeError: a size that is not an integer, or a flag that is not a bool.
+    """
     priority_exponent = check_priority_exponent(priority_exponent)
     core, add = make_sequence_view(
         max_length,

@@ -23,10 +23,28 @@ def make_prioritised_item_buffer(
     priority_exponent: float = 0.6,
     device: str = "cpu",
 ) -> PrioritisedTrajectoryBuffer:
-    """A prioritised item buffer (same signature and semantics as the reference's).
+    """Make a prioritised item buffer (same signature and semantics as the reference's).
 
     Samples are ``PrioritisedTrajectoryBufferSample(experience, indices, probabilities)`` with
     ``[sample_batch_size, ...]`` leaves.
+
+    Args:
+        max_length: items the buffer holds.
+        min_length: items to hold before ``can_sample`` is true.
+        sample_batch_size: items per ``sample`` call.
+        add_sequences: ``add`` takes a leading axis of items.
+        add_batches: ``add`` takes a leading axis of items (with ``add_sequences`` too: two
+            axes, folded into one).
+        priority_exponent: alpha of the PER paper, in [0, 1].
+        device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
+            level.
+
+    Returns:
+        The buffer's pure functions, ``set_priorities`` among them, and its configuration.
+
+    Raises:
+        BufferConfigError: a size out of range, or a ``priority_exponent`` outside [0, 1].
+        ArgumentTypeError: a size that is not an integer, or a flag that is not a bool.
     """
     item_layout_args(max_length, min_length, sample_batch_size)
     priority_exponent = check_priority_exponent(priority_exponent)

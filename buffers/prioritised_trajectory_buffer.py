@@ -70,7 +70,11 @@ _DEVICES = ("cpu", "gpu", "tpu")
 
 @pytree_dataclass
 class PrioritisedTrajectoryBufferState(TrajectoryBufferState, Generic[Experience]):
-    """A trajectory buffer state plus ``sum_tree_state`` (priorities of every item)."""
+    """A trajectory buffer state plus the priorities of every item.
+
+    Attributes:
+        sum_tree_state: a sum tree over every item's stored priority (``p ** alpha``).
+    """
 
     sum_tree_state: SumTreeState = dataclasses.field(kw_only=True)
 
@@ -82,7 +86,14 @@ class PrioritisedTrajectoryBufferState(TrajectoryBufferState, Generic[Experience
 
 @pytree_dataclass
 class PrioritisedTrajectoryBufferSample(TrajectoryBufferSample, Generic[Experience]):
-    """Sampled sequences with their item ``indices`` and normalised ``probabilities``."""
+    """Sampled sequences with their items and sampling probabilities.
+
+    Attributes:
+        indices: the sampled items (``int32[sample_batch_size]``), to give back to
+            ``set_priorities``.
+        probabilities: each item's normalised sampling probability
+            (``p_i^alpha / sum_j p_j^alpha``; 0, never NaN, for an empty buffer).
+    """
 
     indices: Indices | None = dataclasses.field(default=None, kw_only=True)
     probabilities: Probabilities | None = dataclasses.field(default=None, kw_only=True)
@@ -91,6 +102,7 @@ class PrioritisedTrajectoryBufferSample(TrajectoryBufferSample, Generic[Experien
 def prioritised_init(
     experience: Experience, add_batch_size: int, max_length_time_axis: int, period: int
 ) -> PrioritisedTrajectoryBufferState[Experience]:
+    """An empty prioritised state: the ring of :func:`init` plus a sum tree of zeros."""
     capacity = add_batch_size * (max_length_time_axis // period)
     return PrioritisedTrajectoryBufferState(
         **empty_ring(experience, add_batch_size, max_length_time_axis),
@@ -250,17 +262,31 @@ def set_priorities(
     sample_sequence_length: int = 1,
     period: int = 1,
 ) -> PrioritisedTrajectoryBufferState[Experience]:
-    """Set ``priorities`` (``p``, e.g. ``|td| + eps``) of sampled ``indices``.
+    """Set the priorities ``p`` (e.g. ``|td| + eps``) of sampled items.
 
     Stored values are ``p ** priority_exponent`` (0 stays 0). Indices whose window is no
-    longer valid (overwritten since it was sampled) are ignored. ``priorities`` has the shape
-    of ``indices`` (or is one number for all of them).
+    longer valid (overwritten since it was sampled) are ignored. Inside ``jit`` values cannot
+    raise: bad entries are ignored (those items keep their priorities), so one NaN loss cannot
+    poison the sum tree. A buffer's ``set_priorities`` binds every argument after
+    ``priorities``.
 
-    Raises :class:`~buffers.PriorityError` for non-integer ``indices``, non-real
-    ``priorities`` or mismatched shapes (also at ``jit`` trace time), and, when the arrays are
-    concrete (outside ``jit``), for NaN, infinite or negative priorities and for indices that
-    name no item. Inside ``jit`` values cannot raise: such entries are ignored (those items
-    keep their priorities), so one NaN loss cannot poison the sum tree.
+    Args:
+        state: the state the items were sampled from (or a later one).
+        indices: item indices from a sample's ``indices``.
+        priorities: new priorities, shaped like ``indices`` (or one number for all of them).
+        priority_exponent: alpha of the PER paper, in [0, 1].
+        device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
+            level.
+        sample_sequence_length: the buffer's sequence length (which windows are valid).
+        period: the buffer's period.
+
+    Returns:
+        The state with the new priorities.
+
+    Raises:
+        PriorityError: non-integer ``indices``, non-real ``priorities`` or mismatched shapes
+            (also at ``jit`` trace time); when the arrays are concrete (outside ``jit``),
+            NaN, infinite or negative priorities and indices that name no item.
     """
     check_prioritised_state(state, period, "set_priorities")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
@@ -274,12 +300,18 @@ def set_priorities(
 
 @frozen_container
 class PrioritisedTrajectoryBuffer(TrajectoryBuffer, Generic[Experience]):
-    """A trajectory buffer with ``set_priorities(state, indices, priorities)``."""
+    """A trajectory buffer whose items are sampled in proportion to their priorities.
+
+    Attributes:
+        set_priorities: ``set_priorities(state, indices, priorities) -> state`` (see
+            :func:`buffers.prioritised_trajectory_buffer.set_priorities`).
+    """
 
     set_priorities: Callable[..., Any] = dataclasses.field(kw_only=True)
 
 
 def check_device(device: str) -> str:
+    """``device`` if it is one of cpu, gpu, tpu; otherwise ``"cpu"``, with a warning."""
     if device not in _DEVICES:
         warnings.warn(
             f"device must be one of {_DEVICES}, got {device!r}; using 'cpu'", stacklevel=3
@@ -359,13 +391,46 @@ def make_prioritised_trajectory_buffer(
     priority_exponent: float = 0.6,
     device: str = "cpu",
 ) -> PrioritisedTrajectoryBuffer:
-    """A prioritised trajectory buffer (same signature and semantics as the reference's).
+    """Make a prioritised trajectory buffer (same signature and semantics as the reference's).
 
-    Arguments as :func:`buffers.make_trajectory_buffer`, plus ``priority_exponent`` (alpha in
-    the PER paper, in [0, 1]) and ``device`` (``"cpu"`` updates the sum tree leaf by leaf;
-    ``"gpu"``/``"tpu"`` level by level for the whole batch).
     ``max_length_time_axis`` is rounded down to a multiple of ``period`` with a warning that
     names the effective capacity.
+
+    Args:
+        add_batch_size: rows ``B`` of the state; batches given to ``add`` are ``[B, L, ...]``.
+        sample_batch_size: sequences per ``sample`` call.
+        sample_sequence_length: length ``L`` of sampled sequences.
+        period: distance between the starts of consecutive items (sampleable sequences).
+        min_length_time_axis: timesteps per row before ``can_sample`` is true.
+        max_size: total timesteps (give this or ``max_length_time_axis``).
+        max_length_time_axis: time-axis length ``T``.
+        priority_exponent: alpha of the PER paper, in [0, 1].
+        device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
+            level for the whole batch.
+
+    Returns:
+        The buffer's pure functions (``init``, ``add``, ``sample``, ``can_sample``,
+        ``set_priorities``) and its configuration.
+
+    Raises:
+        BufferConfigError: a size out of range, or a ``priority_exponent`` outside [0, 1].
+        ArgumentTypeError: a size that is not an integer.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> buffer = fbx.make_prioritised_trajectory_buffer(
+        ...     add_batch_size=2, sample_batch_size=4, sample_sequence_length=2, period=1,
+        ...     min_length_time_axis=2, max_length_time_axis=8)
+        >>> buffer = buffer.replace(
+        ...     add=jax.jit(buffer.add), sample=jax.jit(buffer.sample),
+        ...     set_priorities=jax.jit(buffer.set_priorities))
+        >>> state = buffer.init({"r": jnp.float32(0)})
+        >>> state = buffer.add(state, {"r": jnp.ones((2, 4))})
+        >>> batch = buffer.sample(state, jax.random.key(0))
+        >>> state = buffer.set_priorities(state, batch.indices, jnp.full(4, 2.0))
+        >>> batch.experience["r"].shape
+        (4, 2)
     """
     add_batch_size = positive_int("add_batch_size", add_batch_size)
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)

@@ -83,10 +83,13 @@ class TrajectoryBufferState(Replaceable, Generic[Experience]):
 
 @pytree_dataclass
 class TrajectoryBufferSample(Replaceable, Generic[Experience]):
-    """A batch of sequences: ``experience`` leaves are ``[sample_batch_size, L, ...]``.
+    """A batch of sampled sequences.
 
-    ``valid`` (``bool[sample_batch_size]``) is false for items drawn from a state that was not
-    ready (see the module docstring); every sample the buffers return has it.
+    Attributes:
+        experience: pytree whose leaves are ``[sample_batch_size, L, ...]`` (``L`` the sample
+            sequence length).
+        valid: ``bool[sample_batch_size]``, false for items drawn from a state that was not
+            ready (see the module docstring); every sample the buffers return has it.
     """
 
     experience: Experience
@@ -130,9 +133,24 @@ def sample(
 class TrajectoryBuffer(Replaceable, Generic[Experience]):
     """Pure functions of a trajectory buffer, plus its static configuration.
 
-    ``init(timestep)``, ``add(state, batch)``, ``sample(state, key)``, ``can_sample(state)``.
-    The configuration fields (``add_batch_size``, ``max_length_time_axis``, ``capacity`` ...)
-    are plain Python values for inspection; they are not used by the functions.
+    Made by :func:`make_trajectory_buffer` (and the other ``make_*`` factories, which replace
+    some of the functions). The configuration fields are plain Python values for inspection;
+    the functions do not read them.
+
+    Attributes:
+        init: ``init(timestep) -> state``: an empty state for timesteps shaped like
+            ``timestep`` (one timestep, no batch or time axis).
+        add: ``add(state, batch) -> state``: append ``batch`` (leaves ``[add_batch_size, L,
+            ...]``) along the time axis.
+        sample: ``sample(state, rng_key) -> TrajectoryBufferSample``: sequences drawn
+            uniformly over the valid windows.
+        can_sample: ``can_sample(state) -> bool[]``: whether the state holds enough timesteps.
+        add_batch_size: rows ``B`` of the state.
+        sample_batch_size: sequences per ``sample`` call.
+        max_length_time_axis: time-axis length ``T`` of the state.
+        min_length_time_axis: timesteps per row before ``can_sample`` is true.
+        sample_sequence_length: length ``L`` of sampled sequences.
+        period: distance between the starts of consecutive sampleable sequences.
     """
 
     init: Callable[..., Any]
@@ -161,7 +179,7 @@ def make_trajectory_buffer(
     max_size: int | None = None,
     max_length_time_axis: int | None = None,
 ) -> TrajectoryBuffer:
-    """A trajectory buffer (same signature and semantics as the reference's).
+    """Make a trajectory buffer (same signature and semantics as the reference's).
 
     Args:
         add_batch_size: rows ``B`` of the state; batches given to ``add`` are ``[B, L, ...]``.
@@ -174,6 +192,28 @@ def make_trajectory_buffer(
         max_size: total timesteps; ``max_length_time_axis = max_size // add_batch_size`` (a
             warning names the effective capacity when it does not divide evenly).
         max_length_time_axis: time-axis length ``T`` (give this or ``max_size``).
+
+    Returns:
+        The buffer's pure functions (``init``, ``add``, ``sample``, ``can_sample``) and its
+        configuration.
+
+    Raises:
+        BufferConfigError: a size out of range (e.g. ``sample_sequence_length`` longer than
+            the time axis, or neither ``max_size`` nor ``max_length_time_axis`` given).
+        ArgumentTypeError: a size that is not an integer (``2.5``, ``True``).
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> buffer = fbx.make_trajectory_buffer(
+        ...     add_batch_size=2, sample_batch_size=4, sample_sequence_length=3, period=1,
+        ...     min_length_time_axis=3, max_length_time_axis=16)
+        >>> buffer = buffer.replace(add=jax.jit(buffer.add), sample=jax.jit(buffer.sample))
+        >>> state = buffer.init({"obs": jnp.zeros(2), "reward": jnp.float32(0)})
+        >>> state = buffer.add(state, {"obs": jnp.ones((2, 5, 2)), "reward": jnp.ones((2, 5))})
+        >>> batch = buffer.sample(state, jax.random.key(0))
+        >>> batch.experience["obs"].shape, bool(batch.valid.all())
+        ((4, 3, 2), True)
     """
     add_batch_size = positive_int("add_batch_size", add_batch_size)
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)

@@ -44,17 +44,23 @@ _STATE_FIELDS = ("experience", "write_index", "read_index", "is_full")
 
 
 def check_queue_state(state: Any, what: str) -> None:
+    """``state`` is a :class:`TrajectoryQueueState` (a typed error naming ``what`` if not)."""
     check_state(state, _STATE_FIELDS, "TrajectoryQueueState", what)
 
 
 @pytree_dataclass
 class TrajectoryQueueState(Replaceable, Generic[Experience]):
-    """``experience [B, T, ...]``, ``write_index``, ``read_index``, ``is_full`` (as the reference)
-    and ``write_counter`` (timesteps ever added, see :func:`buffers.timesteps_added`).
+    """State of a trajectory queue (the reference's fields, plus a write counter).
 
-    Built by hand without ``write_counter``, it is derived: the fewest timesteps consistent
-    with the indices (``write_index``, plus ``T`` when the writes have wrapped: the queue is
-    full or ``write_index < read_index``).
+    Attributes:
+        experience: pytree whose leaves are ``[add_batch_size, max_length_time_axis, ...]``.
+        write_index: next time index to be written (int32 scalar).
+        read_index: next time index to be read (int32 scalar).
+        is_full: whether every slot holds unread data.
+        write_counter: timesteps ever added along the time axis (see
+            :func:`buffers.timesteps_added`). Built by hand without it, it is derived: the
+            fewest timesteps consistent with the indices (``write_index``, plus ``T`` when the
+            writes have wrapped: the queue is full or ``write_index < read_index``).
     """
 
     experience: Experience
@@ -77,7 +83,12 @@ class TrajectoryQueueState(Replaceable, Generic[Experience]):
 
 @pytree_dataclass
 class TrajectoryQueueSample(Replaceable, Generic[Experience]):
-    """``experience`` leaves ``[B, sample_sequence_length, ...]``; ``valid``: ``bool[B]``."""
+    """The oldest unread timesteps of every row.
+
+    Attributes:
+        experience: pytree whose leaves are ``[add_batch_size, sample_sequence_length, ...]``.
+        valid: ``bool[add_batch_size]``, false when the queue was not ready (inside ``jit``).
+    """
 
     experience: Experience
     valid: Any = None
@@ -86,6 +97,7 @@ class TrajectoryQueueSample(Replaceable, Generic[Experience]):
 def queue_init(
     experience: Experience, add_batch_size: int, max_length_time_axis: int
 ) -> TrajectoryQueueState[Experience]:
+    """An empty queue state for timesteps shaped like ``experience``."""
     return TrajectoryQueueState(
         experience=empty_experience(experience, add_batch_size, max_length_time_axis),
         write_index=jnp.array(0, jnp.int32),  # distinct arrays: states may be donated
@@ -103,11 +115,13 @@ def occupancy(state: TrajectoryQueueState[Experience]) -> Array:
 
 
 def can_add(state: TrajectoryQueueState[Experience], add_sequence_length: int) -> Array:
+    """Whether ``add_sequence_length`` more timesteps per row fit without overwriting."""
     _, t_len = tree_shape_prefix(state.experience, 2)
     return occupancy(state) + add_sequence_length <= t_len
 
 
 def can_sample(state: TrajectoryQueueState[Experience], sample_sequence_length: int) -> Array:
+    """Whether every row holds ``sample_sequence_length`` unread timesteps."""
     return occupancy(state) >= sample_sequence_length
 
 
@@ -121,8 +135,9 @@ def queue_add(
     seq_len = tree_shape_prefix(batch, 2)[1]
     ok = can_add(state, seq_len)
     if not is_tracing(ok) and not bool(ok):
+        steps = "1 timestep does" if seq_len == 1 else f"{seq_len} timesteps do"
         raise QueueFullError(
-            f"add: {seq_len} timesteps do not fit: the queue holds {int(occupancy(state))} "
+            f"add: {steps} not fit: the queue holds {int(occupancy(state))} "
             f"unread of {t_len}. Sample (consume) first, or check `can_add`."
         )
     indices = (state.write_index + jnp.arange(seq_len)) % t_len
@@ -168,7 +183,20 @@ def queue_sample(
 
 @frozen_container
 class TrajectoryQueue(Replaceable, Generic[Experience]):
-    """``init``, ``add``, ``sample`` (returns ``(state, sample)``), ``can_sample``, ``can_add``."""
+    """Pure functions of a FIFO trajectory queue, plus its static configuration.
+
+    Attributes:
+        init: ``init(timestep) -> state``: an empty queue.
+        add: ``add(state, batch) -> state``: append ``batch`` (leaves ``[add_batch_size,
+            add_sequence_length, ...]``); raises :class:`~buffers.QueueFullError` eagerly
+            when it does not fit (inside ``jit`` the state is returned unchanged).
+        sample: ``sample(state) -> (state, TrajectoryQueueSample)``: consume the oldest
+            ``sample_sequence_length`` unread timesteps of every row.
+        can_sample: ``can_sample(state) -> bool[]``.
+        can_add: ``can_add(state) -> bool[]``.
+        add_batch_size: rows ``B`` of the state.
+        max_length_time_axis: time-axis length ``T`` of the state.
+    """
 
     init: Callable[..., Any]
     add: Callable[..., Any]
@@ -191,10 +219,40 @@ def make_trajectory_queue(
     sample_sequence_length: int,
     max_size: int | None = None,
 ) -> TrajectoryQueue:
-    """A FIFO trajectory queue (same signature as the reference's).
+    """Make a FIFO trajectory queue (same signature as the reference's).
 
-    ``max_size`` (total timesteps) overrides ``max_length_time_axis`` when given, as in the
-    reference; a warning names the effective capacity when it does not divide evenly.
+    Unlike the reference, the queue never overwrites unread data and never hands out stale
+    data (see the module docstring).
+
+    Args:
+        max_length_time_axis: time-axis length ``T`` of the state.
+        add_batch_size: rows ``B``; batches given to ``add`` are ``[B, add_sequence_length,
+            ...]``.
+        add_sequence_length: timesteps per row of every ``add``.
+        sample_sequence_length: timesteps per row that every ``sample`` consumes.
+        max_size: total timesteps; overrides ``max_length_time_axis`` when given, as in the
+            reference (a warning names the effective capacity when it does not divide
+            evenly).
+
+    Returns:
+        The queue's pure functions (``init``, ``add``, ``sample``, ``can_sample``,
+        ``can_add``) and its configuration.
+
+    Raises:
+        BufferConfigError: a size out of range (sequence lengths longer than the time axis).
+        ArgumentTypeError: a size that is not an integer.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> queue = fbx.make_trajectory_queue(
+        ...     max_length_time_axis=8, add_batch_size=2, add_sequence_length=4,
+        ...     sample_sequence_length=4)
+        >>> state = queue.init({"x": jnp.int32(0)})
+        >>> state = queue.add(state, {"x": jnp.arange(8, dtype=jnp.int32).reshape(2, 4)})
+        >>> state, batch = queue.sample(state)
+        >>> batch.experience["x"].tolist(), bool(queue.can_sample(state))
+        ([[0, 1, 2, 3], [4, 5, 6, 7]], False)
     """
     add_batch_size = positive_int("add_batch_size", add_batch_size)
     add_sequence_length = positive_int("add_sequence_length", add_sequence_length)

@@ -50,7 +50,7 @@ def test_import_flashbax_with_episode_leaves(cli: Cli, tmp_path: Path) -> None:
 def test_import_d4rl_and_usage_errors(cli: Cli, tmp_path: Path) -> None:
     write_d4rl(tmp_path / "d.hdf5", [4, 6, 3])
     out = cli("import", "d4rl", tmp_path / "d.hdf5", "--out", tmp_path / "v")
-    assert "1 rows x 13 timesteps" in out.stdout
+    assert "1 row x 13 timesteps" in out.stdout
     assert "2 episodes" in out.stdout
     line = one_error_line(cli("import", "csv", "x", "--out", tmp_path / "z", code=1))
     assert "FORMAT must be one of flashbax, minari, d4rl, ogbench, rlds, got 'csv'" in line
@@ -85,7 +85,7 @@ def test_import_ogbench_with_its_validation_file(cli: Cli, tmp_path: Path) -> No
     assert doc["validation"]["path"] == str(tmp_path / "v-val")
     assert (doc["validation"]["committed"], doc["validation"]["episodes"]) == (4, 1)
     out = cli("import", "ogbench", tmp_path / "maze-v0.npz", "--out", tmp_path / "w", "--no-val")
-    assert "1 rows x 8 timesteps, 6 leaves, 2 episodes" in out.stdout
+    assert "1 row x 8 timesteps, 6 leaves, 2 episodes" in out.stdout
     assert "validation" not in out.stdout
     assert not (tmp_path / "w-val").exists()
     line = one_error_line(

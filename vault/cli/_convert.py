@@ -1,11 +1,14 @@
 """``vault import FORMAT SRC --out DEST`` and ``vault export SRC --format FORMAT --out DEST``.
 
 Both call the converters of :mod:`vault.converters` (their optional dependencies are imported
-only when the command runs); the formats listed and accepted are that package's registry
-(``IMPORT_FORMATS``, ``EXPORT_FORMATS``) plus the numpy formats ``vault export`` writes itself
-(``npz``, ``npy``: ``vault.cli._export``). A progress bar in bytes is shown on a terminal.
-The destination is built under a hidden name and renamed at the end: an interrupted command
-(Ctrl-C, exit 130) leaves nothing.
+only when the command runs); a progress bar in bytes of raw data is shown on a terminal. The
+destination is built under a hidden name and renamed at the end: an interrupted command
+(Ctrl-C, exit 130) leaves nothing. ``vault export`` writes its numpy formats (``npz``, ``npy``:
+``vault.cli._export``) itself and the others through the converters.
+
+The formats each command takes come from one registry, :mod:`vault.converters`
+(``IMPORT_FORMATS``, ``EXPORT_FORMATS``) with the numpy formats before them: its help, its
+checks and its error messages list them from there.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ from typing import Annotated, Any
 
 import typer
 
+from vault import converters
 from vault.cli import _export
 from vault.cli._common import (
     JsonOpt,
     PathArg,
     ShardOpt,
+    count,
     emit_json,
     fail,
     local_path,
@@ -28,20 +33,20 @@ from vault.cli._common import (
     stdout,
 )
 from vault.cli._export import CompressOpt, LeafOpt, RowsOpt, TimeOpt
-from vault.converters import EXPORT_FORMATS, IMPORT_FORMATS
 
-FORMATS = IMPORT_FORMATS
-WRITES = (*_export.FORMATS, *EXPORT_FORMATS)  # every format `vault export` writes
+IMPORT_FORMATS = converters.IMPORT_FORMATS
+EXPORT_FORMATS = (*_export.FORMATS, *converters.EXPORT_FORMATS)
 
 
-def _listed(names: tuple[str, ...]) -> str:
-    return f"{', '.join(names[:-1])} or {names[-1]}"
+def _either(names: tuple[str, ...]) -> str:
+    """``"a, b or c"``."""
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
 
 
 def import_(
     fmt: Annotated[
         str,
-        typer.Argument(metavar="FORMAT", help=f"{_listed(FORMATS)}.", show_default=False),
+        typer.Argument(metavar="FORMAT", help=f"{_either(IMPORT_FORMATS)}.", show_default=False),
     ],
     source: Annotated[
         str,
@@ -80,10 +85,8 @@ def import_(
 ) -> None:
     """Import a Flashbax/og-marl vault, a Minari dataset, a D4RL-style HDF5 file, an OGBench
     dataset file or an RLDS dataset as a vault."""
-    from vault import converters
-
-    if fmt not in FORMATS:
-        fail(f"FORMAT must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    if fmt not in IMPORT_FORMATS:
+        fail(f"FORMAT must be one of {', '.join(IMPORT_FORMATS)}, got {fmt!r}")
     roles = {"done": done, "truncated": truncated, "reward": reward}
     if fmt != "flashbax" and any(roles.values()):
         fail(
@@ -136,12 +139,17 @@ def _summary(made: Any) -> dict[str, Any]:
 
 
 def _line(doc: dict[str, Any]) -> str:
-    eps = "" if doc["episodes"] is None else f", {doc['episodes']} episodes"
+    eps = "" if doc["episodes"] is None else f", {count(doc['episodes'], 'episode')}"
+    leaves = count(len(doc["leaves"]), "leaf", "leaves")
     if doc.get("kind") == "dataset":
-        return (f"dataset {doc['path']}: {doc['shards']} shards, {doc['timesteps']} timesteps, "
-                f"{len(doc['leaves'])} leaves{eps}")  # fmt: skip
-    return (f"{doc['path']}: {doc['rows']} rows x {doc['committed']} timesteps, "
-            f"{len(doc['leaves'])} leaves{eps}")  # fmt: skip
+        shards = count(doc["shards"], "shard")
+        return (
+            f"dataset {doc['path']}: {shards}, {count(doc['timesteps'], 'timestep')}, {leaves}{eps}"
+        )
+    return (
+        f"{doc['path']}: {count(doc['rows'], 'row')} x "
+        f"{count(doc['committed'], 'timestep')}, {leaves}{eps}"
+    )
 
 
 def export(
@@ -152,7 +160,9 @@ def export(
             "--out", "-o", help="npz file / npy folder, or the Minari dataset id (minari)."
         ),
     ],
-    fmt: Annotated[str, typer.Option("--format", "-f", help=f"{_listed(WRITES)}.")] = "npz",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help=f"{_either(EXPORT_FORMATS)}.")
+    ] = _export.FORMATS[0],
     leaf: LeafOpt = None,
     rows: RowsOpt = None,
     time: TimeOpt = None,
@@ -167,10 +177,10 @@ def export(
 ) -> None:
     """Export a selection of a vault to numpy files, or its episodes as a Minari dataset.
     A dataset's root exports every shard's selection (npz members and npy files
-    ``shards/<name>/<leaf>``), or with --shard one shard as a vault."""
-    if fmt not in WRITES:
-        fail(f"--format must be one of {', '.join(WRITES)}, got {fmt!r}")
+    `shards/<name>/<leaf>`), or with --shard one shard as a vault."""
     if fmt not in EXPORT_FORMATS:
+        fail(f"--format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
+    if fmt in _export.FORMATS:
         if minari_root is not None or data_format != "hdf5":
             fail("--minari-root and --data-format are for --format minari")
         _export.export(path, Path(out), fmt, leaf, rows, time, compress, json_out, shard)

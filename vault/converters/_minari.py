@@ -76,11 +76,28 @@ def import_minari(
     block_bytes: int = BLOCK_BYTES,
     progress: Progress | None = None,
 ) -> Vault:
-    """A new vault at ``dest`` holding the Minari dataset ``source``: a dataset id
-    (``"cartpole/random-v0"``, looked up in Minari's datasets directory) or the path of a
-    dataset's directory (the one holding ``data/``). Episodes are read a few at a time (about
-    ``block_bytes``); returns the vault opened read-only. Nothing is left at ``dest`` if the
-    import fails or is interrupted."""
+    """Import a Minari dataset as a new one-row vault with an episode index.
+
+    Episodes are read a few at a time. Nothing is left at ``dest`` if the import fails or is
+    interrupted.
+
+    Args:
+        source: a dataset id (``"cartpole/random-v0"``, looked up in Minari's datasets
+            directory) or the path of a dataset's directory (the one holding ``data/``).
+        dest: the new vault's location; it must not exist.
+        codec: the new vault's codec, as in :meth:`vault.Vault.create`.
+        block_bytes: the raw bytes read at a time (memory stays about two blocks).
+        progress: called as ``progress(bytes imported, total bytes)`` after every block.
+
+    Returns:
+        The new vault, opened read-only.
+
+    Raises:
+        VaultNotFoundError: no such dataset.
+        VaultCorruptError: episodes Minari cannot read, or of different structures.
+        VaultDependencyError: minari is missing (``pip install "rlvault[minari]"``).
+        VaultExistsError: something is at ``dest`` already.
+    """
     block_bytes = check_common(block_bytes, progress)
     require("minari", "minari", "minari")
     from minari.dataset.minari_storage import MinariStorage
@@ -158,7 +175,7 @@ def _data_path(source: str | os.PathLike[str]) -> Path:
 
 
 def datasets_root() -> Path:
-    """Minari's datasets directory: ``MINARI_DATASETS_PATH``, else ``~/.minari/datasets``."""
+    """Returns Minari's datasets directory: ``MINARI_DATASETS_PATH`` or ``~/.minari/datasets``."""
     env = os.environ.get("MINARI_DATASETS_PATH")
     return Path(env) if env else Path.home() / ".minari" / "datasets"
 
@@ -241,16 +258,43 @@ def export_minari(
     block_bytes: int = BLOCK_BYTES,
     progress: Progress | None = None,
 ) -> Path:
-    """Write the complete episodes of ``source`` (a vault with an episode index) as the Minari
-    dataset ``dataset_id`` under ``root`` (default: Minari's datasets directory); returns the
-    dataset's directory. ``data_format``: ``"hdf5"`` or ``"arrow"``.
+    """Export the complete episodes of a vault as a Minari dataset.
 
-    The leaf paths (or subtrees, for Dict/Tuple spaces) of each Minari field default to the
-    names an import gives them; ``rewards``, ``terminations`` and ``truncations`` default to
-    the vault's episode leaves (no truncated leaf: all false). ``env_spec`` (a Gymnasium
-    ``EnvSpec``, its JSON, or an environment id) and ``metadata`` (Minari metadata keys such
-    as ``algorithm_name``, ``author``) replace what an import recorded. The dataset appears
-    whole or not at all."""
+    The dataset appears whole or not at all. Each Minari field is a leaf path (or a
+    subtree, for Dict/Tuple spaces); the defaults are the names an import gives them.
+
+    Args:
+        source: a vault with an episode index, or its location.
+        dataset_id: the Minari dataset id (``"namespace/name-v0"``).
+        root: the datasets directory (default: Minari's, see :func:`datasets_root`).
+        data_format: ``"hdf5"`` or ``"arrow"``.
+        observations: the observations' leaf path.
+        next_observations: the next observations' leaf path, where the vault has one.
+        actions: the actions' leaf path.
+        rewards: the rewards' leaf path (default: the vault's reward leaf).
+        terminations: the terminations' leaf path (default: the vault's done leaf).
+        truncations: the truncations' leaf path (default: the vault's truncated leaf; none:
+            all false).
+        observation_space: the Gymnasium observation space (default: the one recorded at
+            import, else one inferred from the leaves).
+        action_space: the Gymnasium action space (likewise).
+        env_spec: a Gymnasium ``EnvSpec``, its JSON, or an environment id; replaces the one an
+            import recorded (so that ``recover_environment()`` works).
+        metadata: Minari metadata keys (``algorithm_name``, ``author``, ...); replace what an
+            import recorded.
+        block_bytes: the raw bytes read at a time.
+        progress: called as ``progress(bytes exported, total bytes)``.
+
+    Returns:
+        The new dataset's directory.
+
+    Raises:
+        VaultArgumentError: an unknown ``data_format`` or a malformed ``dataset_id``.
+        VaultReadError: a vault without an episode index, or without complete episodes.
+        VaultStructureError: leaves the Minari fields need that the vault lacks.
+        VaultExistsError: the dataset exists already.
+        VaultDependencyError: minari is missing (``pip install "rlvault[minari]"``).
+    """
     block_bytes = check_common(block_bytes, progress)
     if data_format not in FORMATS:
         raise VaultArgumentError(f"data_format must be one of {list(FORMATS)}, got {data_format!r}")

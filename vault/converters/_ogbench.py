@@ -91,7 +91,9 @@ def import_ogbench(
     block_bytes: int = BLOCK_BYTES,
     progress: Progress | None = None,
 ) -> Vault:
-    """A new vault at ``dest`` holding the OGBench dataset file ``source``; returns it opened
+    """Import an OGBench dataset file (and its validation file) as a new vault.
+
+    The vault at ``dest`` holds the OGBench dataset file ``source``; it is returned opened
     read-only. See the module docstring for the layout.
 
     Args:
@@ -339,8 +341,10 @@ def ogbench_dataset(
     ob_dtype: Any = np.float32,
     action_dtype: Any = np.float32,
 ) -> dict[str, np.ndarray]:
-    """What ``ogbench.load_dataset`` returns for the file an OGBench import came from, computed
-    from the vault (bit-identical): the derived fields of the module docstring included.
+    """What ``ogbench.load_dataset`` returns for an imported file, computed from the vault.
+
+    Bit-identical to OGBench's loader on the file the import came from, the derived fields
+    of the module docstring included.
 
     Args:
         source: a vault made by :func:`import_ogbench` (or its location).

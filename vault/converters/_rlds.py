@@ -134,8 +134,10 @@ def import_rlds(
     block_bytes: int = BLOCK_BYTES,
     progress: Progress | None = None,
 ) -> Vault | Dataset:
-    """A new vault (or dataset of shards) at ``dest`` holding the episodes of ``split`` of the
-    RLDS dataset directory ``source``; see the module docstring for the layout.
+    """Import an RLDS (TFDS) dataset as a new vault or dataset of shards, episode by episode.
+
+    The vault (or dataset of shards) at ``dest`` holds the episodes of ``split`` of the RLDS
+    dataset directory ``source``; see the module docstring for the layout.
 
     Args:
         source: the TFDS dataset directory (the one holding ``dataset_info.json``), a local

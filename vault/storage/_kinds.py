@@ -60,10 +60,25 @@ DRIVERS: dict[str, Callable[[dict[str, Any], Storage], Location]] = {
 
 
 def parse_location(location: LocationLike, storage: Storage = None) -> Location:
-    """A :class:`Location` from a path, ``file://`` / ``memory://`` / ``s3://`` URL, kvstore
-    spec or a location; anything else is :class:`VaultLocationError`. ``storage``: settings
-    of an object-store location (endpoint, region, credentials, retries, ...) over the
-    environment's."""
+    """The :class:`Location` a path, URL or kvstore spec names.
+
+    Args:
+        location: a path, a ``file://`` / ``memory://`` / ``s3://`` URL, a TensorStore
+            kvstore spec (a dict), or a location (returned as it is).
+        storage: settings of an object-store location (``endpoint``, ``region``,
+            credentials, ``retries``, ...) over the environment's.
+
+    Returns:
+        The location, with its declared capabilities.
+
+    Raises:
+        VaultLocationError: anything else, or ``storage`` given with a location.
+
+    Examples:
+        >>> import vault
+        >>> vault.parse_location("memory://demo").capabilities.persistent
+        False
+    """
     if isinstance(location, Location):
         if storage:
             raise VaultLocationError(
