@@ -26,8 +26,10 @@ from buffers import (
     prioritised_flat_buffer,
     prioritised_item_buffer,
     prioritised_trajectory_buffer,
+    sum_tree,
     trajectory_buffer,
     trajectory_queue,
+    utils,
 )
 from buffers._counter import from_int as write_counter_from_int
 from buffers._counter import timesteps_added
@@ -129,8 +131,10 @@ __all__ = [
     "prioritised_flat_buffer",
     "prioritised_item_buffer",
     "prioritised_trajectory_buffer",
+    "sum_tree",
     "timesteps_added",
     "trajectory_buffer",
     "trajectory_queue",
+    "utils",
     "write_counter_from_int",
 ]

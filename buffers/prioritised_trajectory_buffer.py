@@ -23,10 +23,13 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic
 
+import jax
 import jax.numpy as jnp
 from jax import Array
 
-from buffers import _sum_tree
+from buffers import _sum_tree, sum_tree
+from buffers import trajectory_buffer as trajectory_buffer
+from buffers import utils as utils
 from buffers._core import (
     RING_FIELDS,
     Experience,
@@ -52,10 +55,14 @@ from buffers._validation import (
     resolve_time_axis,
     validate_batch,
 )
+from buffers.sum_tree import get_tree_depth
 from buffers.trajectory_buffer import (
+    BufferSample,
+    BufferState,
     TrajectoryBuffer,
     TrajectoryBufferSample,
     TrajectoryBufferState,
+    validate_trajectory_buffer_args,
 )
 
 if TYPE_CHECKING:
@@ -66,6 +73,14 @@ Probabilities = Array
 Indices = Array
 
 _DEVICES = ("cpu", "gpu", "tpu")
+
+SET_BATCH_FN = {
+    "tpu": sum_tree.set_batch_bincount,
+    "gpu": sum_tree.set_batch_bincount,
+    "cpu": sum_tree.set_batch_scan,
+}
+"""The sum-tree batch update for each ``device``: every level at once on accelerators, leaf
+by leaf on CPU (both keep the last value of a repeated index; see :mod:`buffers.sum_tree`)."""
 
 
 @pytree_dataclass
@@ -88,10 +103,26 @@ class PrioritisedTrajectoryBufferSample(TrajectoryBufferSample, Generic[Experien
     probabilities: Probabilities | None = dataclasses.field(default=None, kw_only=True)
 
 
+def get_max_divisible_length(max_length_time_axis: int, period: int) -> int:
+    """The longest time axis ``<= max_length_time_axis`` that is a multiple of ``period``."""
+    return int(max_length_time_axis - max_length_time_axis % period)
+
+
+def get_num_items_in_row(max_length_time_axis: int, period: int) -> int:
+    """Items (sequence starts, ``period`` apart) in one row: ``max_length_time_axis // period``."""
+    return int(max_length_time_axis // period)
+
+
+def get_sum_tree_capacity(max_length_time_axis: int, period: int, add_batch_size: int) -> int:
+    """Items in the whole buffer (the sum tree's capacity): items per row times rows."""
+    return get_num_items_in_row(max_length_time_axis, period) * int(add_batch_size)
+
+
 def prioritised_init(
     experience: Experience, add_batch_size: int, max_length_time_axis: int, period: int
 ) -> PrioritisedTrajectoryBufferState[Experience]:
-    capacity = add_batch_size * (max_length_time_axis // period)
+    """An empty state: the trajectory buffer's, plus a sum tree with every priority 0."""
+    capacity = get_sum_tree_capacity(max_length_time_axis, period, add_batch_size)
     return PrioritisedTrajectoryBufferState(
         **empty_ring(experience, add_batch_size, max_length_time_axis),
         sum_tree_state=_sum_tree.init(capacity),
@@ -272,11 +303,83 @@ def set_priorities(
     return state.replace(sum_tree_state=tree)
 
 
+def get_invalid_indices(
+    state: TrajectoryBufferState[Experience],
+    sample_sequence_length: int,
+    period: int,
+    add_batch_size: int,
+    max_length_time_axis: int,
+) -> Array:
+    """Items next to the write position, whose windows may straddle it, in every row.
+
+    The reference's mask of items not to sample: the ``sample_sequence_length // period + 1``
+    items that follow the last item whose window ends at or before the write position (the
+    same indices as the reference's). This package's buffers do not need it: their sum tree
+    holds 0 for every item that is not valid (see :func:`item_is_valid`), so such items are
+    never drawn.
+
+    Args:
+        state: a prioritised (or trajectory) buffer state.
+        sample_sequence_length: length of sampled sequences.
+        period: distance between item starts.
+        add_batch_size: rows ``B``.
+        max_length_time_axis: time-axis length ``T``.
+
+    Returns:
+        Item indices, int32 ``[add_batch_size, sample_sequence_length // period + 1]``.
+    """
+    items_per_row = get_num_items_in_row(max_length_time_axis, period)
+    last_start = (state.current_index - sample_sequence_length) % max_length_time_axis
+    last_start = jnp.minimum(last_start, get_max_divisible_length(max_length_time_axis, period) - 1)
+    first = (last_start // period + 1) % items_per_row
+    near = (first + jnp.arange(sample_sequence_length // period + 1)) % items_per_row
+    rows = jnp.arange(add_batch_size)[:, None] * items_per_row
+    return (near[None, :] + rows).astype(jnp.int32)
+
+
 @frozen_container
-class PrioritisedTrajectoryBuffer(TrajectoryBuffer, Generic[Experience]):
+class PrioritisedTrajectoryBuffer(TrajectoryBuffer, Generic[Experience, BufferState, BufferSample]):
     """A trajectory buffer with ``set_priorities(state, indices, priorities)``."""
 
     set_priorities: Callable[..., Any] = dataclasses.field(kw_only=True)
+
+
+def validate_priority_exponent(priority_exponent: float) -> None:
+    """Check ``priority_exponent`` (alpha of prioritised replay).
+
+    Raises:
+        BufferConfigError: outside [0, 1] (:class:`~buffers.ArgumentTypeError` if not a
+            real number).
+    """
+    check_priority_exponent(priority_exponent)
+
+
+def validate_device(device: str) -> bool:
+    """Whether ``device`` names a platform that the sum tree's updates can target here.
+
+    Args:
+        device: ``"cpu"``, ``"gpu"`` or ``"tpu"``.
+
+    Returns:
+        ``True`` when it is one of those and jax has such devices; otherwise ``False`` after a
+        warning (the buffers then update the sum tree as for ``"cpu"`` when the name is
+        unknown; a known but absent platform only makes the update strategy a poor fit).
+    """
+    if device not in _DEVICES:
+        warnings.warn(
+            f"device must be one of {_DEVICES}, got {device!r}; using 'cpu'", stacklevel=2
+        )
+        return False
+    try:
+        jax.devices(device)
+    except RuntimeError:
+        warnings.warn(
+            f"device={device!r} is not available here (jax has {jax.default_backend()!r}); "
+            "use the platform you run on",
+            stacklevel=2,
+        )
+        return False
+    return True
 
 
 def check_device(device: str) -> str:
@@ -290,7 +393,7 @@ def check_device(device: str) -> str:
 
 def divisible_time_axis(t_len: int, period: int, add_batch_size: int, stacklevel: int) -> int:
     """Round ``t_len`` down to a multiple of ``period``, warning with the effective capacity."""
-    rounded = t_len - t_len % period
+    rounded = get_max_divisible_length(t_len, period)
     check(rounded >= 1, f"`period` ({period}) must be <= max_length_time_axis ({t_len})")
     if rounded != t_len:
         warnings.warn(
@@ -387,12 +490,29 @@ def make_prioritised_trajectory_buffer(
 
 
 __all__ = [
+    "SET_BATCH_FN",
+    "BufferSample",
+    "BufferState",
+    "Indices",
+    "Priorities",
     "PrioritisedTrajectoryBuffer",
     "PrioritisedTrajectoryBufferSample",
     "PrioritisedTrajectoryBufferState",
+    "Probabilities",
+    "get_invalid_indices",
+    "get_max_divisible_length",
+    "get_num_items_in_row",
+    "get_sum_tree_capacity",
+    "get_tree_depth",
     "make_prioritised_trajectory_buffer",
     "prioritised_add",
     "prioritised_init",
     "prioritised_sample",
     "set_priorities",
+    "sum_tree",
+    "trajectory_buffer",
+    "utils",
+    "validate_device",
+    "validate_priority_exponent",
+    "validate_trajectory_buffer_args",
 ]
