@@ -44,6 +44,8 @@ from buffers._errors import (
     PriorityError,
     QueueFullError,
 )
+from buffers._flashbax_state import from_flashbax_state, to_flashbax_state
+from buffers._gather import gather_all
 from buffers.episode_buffer import (
     EpisodeBuffer,
     EpisodeBufferSample,
@@ -113,6 +115,8 @@ __all__ = [
     "TransitionSample",
     "episode_buffer",
     "flat_buffer",
+    "from_flashbax_state",
+    "gather_all",
     "item_buffer",
     "make_episode_buffer",
     "make_flat_buffer",
@@ -133,6 +137,7 @@ __all__ = [
     "prioritised_trajectory_buffer",
     "sum_tree",
     "timesteps_added",
+    "to_flashbax_state",
     "trajectory_buffer",
     "trajectory_queue",
     "utils",

@@ -101,7 +101,9 @@ def timesteps_added(state: Any) -> Any:
     Returns a Python ``int``, or for a ``pmap``/``vmap``-stacked state an array of ints with the
     stacking shape. Exact past 2**31 and 2**32 without x64.
     """
-    counter = getattr(state, "write_counter", None)
+    from buffers._flashbax_state import accept_reference
+
+    counter = getattr(accept_reference(state, "timesteps_added"), "write_counter", None)
     if counter is None or np.shape(counter)[-1:] != (2,):
         raise ArgumentTypeError(
             "timesteps_added: `state` must be a buffer state of this package (it has a "

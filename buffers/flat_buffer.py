@@ -186,6 +186,7 @@ def make_sequence_view(
         add_batches=add_batches,
         add_sequences=add_sequences,
         batch_size=rows,
+        sample_sequence_length=sequence_length,
     )
     return core, add
 

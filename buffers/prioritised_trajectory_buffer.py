@@ -42,6 +42,7 @@ from buffers._core import (
     tree_shape_prefix,
     write_experience,
 )
+from buffers._flashbax_state import accept_reference
 from buffers._pytree import frozen_container, pytree_dataclass
 from buffers._sum_tree import SumTreeState
 from buffers._validation import (
@@ -209,6 +210,9 @@ def prioritised_add(
     device: str = "cpu",
 ) -> PrioritisedTrajectoryBufferState[Experience]:
     """Append ``batch`` ``[B, L, ...]``; new items get the maximum priority recorded so far."""
+    state = accept_reference(
+        state, "add", sample_sequence_length=sample_sequence_length, period=period
+    )
     check_prioritised_state(state, period, "add")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
@@ -245,6 +249,7 @@ def prioritised_can_sample(state: Any, min_length_time_axis: int) -> Array:
     With a long ``sample_sequence_length`` and ``period`` > 1 no item may have a complete window
     even though enough timesteps were added; then sampling would have nothing to return.
     """
+    state = accept_reference(state, "can_sample")
     check_state(state, _STATE_FIELDS, "PrioritisedTrajectoryBufferState", "can_sample")
     return can_sample(state, min_length_time_axis) & (_sum_tree.total(state.sum_tree_state) > 0)
 
@@ -258,6 +263,7 @@ def prioritised_sample(
     min_length_time_axis: int = 1,
 ) -> PrioritisedTrajectoryBufferSample[Experience]:
     """Sample sequences with probability ``p_i^alpha / sum_j p_j^alpha`` (stratified)."""
+    state = accept_reference(state, "sample", sample_sequence_length=sequence_length, period=period)
     check_prioritised_state(state, period, "sample")
     check_sample_args(state, rng_key, batch_size, sequence_length)
     ready = prioritised_can_sample(state, min_length_time_axis)
@@ -293,6 +299,9 @@ def set_priorities(
     name no item. Inside ``jit`` values cannot raise: such entries are ignored (those items
     keep their priorities), so one NaN loss cannot poison the sum tree.
     """
+    state = accept_reference(
+        state, "set_priorities", sample_sequence_length=sample_sequence_length, period=period
+    )
     check_prioritised_state(state, period, "set_priorities")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     indices, priorities = check_priorities(indices, priorities, b_size * (t_len // period))

@@ -30,7 +30,6 @@ from buffers import utils as utils
 from buffers._core import (
     Experience,
     advance_indices,
-    can_sample,
     check_ring_state,
     check_sample_args,
     empty_ring,
@@ -40,6 +39,8 @@ from buffers._core import (
     tree_shape_prefix,
     write_experience,
 )
+from buffers._core import can_sample as ring_can_sample
+from buffers._flashbax_state import accept_reference
 from buffers._pytree import Replaceable, derived, frozen_container, pytree_dataclass
 from buffers._validation import (
     check_sequence_args,
@@ -103,6 +104,7 @@ def init(
 
 def add(state: TrajectoryBufferState[Experience], batch: Experience) -> Any:
     """Append ``batch`` (leaves ``[add_batch_size, L, ...]``, 1 <= L <= T) along time."""
+    state = accept_reference(state, "add")
     check_ring_state(state, "add")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
@@ -120,6 +122,7 @@ def sample(
     min_length_time_axis: int = 1,
 ) -> TrajectoryBufferSample[Experience]:
     """Sample ``batch_size`` sequences of ``sequence_length`` uniformly over valid windows."""
+    state = accept_reference(state, "sample")
     check_ring_state(state, "sample")
     check_sample_args(state, rng_key, batch_size, sequence_length)
     valid = ready_mask(can_sample(state, min_length_time_axis), batch_size, "sample")
@@ -131,6 +134,11 @@ BufferState = TypeVar("BufferState", bound=TrajectoryBufferState)
 """The state type a buffer's functions take and return (the reference's type variable)."""
 BufferSample = TypeVar("BufferSample", bound=TrajectoryBufferSample)
 """The sample type a buffer's ``sample`` returns (the reference's type variable)."""
+
+
+def can_sample(state: TrajectoryBufferState[Experience], min_length_time_axis: int) -> Array:
+    """Whether at least ``min_length_time_axis`` timesteps per row have been added."""
+    return ring_can_sample(accept_reference(state, "can_sample"), min_length_time_axis)
 
 
 @frozen_container

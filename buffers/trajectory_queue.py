@@ -31,6 +31,7 @@ from buffers._core import (
     tree_shape_prefix,
 )
 from buffers._errors import QueueFullError
+from buffers._flashbax_state import accept_reference
 from buffers._pytree import Replaceable, derived, frozen_container, pytree_dataclass
 from buffers._validation import (
     check,
@@ -99,6 +100,7 @@ def init(
 
 def occupancy(state: TrajectoryQueueState[Experience]) -> Array:
     """Unread timesteps per row."""
+    state = accept_reference(state, "occupancy")
     check_queue_state(state, "occupancy")
     _, t_len = tree_shape_prefix(state.experience, 2)
     return jnp.where(state.is_full, t_len, (state.write_index - state.read_index) % t_len)
@@ -157,6 +159,7 @@ def add(
     state: TrajectoryQueueState[Experience], batch: Experience
 ) -> TrajectoryQueueState[Experience]:
     """Append ``batch`` ``[B, L, ...]`` if it fits; refused (state unchanged) if it does not."""
+    state = accept_reference(state, "add")
     check_queue_state(state, "add")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
@@ -188,6 +191,7 @@ def sample(
     state: TrajectoryQueueState[Experience], sequence_length: int
 ) -> tuple[TrajectoryQueueState[Experience], TrajectoryQueueSample[Experience]]:
     """The oldest ``sequence_length`` unread timesteps of every row, and the advanced state."""
+    state = accept_reference(state, "sample")
     check_queue_state(state, "sample")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     check(
