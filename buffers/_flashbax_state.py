@@ -18,9 +18,11 @@ This module only converts layouts; buffers/_sum_tree.py owns the tree.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import Array
@@ -233,6 +235,7 @@ def _tree_of(tree: Any, what: str) -> _sum_tree.SumTreeState:
     )
 
 
+@jax.jit
 def _sums_over(leaves: Array) -> Array:
     """Our node array over ``leaves`` (``C`` of them, a power of two): every internal node the
     float32 sum of its two children, as our tree computes it."""
@@ -244,6 +247,7 @@ def _sums_over(leaves: Array) -> Array:
     return jnp.concatenate([unused, *reversed(levels)], axis=-1)
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2, 3))
 def _without_invalid_items(state: Any, length: int, period: int, what: str) -> Any:
     from buffers.prioritised_trajectory_buffer import check_prioritised_state, item_is_valid
 
