@@ -34,7 +34,6 @@ from buffers._core import (
     RING_FIELDS,
     Experience,
     advance_indices,
-    can_sample,
     check_sample_args,
     empty_ring,
     gather,
@@ -63,6 +62,7 @@ from buffers.trajectory_buffer import (
     TrajectoryBuffer,
     TrajectoryBufferSample,
     TrajectoryBufferState,
+    can_sample,
     validate_trajectory_buffer_args,
 )
 
