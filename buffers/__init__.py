@@ -31,8 +31,10 @@ from buffers import (
     prioritised_flat_buffer,
     prioritised_item_buffer,
     prioritised_trajectory_buffer,
+    sum_tree,
     trajectory_buffer,
     trajectory_queue,
+    utils,
 )
 from buffers._counter import from_int as write_counter_from_int
 from buffers._counter import timesteps_added
@@ -47,6 +49,8 @@ from buffers._errors import (
     PriorityError,
     QueueFullError,
 )
+from buffers._flashbax_state import from_flashbax_state, to_flashbax_state
+from buffers._gather import gather_all
 from buffers.episode_buffer import (
     EpisodeBuffer,
     EpisodeBufferSample,
@@ -116,6 +120,8 @@ __all__ = [
     "TransitionSample",
     "episode_buffer",
     "flat_buffer",
+    "from_flashbax_state",
+    "gather_all",
     "item_buffer",
     "make_episode_buffer",
     "make_flat_buffer",
@@ -134,9 +140,12 @@ __all__ = [
     "prioritised_flat_buffer",
     "prioritised_item_buffer",
     "prioritised_trajectory_buffer",
+    "sum_tree",
     "timesteps_added",
+    "to_flashbax_state",
     "trajectory_buffer",
     "trajectory_queue",
+    "utils",
     "write_counter_from_int",
 ]
 

@@ -137,7 +137,9 @@ def timesteps_added(state: Any) -> Any:
         >>> fbx.timesteps_added(state)
         20
     """
-    counter = getattr(state, "write_counter", None)
+    from buffers._flashbax_state import accept_reference
+
+    counter = getattr(accept_reference(state, "timesteps_added"), "write_counter", None)
     if counter is None or np.shape(counter)[-1:] != (2,):
         raise ArgumentTypeError(
             "timesteps_added: `state` must be a buffer state of this package (it has a "

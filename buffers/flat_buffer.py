@@ -14,7 +14,12 @@ from buffers._core import Experience
 from buffers._layout import layout_add
 from buffers._pytree import Replaceable, pytree_dataclass
 from buffers._validation import check, check_bool, check_time_axis, positive_int
-from buffers.trajectory_buffer import TrajectoryBuffer, make_trajectory_buffer
+from buffers.trajectory_buffer import (
+    TrajectoryBuffer,
+    TrajectoryBufferState,
+    make_trajectory_buffer,
+)
+from buffers.utils import add_dim_to_args
 
 if TYPE_CHECKING:
     import chex
@@ -67,25 +72,84 @@ def transition_sample(
     return TransitionSample(experience=pair_from_sequences(experience), valid=seq.valid)
 
 
-def flat_layout_args(
-    max_length: int, min_length: int, sample_batch_size: int, add_batch_size: int | None
-) -> tuple[int, bool, int, int]:
-    """Validate flat-buffer sizes; return ``(rows, add_batches, time_axis, min_time)``."""
-    max_length = positive_int("max_length", max_length)
-    min_length = positive_int("min_length", min_length, allow_zero=True)
+def validate_sample_batch_size(sample_batch_size: int, max_length: int) -> None:
+    """Check that a sample can be drawn: ``sample_batch_size <= max_length``.
+
+    Raises:
+        BufferConfigError: it is larger (or either is not a positive integer).
+    """
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
-    add_batches = add_batch_size is not None
-    rows = 1 if add_batch_size is None else positive_int("add_batch_size", add_batch_size)
+    max_length = positive_int("max_length", max_length)
     check(
         sample_batch_size <= max_length,
         f"`sample_batch_size` ({sample_batch_size}) must be <= `max_length` ({max_length})",
     )
+
+
+def validate_min_length(min_length: int, add_batch_size: int | None, max_length: int) -> None:
+    """Check that ``min_length`` fits the buffer's rows.
+
+    The ``min_length // add_batch_size + 1`` timesteps per row it needs must fit rows of
+    ``max_length // add_batch_size`` (``None`` rows: 1).
+
+    Raises:
+        BufferConfigError: it does not fit.
+    """
+    rows = _rows(add_batch_size)
+    min_length = positive_int("min_length", min_length, allow_zero=True)
+    t_len = positive_int("max_length", max_length) // rows
+    min_time = min_length // rows + 1
+    check(
+        min_time <= t_len,
+        f"`min_length` ({min_length}) is too large: it needs {min_time} timesteps per row but "
+        f"rows hold {t_len}",
+    )
+
+
+def validate_max_length_add_batch_size(max_length: int, add_batch_size: int | None) -> None:
+    """Check that rows hold a transition: ``max_length // add_batch_size >= 2``.
+
+    Raises:
+        BufferConfigError: they do not, or rows would exceed the time-axis limit.
+    """
+    rows = _rows(add_batch_size)
+    max_length = positive_int("max_length", max_length)
     t_len = max_length // rows
     check(
         t_len >= 2,
         f"`max_length // add_batch_size` must be >= 2, got {max_length}//{rows} = {t_len}",
     )
     check_time_axis(t_len, f"`max_length` ({max_length}) // `add_batch_size` ({rows})")
+
+
+def validate_flat_buffer_args(
+    max_length: int, min_length: int, sample_batch_size: int, add_batch_size: int | None
+) -> None:
+    """Check the arguments of :func:`make_flat_buffer` without making a buffer.
+
+    Raises:
+        BufferConfigError: an argument :func:`make_flat_buffer` refuses
+            (:class:`~buffers.ArgumentTypeError` for one that is not an integer).
+    """
+    validate_sample_batch_size(sample_batch_size, max_length)
+    validate_max_length_add_batch_size(max_length, add_batch_size)
+    validate_min_length(min_length, add_batch_size, max_length)
+
+
+def _rows(add_batch_size: int | None) -> int:
+    return 1 if add_batch_size is None else positive_int("add_batch_size", add_batch_size)
+
+
+def flat_layout_args(
+    max_length: int, min_length: int, sample_batch_size: int, add_batch_size: int | None
+) -> tuple[int, bool, int, int]:
+    """Validate flat-buffer sizes; return ``(rows, add_batches, time_axis, min_time)``."""
+    max_length = positive_int("max_length", max_length)
+    min_length = positive_int("min_length", min_length, allow_zero=True)
+    rows = _rows(add_batch_size)
+    validate_sample_batch_size(sample_batch_size, max_length)
+    validate_max_length_add_batch_size(max_length, rows)
+    t_len = max_length // rows
     if t_len * rows != max_length:
         warnings.warn(
             f"max_length={max_length} is not a multiple of add_batch_size={rows}: the buffer "
@@ -93,13 +157,8 @@ def flat_layout_args(
             f"{max_length - t_len * rows} fewer than asked. See `buffer.capacity`.",
             stacklevel=4,
         )
-    min_time = min_length // rows + 1
-    check(
-        min_time <= t_len,
-        f"`min_length` ({min_length}) is too large: it needs {min_time} timesteps per row but "
-        f"rows hold {t_len}",
-    )
-    return rows, add_batches, t_len, min_time
+    validate_min_length(min_length, rows, max_length)
+    return rows, add_batch_size is not None, t_len, min_length // rows + 1
 
 
 def make_sequence_view(
@@ -137,6 +196,7 @@ def make_sequence_view(
         add_batches=add_batches,
         add_sequences=add_sequences,
         batch_size=rows,
+        sample_sequence_length=sequence_length,
     )
     return core, add
 
@@ -190,3 +250,22 @@ def make_flat_buffer(
     return dataclasses.replace(
         core, add=add, sample=functools.partial(transition_sample, core_sample=core.sample)
     )
+
+
+create_flat_buffer = make_flat_buffer
+"""The reference's name for the function behind :func:`make_flat_buffer` (the same here)."""
+
+__all__ = [
+    "ExperiencePair",
+    "TrajectoryBuffer",
+    "TrajectoryBufferState",
+    "TransitionSample",
+    "add_dim_to_args",
+    "create_flat_buffer",
+    "make_flat_buffer",
+    "make_trajectory_buffer",
+    "validate_flat_buffer_args",
+    "validate_max_length_add_batch_size",
+    "validate_min_length",
+    "validate_sample_batch_size",
+]

@@ -9,31 +9,61 @@ from typing import TYPE_CHECKING, Any
 
 import jax
 
+from buffers import utils as utils
+from buffers._core import Experience
 from buffers._layout import layout_add
 from buffers._validation import check, check_bool, check_time_axis, positive_int
 from buffers.trajectory_buffer import (
     TrajectoryBuffer,
     TrajectoryBufferSample,
+    TrajectoryBufferState,
     make_trajectory_buffer,
 )
+from buffers.utils import add_dim_to_args
 
 if TYPE_CHECKING:
     import chex
 
 
-def item_layout_args(max_length: int, min_length: int, sample_batch_size: int) -> None:
-    """Validate an item buffer's sizes (typed errors naming the argument)."""
-    max_length = positive_int("max_length", max_length)
-    min_length = positive_int("min_length", min_length, allow_zero=True)
+def validate_sample_batch_size(sample_batch_size: int, max_length: int) -> None:
+    """Check ``sample_batch_size <= max_length``.
+
+    Raises:
+        BufferConfigError: it is larger (or either is not a positive integer).
+    """
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
+    max_length = positive_int("max_length", max_length)
     check(
         sample_batch_size <= max_length,
         f"`sample_batch_size` ({sample_batch_size}) must be <= `max_length` ({max_length})",
     )
+
+
+def validate_min_length(min_length: int, max_length: int) -> None:
+    """Check ``min_length <= max_length`` (items before sampling, items held).
+
+    Raises:
+        BufferConfigError: it is larger (or either is not an integer of the right sign).
+    """
+    min_length = positive_int("min_length", min_length, allow_zero=True)
+    max_length = positive_int("max_length", max_length)
     check(
         min_length <= max_length,
         f"`min_length` ({min_length}) must be <= `max_length` ({max_length})",
     )
+
+
+def validate_item_buffer_args(max_length: int, min_length: int, sample_batch_size: int) -> None:
+    """Check the arguments of :func:`make_item_buffer` without making a buffer.
+
+    Raises:
+        BufferConfigError: an argument :func:`make_item_buffer` refuses, e.g. more items than
+            a row may hold (:class:`~buffers.ArgumentTypeError` for one that is not an
+            integer).
+    """
+    max_length = positive_int("max_length", max_length)
+    validate_sample_batch_size(sample_batch_size, max_length)
+    validate_min_length(min_length, max_length)
     check_time_axis(max_length, f"`max_length` ({max_length}) (items, in one row)")
 
 
@@ -102,10 +132,29 @@ def make_item_buffer(
         >>> buffer.sample(state, jax.random.key(0)).experience["x"].shape
         (4, 3)
     """
-    item_layout_args(max_length, min_length, sample_batch_size)
+    validate_item_buffer_args(max_length, min_length, sample_batch_size)
     core = make_trajectory_buffer(1, sample_batch_size, 1, 1, min_length, None, max_length)
     return dataclasses.replace(
         core,
         add=item_add(add_sequences, add_batches, core.add),
         sample=functools.partial(item_sample, core_sample=core.sample),
     )
+
+
+create_item_buffer = make_item_buffer
+"""The reference's name for the function behind :func:`make_item_buffer` (the same here)."""
+
+__all__ = [
+    "Experience",
+    "TrajectoryBuffer",
+    "TrajectoryBufferSample",
+    "TrajectoryBufferState",
+    "add_dim_to_args",
+    "create_item_buffer",
+    "make_item_buffer",
+    "make_trajectory_buffer",
+    "utils",
+    "validate_item_buffer_args",
+    "validate_min_length",
+    "validate_sample_batch_size",
+]

@@ -14,14 +14,19 @@ from buffers.flat_buffer import (
     TransitionSample,
     make_sequence_view,
     pair_from_sequences,
+    validate_flat_buffer_args,
 )
 from buffers.prioritised_trajectory_buffer import (
     Indices,
     PrioritisedTrajectoryBuffer,
+    PrioritisedTrajectoryBufferState,
     Probabilities,
     check_device,
     make_prioritised_trajectory_buffer,
+    validate_device,
+    validate_priority_exponent,
 )
+from buffers.utils import add_dim_to_args
 
 if TYPE_CHECKING:
     import chex
@@ -104,4 +109,18 @@ def make_prioritised_flat_buffer(
     )
 
 
-__all__ = ["ExperiencePair", "PrioritisedTransitionSample", "make_prioritised_flat_buffer"]
+__all__ = [
+    "ExperiencePair",
+    "Indices",
+    "PrioritisedTrajectoryBuffer",
+    "PrioritisedTrajectoryBufferState",
+    "PrioritisedTransitionSample",
+    "Probabilities",
+    "TransitionSample",
+    "add_dim_to_args",
+    "make_prioritised_flat_buffer",
+    "make_prioritised_trajectory_buffer",
+    "validate_device",
+    "validate_flat_buffer_args",
+    "validate_priority_exponent",
+]

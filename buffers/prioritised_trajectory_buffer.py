@@ -23,15 +23,17 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic
 
+import jax
 import jax.numpy as jnp
 from jax import Array
 
-from buffers import _sum_tree
+from buffers import _sum_tree, sum_tree
+from buffers import trajectory_buffer as trajectory_buffer
+from buffers import utils as utils
 from buffers._core import (
     RING_FIELDS,
     Experience,
     advance_indices,
-    can_sample,
     check_sample_args,
     empty_ring,
     gather,
@@ -39,6 +41,7 @@ from buffers._core import (
     tree_shape_prefix,
     write_experience,
 )
+from buffers._flashbax_state import accept_reference
 from buffers._pytree import frozen_container, pytree_dataclass
 from buffers._sum_tree import SumTreeState
 from buffers._validation import (
@@ -52,10 +55,15 @@ from buffers._validation import (
     resolve_time_axis,
     validate_batch,
 )
+from buffers.sum_tree import get_tree_depth
 from buffers.trajectory_buffer import (
+    BufferSample,
+    BufferState,
     TrajectoryBuffer,
     TrajectoryBufferSample,
     TrajectoryBufferState,
+    can_sample,
+    validate_trajectory_buffer_args,
 )
 
 if TYPE_CHECKING:
@@ -66,6 +74,14 @@ Probabilities = Array
 Indices = Array
 
 _DEVICES = ("cpu", "gpu", "tpu")
+
+SET_BATCH_FN = {
+    "tpu": sum_tree.set_batch_bincount,
+    "gpu": sum_tree.set_batch_bincount,
+    "cpu": sum_tree.set_batch_scan,
+}
+"""The sum-tree batch update for each ``device``: every level at once on accelerators, leaf
+by leaf on CPU (both keep the last value of a repeated index; see :mod:`buffers.sum_tree`)."""
 
 
 @pytree_dataclass
@@ -99,11 +115,26 @@ class PrioritisedTrajectoryBufferSample(TrajectoryBufferSample, Generic[Experien
     probabilities: Probabilities | None = dataclasses.field(default=None, kw_only=True)
 
 
+def get_max_divisible_length(max_length_time_axis: int, period: int) -> int:
+    """The longest time axis ``<= max_length_time_axis`` that is a multiple of ``period``."""
+    return int(max_length_time_axis - max_length_time_axis % period)
+
+
+def get_num_items_in_row(max_length_time_axis: int, period: int) -> int:
+    """Items (sequence starts, ``period`` apart) in one row: ``max_length_time_axis // period``."""
+    return int(max_length_time_axis // period)
+
+
+def get_sum_tree_capacity(max_length_time_axis: int, period: int, add_batch_size: int) -> int:
+    """Items in the whole buffer (the sum tree's capacity): items per row times rows."""
+    return get_num_items_in_row(max_length_time_axis, period) * int(add_batch_size)
+
+
 def prioritised_init(
     experience: Experience, add_batch_size: int, max_length_time_axis: int, period: int
 ) -> PrioritisedTrajectoryBufferState[Experience]:
-    """An empty prioritised state: the ring of :func:`init` plus a sum tree of zeros."""
-    capacity = add_batch_size * (max_length_time_axis // period)
+    """An empty state: the trajectory buffer's, plus a sum tree with every priority 0."""
+    capacity = get_sum_tree_capacity(max_length_time_axis, period, add_batch_size)
     return PrioritisedTrajectoryBufferState(
         **empty_ring(experience, add_batch_size, max_length_time_axis),
         sum_tree_state=_sum_tree.init(capacity),
@@ -190,6 +221,9 @@ def prioritised_add(
     device: str = "cpu",
 ) -> PrioritisedTrajectoryBufferState[Experience]:
     """Append ``batch`` ``[B, L, ...]``; new items get the maximum priority recorded so far."""
+    state = accept_reference(
+        state, "add", sample_sequence_length=sample_sequence_length, period=period
+    )
     check_prioritised_state(state, period, "add")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
@@ -226,6 +260,7 @@ def prioritised_can_sample(state: Any, min_length_time_axis: int) -> Array:
     With a long ``sample_sequence_length`` and ``period`` > 1 no item may have a complete window
     even though enough timesteps were added; then sampling would have nothing to return.
     """
+    state = accept_reference(state, "can_sample")
     check_state(state, _STATE_FIELDS, "PrioritisedTrajectoryBufferState", "can_sample")
     return can_sample(state, min_length_time_axis) & (_sum_tree.total(state.sum_tree_state) > 0)
 
@@ -239,6 +274,7 @@ def prioritised_sample(
     min_length_time_axis: int = 1,
 ) -> PrioritisedTrajectoryBufferSample[Experience]:
     """Sample sequences with probability ``p_i^alpha / sum_j p_j^alpha`` (stratified)."""
+    state = accept_reference(state, "sample", sample_sequence_length=sequence_length, period=period)
     check_prioritised_state(state, period, "sample")
     check_sample_args(state, rng_key, batch_size, sequence_length)
     ready = prioritised_can_sample(state, min_length_time_axis)
@@ -288,6 +324,9 @@ def set_priorities(
             (also at ``jit`` trace time); when the arrays are concrete (outside ``jit``),
             NaN, infinite or negative priorities and indices that name no item.
     """
+    state = accept_reference(
+        state, "set_priorities", sample_sequence_length=sample_sequence_length, period=period
+    )
     check_prioritised_state(state, period, "set_priorities")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     indices, priorities = check_priorities(indices, priorities, b_size * (t_len // period))
@@ -298,8 +337,42 @@ def set_priorities(
     return state.replace(sum_tree_state=tree)
 
 
+def get_invalid_indices(
+    state: TrajectoryBufferState[Experience],
+    sample_sequence_length: int,
+    period: int,
+    add_batch_size: int,
+    max_length_time_axis: int,
+) -> Array:
+    """Items next to the write position, whose windows may straddle it, in every row.
+
+    The reference's mask of items not to sample: the ``sample_sequence_length // period + 1``
+    items that follow the last item whose window ends at or before the write position (the
+    same indices as the reference's). This package's buffers do not need it: their sum tree
+    holds 0 for every item that is not valid (see :func:`item_is_valid`), so such items are
+    never drawn.
+
+    Args:
+        state: a prioritised (or trajectory) buffer state.
+        sample_sequence_length: length of sampled sequences.
+        period: distance between item starts.
+        add_batch_size: rows ``B``.
+        max_length_time_axis: time-axis length ``T``.
+
+    Returns:
+        Item indices, int32 ``[add_batch_size, sample_sequence_length // period + 1]``.
+    """
+    items_per_row = get_num_items_in_row(max_length_time_axis, period)
+    last_start = (state.current_index - sample_sequence_length) % max_length_time_axis
+    last_start = jnp.minimum(last_start, get_max_divisible_length(max_length_time_axis, period) - 1)
+    first = (last_start // period + 1) % items_per_row
+    near = (first + jnp.arange(sample_sequence_length // period + 1)) % items_per_row
+    rows = jnp.arange(add_batch_size)[:, None] * items_per_row
+    return (near[None, :] + rows).astype(jnp.int32)
+
+
 @frozen_container
-class PrioritisedTrajectoryBuffer(TrajectoryBuffer, Generic[Experience]):
+class PrioritisedTrajectoryBuffer(TrajectoryBuffer, Generic[Experience, BufferState, BufferSample]):
     """A trajectory buffer whose items are sampled in proportion to their priorities.
 
     Attributes:
@@ -308,6 +381,44 @@ class PrioritisedTrajectoryBuffer(TrajectoryBuffer, Generic[Experience]):
     """
 
     set_priorities: Callable[..., Any] = dataclasses.field(kw_only=True)
+
+
+def validate_priority_exponent(priority_exponent: float) -> None:
+    """Check ``priority_exponent`` (alpha of prioritised replay).
+
+    Raises:
+        BufferConfigError: outside [0, 1] (:class:`~buffers.ArgumentTypeError` if not a
+            real number).
+    """
+    check_priority_exponent(priority_exponent)
+
+
+def validate_device(device: str) -> bool:
+    """Whether ``device`` names a platform that the sum tree's updates can target here.
+
+    Args:
+        device: ``"cpu"``, ``"gpu"`` or ``"tpu"``.
+
+    Returns:
+        ``True`` when it is one of those and jax has such devices; otherwise ``False`` after a
+        warning (the buffers then update the sum tree as for ``"cpu"`` when the name is
+        unknown; a known but absent platform only makes the update strategy a poor fit).
+    """
+    if device not in _DEVICES:
+        warnings.warn(
+            f"device must be one of {_DEVICES}, got {device!r}; using 'cpu'", stacklevel=2
+        )
+        return False
+    try:
+        jax.devices(device)
+    except RuntimeError:
+        warnings.warn(
+            f"device={device!r} is not available here (jax has {jax.default_backend()!r}); "
+            "use the platform you run on",
+            stacklevel=2,
+        )
+        return False
+    return True
 
 
 def check_device(device: str) -> str:
@@ -322,7 +433,7 @@ def check_device(device: str) -> str:
 
 def divisible_time_axis(t_len: int, period: int, add_batch_size: int, stacklevel: int) -> int:
     """Round ``t_len`` down to a multiple of ``period``, warning with the effective capacity."""
-    rounded = t_len - t_len % period
+    rounded = get_max_divisible_length(t_len, period)
     check(rounded >= 1, f"`period` ({period}) must be <= max_length_time_axis ({t_len})")
     if rounded != t_len:
         warnings.warn(
@@ -452,12 +563,29 @@ def make_prioritised_trajectory_buffer(
 
 
 __all__ = [
+    "SET_BATCH_FN",
+    "BufferSample",
+    "BufferState",
+    "Indices",
+    "Priorities",
     "PrioritisedTrajectoryBuffer",
     "PrioritisedTrajectoryBufferSample",
     "PrioritisedTrajectoryBufferState",
+    "Probabilities",
+    "get_invalid_indices",
+    "get_max_divisible_length",
+    "get_num_items_in_row",
+    "get_sum_tree_capacity",
+    "get_tree_depth",
     "make_prioritised_trajectory_buffer",
     "prioritised_add",
     "prioritised_init",
     "prioritised_sample",
     "set_priorities",
+    "sum_tree",
+    "trajectory_buffer",
+    "utils",
+    "validate_device",
+    "validate_priority_exponent",
+    "validate_trajectory_buffer_args",
 ]

@@ -20,16 +20,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import numpy as np
 from jax import Array
 
 from buffers import _counter
+from buffers import utils as utils
 from buffers._core import (
     Experience,
     advance_indices,
-    can_sample,
     check_ring_state,
     check_sample_args,
     empty_ring,
@@ -39,6 +39,8 @@ from buffers._core import (
     tree_shape_prefix,
     write_experience,
 )
+from buffers._core import can_sample as ring_can_sample
+from buffers._flashbax_state import accept_reference
 from buffers._pytree import Replaceable, derived, frozen_container, pytree_dataclass
 from buffers._validation import (
     check_sequence_args,
@@ -105,6 +107,7 @@ def init(
 
 def add(state: TrajectoryBufferState[Experience], batch: Experience) -> Any:
     """Append ``batch`` (leaves ``[add_batch_size, L, ...]``, 1 <= L <= T) along time."""
+    state = accept_reference(state, "add")
     check_ring_state(state, "add")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
@@ -122,6 +125,7 @@ def sample(
     min_length_time_axis: int = 1,
 ) -> TrajectoryBufferSample[Experience]:
     """Sample ``batch_size`` sequences of ``sequence_length`` uniformly over valid windows."""
+    state = accept_reference(state, "sample")
     check_ring_state(state, "sample")
     check_sample_args(state, rng_key, batch_size, sequence_length)
     valid = ready_mask(can_sample(state, min_length_time_axis), batch_size, "sample")
@@ -129,8 +133,19 @@ def sample(
     return TrajectoryBufferSample(experience=gather(state.experience, rows, times), valid=valid)
 
 
+BufferState = TypeVar("BufferState", bound=TrajectoryBufferState)
+"""The state type a buffer's functions take and return (the reference's type variable)."""
+BufferSample = TypeVar("BufferSample", bound=TrajectoryBufferSample)
+"""The sample type a buffer's ``sample`` returns (the reference's type variable)."""
+
+
+def can_sample(state: TrajectoryBufferState[Experience], min_length_time_axis: int) -> Array:
+    """Whether at least ``min_length_time_axis`` timesteps per row have been added."""
+    return ring_can_sample(accept_reference(state, "can_sample"), min_length_time_axis)
+
+
 @frozen_container
-class TrajectoryBuffer(Replaceable, Generic[Experience]):
+class TrajectoryBuffer(Replaceable, Generic[Experience, BufferState, BufferSample]):
     """Pure functions of a trajectory buffer, plus its static configuration.
 
     Made by :func:`make_trajectory_buffer` (and the other ``make_*`` factories, which replace
@@ -168,6 +183,53 @@ class TrajectoryBuffer(Replaceable, Generic[Experience]):
     def capacity(self) -> int:
         """Timesteps the buffer holds: ``add_batch_size * max_length_time_axis``."""
         return self.add_batch_size * self.max_length_time_axis
+
+
+def validate_size(
+    max_length_time_axis: int | None, max_size: int | None, add_batch_size: int
+) -> None:
+    """Check the capacity arguments as :func:`make_trajectory_buffer` does.
+
+    Args:
+        max_length_time_axis: time-axis length ``T``, or ``None`` when ``max_size`` is given.
+        max_size: total timesteps, or ``None`` when ``max_length_time_axis`` is given.
+        add_batch_size: rows ``B``.
+
+    Raises:
+        BufferConfigError: both or neither of the sizes given, a size below 1, or a time axis
+            over the limit. Warns with the effective capacity when ``max_size`` is not a
+            multiple of ``add_batch_size``.
+    """
+    add_batch_size = positive_int("add_batch_size", add_batch_size)
+    resolve_time_axis(add_batch_size, max_size, max_length_time_axis, stacklevel=2)
+
+
+def validate_trajectory_buffer_args(
+    max_length_time_axis: int | None,
+    min_length_time_axis: int,
+    add_batch_size: int,
+    sample_sequence_length: int,
+    period: int,
+    max_size: int | None,
+) -> None:
+    """Check the arguments of :func:`make_trajectory_buffer` without making a buffer.
+
+    Args:
+        max_length_time_axis: time-axis length ``T`` (or ``None`` with ``max_size``).
+        min_length_time_axis: timesteps per row before sampling.
+        add_batch_size: rows ``B``.
+        sample_sequence_length: length of sampled sequences.
+        period: distance between sampleable sequence starts.
+        max_size: total timesteps (or ``None`` with ``max_length_time_axis``).
+
+    Raises:
+        BufferConfigError: an argument :func:`make_trajectory_buffer` refuses (e.g. a
+            sequence or minimum length longer than the time axis); also
+            :class:`~buffers.ArgumentTypeError` for a size that is not an integer.
+    """
+    add_batch_size = positive_int("add_batch_size", add_batch_size)
+    t_len = resolve_time_axis(add_batch_size, max_size, max_length_time_axis, stacklevel=2)
+    check_sequence_args(sample_sequence_length, period, min_length_time_axis, t_len)
 
 
 def make_trajectory_buffer(
@@ -241,6 +303,8 @@ def make_trajectory_buffer(
 
 
 __all__ = [
+    "BufferSample",
+    "BufferState",
     "Experience",
     "TrajectoryBuffer",
     "TrajectoryBufferSample",
@@ -250,4 +314,6 @@ __all__ = [
     "init",
     "make_trajectory_buffer",
     "sample",
+    "validate_size",
+    "validate_trajectory_buffer_args",
 ]

@@ -10,6 +10,7 @@ every bad leaf.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -76,6 +77,13 @@ class BufferView:
     """What a write needs from a buffer state: experience, position, counter, stacking."""
 
     def __init__(self, state: Any) -> None:
+        if not hasattr(state, "write_counter"):
+            # a state in the reference's shape (a Flashbax state, or one restored from an
+            # orbax checkpoint of a Flashbax run): its counter is derived as the buffers do
+            from buffers import BufferError, from_flashbax_state
+
+            with contextlib.suppress(BufferError):  # not a buffer state: refused below
+                state = from_flashbax_state(state)
         if not hasattr(state, "experience") or not hasattr(state, "write_counter"):
             raise VaultStructureError(
                 f"write() takes a buffer state from `buffers` (with `experience` and "
