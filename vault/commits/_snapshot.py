@@ -101,7 +101,7 @@ class Snapshot:
             arrays[i] = _opened(self.location, leaf_key(self.names[i]), future)
         index = self.index
         count = 0 if commit.episodes is None else commit.episodes.count
-        if index and index[0].shape[0] < count:
+        if any(arr.shape[0] < count for arr in index):  # (each: one may have grown alone)
             index = _open_index(self.location, self.manifest, self.writable)
         _check_shapes(self.location, self.manifest, commit, arrays, index)
         return dataclasses.replace(self, commit=commit, arrays=tuple(arrays), index=index)

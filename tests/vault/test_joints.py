@@ -1,0 +1,201 @@
+"""Where two features meet (issue 31): a failed write at any step of the commit protocol and
+its retry, on every location kind.
+
+A write can fail inside any step of the commit protocol (a full disk, a dead server): the
+test stops it there through the protocol's named fault points (``vault.set_fault_hook``),
+once before and once after each step ran, for a blocking and a background write; then the
+same writer writes the buffer again, or (separately) the writer closes and a new one
+(``Vault.open(path, "a")``) does. Every committed timestep and episode must equal the model,
+bit for bit, and the vault must keep taking appends.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import buffers as fbx
+import vault
+from vault import Location, Vault, parse_location
+
+ROWS, CAP = 2, 64
+EXAMPLE = {
+    "obs": np.zeros(3, np.float32),
+    "done": np.zeros((), bool),
+    "reward": np.zeros((), np.float32),
+}
+CHUNK = {"obs": [ROWS, 4, 3], "done": [ROWS, 4], "reward": [ROWS, 4]}
+EPISODES = {"done_leaf": "done", "reward_leaf": "reward"}
+
+
+def data(n: int) -> dict[str, np.ndarray]:
+    """The model: timesteps ``[0, n)`` of every row (each value says where it belongs)."""
+    t = np.arange(n)[None, :]
+    r = np.arange(ROWS)[:, None]
+    obs = (t + 1000 * r)[..., None] + np.array([0.0, 0.25, 0.5])
+    return {
+        "obs": obs.astype(np.float32),
+        "done": (t + r) % 3 == 2,
+        "reward": (0.5 * t + r).astype(np.float32),
+    }
+
+
+def state(n: int) -> Any:
+    """A trajectory buffer (rows x ``CAP``) after ``n`` timesteps were added (no wrap)."""
+    experience = {}
+    for key, values in data(n).items():
+        ring = np.zeros((ROWS, CAP, *values.shape[2:]), values.dtype)
+        ring[:, :n] = values
+        experience[key] = ring
+    return fbx.TrajectoryBufferState(
+        experience=experience, current_index=jnp.int32(n), is_full=jnp.bool_(False)
+    )
+
+
+def model_episodes(n: int) -> list[tuple[int, int, int, float]]:
+    """(row, start, length, return) of every complete episode in ``data(n)``."""
+    d = data(n)
+    out = []
+    for r in range(ROWS):
+        start = 0
+        for t in np.flatnonzero(d["done"][r]):
+            ret = float(np.sum(d["reward"][r, start : t + 1], dtype=np.float64))
+            out.append((r, start, int(t) - start + 1, ret))
+            start = int(t) + 1
+    return sorted(out)
+
+
+def assert_model(where: Location, n: int) -> None:
+    v = Vault.open(where)
+    assert v.committed_length == n
+    got, want = v.read_numpy(), data(n)
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], strict=True)
+    table = v.episodes()
+    episodes = zip(table.row, table.start, table.length, table.returns, strict=True)
+    assert sorted((int(a), int(b), int(c), float(d)) for a, b, c, d in episodes) == (
+        model_episodes(n)
+    )
+    report = vault.verify(where)
+    assert report.ok, report.problems
+
+
+@pytest.fixture(params=["file", "memory", "s3"])
+def where(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
+    if request.param == "file":
+        return parse_location(tmp_path)
+    if request.param == "s3":
+        server = request.getfixturevalue("s3_env")
+        return parse_location(f"s3://{server.bucket}/joints-{uuid.uuid4().hex}")
+    return parse_location(f"memory://joints-{uuid.uuid4().hex}")
+
+
+class Injected(RuntimeError):
+    pass
+
+
+@pytest.fixture
+def hook() -> Iterator[Callable[[Callable[..., Any] | None], None]]:
+    yield vault.set_fault_hook
+    vault.set_fault_hook(None)
+
+
+# the lengths committed: before the failed write (then the writer closes, so the next one
+# must grow every array and the episode index again), by the failed write, and after it
+BEFORE, FAILED, AFTER = 12, 40, 48
+
+
+def base(where: Location) -> Vault:
+    with Vault.create(where, state(0), chunk=CHUNK, **EPISODES) as v:
+        v.write(state(BEFORE))
+    return Vault.open(where, "a")
+
+
+def steps_of_a_write(where: Location, set_hook: Callable[..., Any]) -> list[str]:
+    """The fault points one write runs through, in order (``grow`` named by array)."""
+    seen: list[str] = []
+
+    def record(point: str, info: dict[str, Any], step: Callable[[], Any]) -> Any:
+        seen.append(f"{point}:{info['key']}" if point == "grow" else point)
+        return step()
+
+    v = base(where)
+    set_hook(record)
+    v.write(state(FAILED))
+    set_hook(None)
+    v.close()
+    return seen
+
+
+def test_a_write_failed_at_any_step_is_retried_by_the_same_or_a_new_writer(
+    where: Location, hook: Callable[..., Any]
+) -> None:
+    """On memory every step x before/after x blocking/background x same/new writer; on the
+    slower kinds (file, S3) every step x before/after, the four ways to write and retry
+    taken in turn."""
+    steps = steps_of_a_write(where.child("steps"), hook)
+    # every step of the protocol is there, each array's growth on its own
+    assert steps[0] == "append", steps
+    assert steps[-1] == "commit", steps
+    assert {"resize", "index"} <= set(steps), steps
+    if where.spec["driver"] != "s3":  # a remote location grows every array in one step
+        keys = [s.split(":", 1)[1] for s in steps if s.startswith("grow:")]
+        leaves = sorted(f"experience/{k}" for k in EXAMPLE)
+        assert keys == [*leaves, "episodes/bounds", "episodes/returns"], steps
+    ways = [(block, new) for block in (True, False) for new in (False, True)]
+    failures = []
+    for at, step in enumerate(steps):
+        for after in (False, True):
+            turn = 2 * at + after
+            chosen = ways if where.spec["driver"] == "memory" else [ways[turn % len(ways)]]
+            for block, new in chosen:
+                case = (
+                    f"{step} #{at} {'after' if after else 'instead of'} it, "
+                    f"{'blocking' if block else 'background'}, {'new' if new else 'same'} writer"
+                )
+                place = where.child(f"c{at}-{int(after)}-{int(block)}-{int(new)}")
+                try:
+                    fail_and_retry(place, hook, at, after, block, new)
+                except Exception as err:  # every case is run; all failures are reported
+                    failures.append(f"{case}: {type(err).__name__}: {str(err)[:300]}")
+    assert not failures, "\n".join(failures)
+
+
+def fail_and_retry(
+    where: Location, set_hook: Callable[..., Any], at: int, after: bool, block: bool, new: bool
+) -> None:
+    v = base(where)
+    count = [0]
+
+    def fail(point: str, info: dict[str, Any], step: Callable[[], Any]) -> Any:
+        count[0] += 1
+        if count[0] - 1 != at:
+            return step()
+        if after:
+            step()
+        raise Injected(f"injected failure at {point}")
+
+    set_hook(fail)
+    try:
+        if block:
+            with pytest.raises(vault.VaultError, match="injected failure"):
+                v.write(state(FAILED))
+        else:
+            v.write(state(FAILED), block=False)
+            with pytest.raises(vault.VaultError, match=r"a background write failed.*injected"):
+                (v.close if new else v.flush)()  # reported by the next call that waits
+    finally:
+        set_hook(None)
+    if new:
+        v.close()  # (after a background failure: closed already, a no-op)
+        v = Vault.open(where, "a")
+    v.write(state(FAILED))
+    v.write(state(AFTER), block=block)
+    v.close()
+    assert_model(where, AFTER)
