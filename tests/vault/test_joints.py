@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -199,3 +200,38 @@ def fail_and_retry(
     v.write(state(AFTER), block=block)
     v.close()
     assert_model(where, AFTER)
+
+
+# ------------------------------------------------------- reference-style constructor x overrun
+FLAT = fbx.make_flat_buffer(max_length=16, min_length=1, sample_batch_size=1)
+FLAT_ADD = jax.jit(FLAT.add)
+
+
+def flat_added(state: Any, start: int, n: int) -> Any:
+    for t in range(start, start + n):
+        state = FLAT_ADD(state, {"t": jnp.int32(t)})
+    return state
+
+
+@pytest.mark.parametrize("constructor", ["reference", "open"])
+def test_an_overrun_of_the_buffer_this_object_wrote_is_refused_with_its_count(
+    tmp_path: Path, constructor: str
+) -> None:
+    """One flat buffer of 16: written after 4 adds, then 19 more adds. Timesteps 4-6 were
+    overwritten before being saved: 3 lost, whichever constructor made the Vault."""
+    state = flat_added(FLAT.init({"t": jnp.int32(0)}), 0, 4)
+    if constructor == "reference":
+        v = Vault("run", state, rel_dir=str(tmp_path), vault_uid="a")
+    else:
+        Vault.create(tmp_path / "run" / "a", state).close()
+        v = Vault.open(tmp_path / "run" / "a", "a")
+    assert v.write(state) == 4
+    state = flat_added(state, 4, 19)
+    with pytest.raises(vault.UnsavedDataLostError, match="3 were overwritten") as lost:
+        v.write(state)
+    assert lost.value.lost == 3
+    assert v.committed_length == 4  # nothing written
+    assert v.write(state, on_overrun="save_surviving") == 16
+    assert v.seams == [vault.Seam(4, 3)]
+    np.testing.assert_array_equal(v.read_numpy()["t"][0], [0, 1, 2, 3, *range(7, 23)])
+    v.close()

@@ -52,6 +52,30 @@ class Vault(EpisodeMethods):
         *,
         storage: dict[str, Any] | None = None,
     ) -> None:
+        """Open the vault at ``rel_dir/vault_name/vault_uid``, or create it there (the
+        reference's constructor).
+
+        As the reference, a buffer this object has not written yet is appended whole (its
+        first write saves everything it holds). Unlike the reference, an overrun is never
+        silent: when more timesteps were added to the buffer this object wrote last than the
+        buffer holds, ``write`` raises :class:`UnsavedDataLostError` with the exact count
+        lost (``on_overrun="save_surviving"`` saves the rest and records that count as a
+        seam), as after :meth:`open`.
+
+        Args:
+            vault_name: the folder of this vault's runs under ``rel_dir``.
+            experience_structure: a buffer state (or its ``experience``) to create the vault
+                from; None opens an existing one.
+            rel_dir: where vaults live (a path or URL).
+            vault_uid: the run's folder; None: the most recent run (creating: a timestamp).
+            compression: the reference's codec dict (``{"id": "blosc", "cname": "zstd",
+                "clevel": 5}``).
+            metadata: user metadata stored at creation.
+            storage: object-store settings, as in :meth:`create`.
+
+        Raises:
+            VaultNotFoundError: no vault there and no ``experience_structure`` to create one.
+        """
         where = parse_location(rel_dir, storage)
         target = reference_target(vault_name, experience_structure, where, vault_uid, compression)
         if target.create:
@@ -397,7 +421,8 @@ class Vault(EpisodeMethods):
         timestep where its counter says, so a different buffer is refused
         (:class:`VaultStructureError`) unless ``new_buffer=True``, which appends all it holds
         and is safe on every write (never a timestep twice). ``Vault(name, ...)`` acts as if
-        always given it, like the reference. A write never stores less than is new silently.
+        always given it, like the reference, except that the buffer it wrote last, overrun,
+        is an overrun (below). A write never stores less than is new silently.
 
         If more timesteps were added since the last write than the buffer holds,
         the oldest unsaved ones are gone: :class:`UnsavedDataLostError` (vault unchanged), or

@@ -114,6 +114,9 @@ class Writer:
         does not, it is another buffer: with ``new_buffer=True`` or a writer that adopts
         buffers (the reference-style constructor, which tracks buffers per Vault object)
         everything it holds is appended; otherwise the write is refused, never silently short.
+        A buffer that no longer holds that timestep, further on than the one this writer
+        wrote last, is that buffer overrun, not another one, unless ``new_buffer=True`` says
+        so: the overrun policy applies (by default :class:`UnsavedDataLostError`).
         """
         tip = self.tip
         if not tip.source_counter:  # no buffer written yet (or one with nothing in it)
@@ -126,6 +129,8 @@ class Writer:
             same = same_buffer(tip, view, values, self._last_timestep())
         if same is True:
             return False
+        if same is None and tip.known_source and not new_buffer:
+            return False  # the buffer this writer wrote, overrun: plan_write tells the loss
         if new_buffer or self.adopt_buffers:
             return True
         if same is None:
