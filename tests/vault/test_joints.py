@@ -11,6 +11,11 @@ bit for bit, and the vault must keep taking appends.
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -235,3 +240,69 @@ def test_an_overrun_of_the_buffer_this_object_wrote_is_refused_with_its_count(
     assert v.seams == [vault.Seam(4, 3)]
     np.testing.assert_array_equal(v.read_numpy()["t"][0], [0, 1, 2, 3, *range(7, 23)])
     v.close()
+
+
+# --------------------------------------------------------------- a chunk file it may not read
+def unreadable_chunks(path: Path) -> None:
+    """Run without the capabilities that let root read any file: every read that reaches a
+    chunk file this user may not read is VaultAccessError naming that file and the fix."""
+    v = Vault.open(path)
+    assert v.committed_length == 10
+    v.read_numpy()  # (complete chunks' checksums are checked now, and not again)
+    v.episodes()
+    middle = path / "experience" / "obs" / "c" / "0" / "1" / "0"  # complete: tagged
+    edge = path / "experience" / "obs" / "c" / "0" / "2" / "0"  # the committed end
+    index = path / "episodes" / "returns" / "c" / "0"
+    for chunk in (middle, edge, index):
+        chunk.chmod(0)
+
+    def denied(file: Path) -> str:
+        return re.escape(
+            f"{path}: cannot read the vault: permission denied at {file}; give this user "
+            "permission there, or use another place"
+        )
+
+    reads: list[tuple[Path, Callable[[], object]]] = [
+        (middle, lambda: Vault.open(path).read_numpy()),
+        (middle, lambda: v.read_numpy()),
+        (middle, lambda: v.read(last=6)),
+        (edge, lambda: v.read_numpy(start=8)),
+        (middle, lambda: next(iter(v.as_dataset(1, 2, shuffle=False)))),
+        (index, lambda: Vault.open(path).episodes()),
+        (middle, lambda: vault.verify(path)),
+    ]
+    for file, read in reads:
+        with pytest.raises(vault.VaultAccessError, match=denied(file)) as caught:
+            read()
+        assert caught.value.errno == 13  # EACCES
+    done = subprocess.run(
+        [str(Path(sys.executable).with_name("vault")), "verify", str(path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)  # not 3: corrupt
+    assert done.stderr.startswith(f"vault: {path}: cannot read the vault: permission denied")
+
+
+def test_a_chunk_file_this_user_may_not_read_is_an_access_error(tmp_path: Path) -> None:
+    """Root reads any file: the reads run in a process without the capabilities that allow
+    it (``setpriv``), as any other user would."""
+    path = tmp_path / "v"
+    chunk = {"obs": [ROWS, 4, 3], "done": [ROWS, 4], "reward": [ROWS, 4]}
+    with Vault.create(path, EXAMPLE, rows=ROWS, chunk=chunk, **EPISODES) as v:
+        v.append(data(10))
+    wrap: list[str] = []
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.fail("`setpriv` (util-linux) is needed to read as a user without rights")
+        caps = "-dac_override,-dac_read_search"
+        wrap = [setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}"]
+    done = subprocess.run(
+        [*wrap, sys.executable, __file__, "unreadable_chunks", str(path)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+
+
+if __name__ == "__main__":
+    {"unreadable_chunks": unreadable_chunks}[sys.argv[1]](Path(sys.argv[2]))

@@ -22,6 +22,7 @@ import tensorstore as ts
 
 from vault._errors import VaultNotFoundError
 from vault.commits._pins import fingerprint_problem, snapshot_for_check
+from vault.commits._snapshot import storage_failure
 from vault.format import _tags
 from vault.format._episodes import EpisodeTable, index_expect
 from vault.format._records import (
@@ -349,6 +350,9 @@ class _Checker:
             try:
                 future.result()
             except ValueError as err:
+                typed = storage_failure(self.location, err)
+                if typed is not None:  # not the data: the storage would not give it
+                    raise typed from err
                 self.problem(place, f"corrupt: {_one_line(err)}")
         self.report.chunks_checked += len(batch)
         self.tick(len(batch))
