@@ -304,5 +304,47 @@ def test_a_chunk_file_this_user_may_not_read_is_an_access_error(tmp_path: Path) 
     assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
 
 
+# ------------------------------------------------------------------------ a NUL byte in a path
+NUL_CALLS: list[tuple[str, str, Callable[[Path], object]]] = [
+    ("open", "location", lambda d: Vault.open(f"{d}/a\0b")),
+    ("open a Path for appending", "location", lambda d: Vault.open(d / "a\0b", "a")),
+    ("create", "location", lambda d: Vault.create(f"{d}/a\0b", EXAMPLE, rows=ROWS)),
+    ("a file URL", "location", lambda d: Vault.open(f"file://{d}/a\0b")),
+    ("a memory URL", "location", lambda d: Vault.open("memory://a\0b")),
+    ("an S3 URL", "location", lambda d: Vault.open("s3://bucket/a\0b")),
+    ("a kvstore spec", "location['path']", lambda d: Vault.open({"driver": "file", "path": f"{d}/a\0b"})),  # noqa: E501
+    ("verify", "location", lambda d: vault.verify(f"{d}/a\0b")),
+    ("find_vaults", "prefix", lambda d: vault.find_vaults(f"{d}/a\0b")),
+    ("Dataset.create", "location", lambda d: vault.Dataset.create(f"{d}/a\0b", EXAMPLE, rows=ROWS)),
+    ("derive_slice's source", "source", lambda d: vault.derive_slice(f"{d}/a\0b", d / "out")),
+    ("derive_slice's dest", "dest", lambda d: vault.derive_slice(d / "src", f"{d}/a\0b")),
+    ("Vault(rel_dir=)", "rel_dir", lambda d: Vault("run", EXAMPLE, rel_dir=f"{d}/a\0b")),
+    ("Vault(vault_name)", "vault_name", lambda d: Vault("a\0b", EXAMPLE, rel_dir=str(d))),
+    ("Vault(vault_uid=)", "vault_uid", lambda d: Vault("r", EXAMPLE, str(d), "a\0b")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("call", "argument"), [c[:2] for c in NUL_CALLS], ids=[c[0] for c in NUL_CALLS]
+)
+def test_a_nul_byte_in_a_location_is_a_location_error_naming_the_argument(
+    tmp_path: Path, call: str, argument: str
+) -> None:
+    Vault.create(tmp_path / "src", EXAMPLE, rows=ROWS).close()
+    before = sorted(tmp_path.rglob("*"))
+    run = next(c[2] for c in NUL_CALLS if c[0] == call)
+    with pytest.raises(vault.VaultLocationError) as refused:
+        run(tmp_path)
+    message = str(refused.value)
+    assert message.startswith(f"{argument} '"), message
+    assert re.search(
+        r"a\\x00b' holds a NUL byte \(\\x00, at character \d+\): no path, URL or object key "
+        r"can hold one; remove it$",
+        message,
+    ), message
+    assert isinstance(refused.value, ValueError)
+    assert sorted(tmp_path.rglob("*")) == before  # nothing made
+
+
 if __name__ == "__main__":
     {"unreadable_chunks": unreadable_chunks}[sys.argv[1]](Path(sys.argv[2]))

@@ -76,7 +76,7 @@ class Vault(EpisodeMethods):
         Raises:
             VaultNotFoundError: no vault there and no ``experience_structure`` to create one.
         """
-        where = parse_location(rel_dir, storage)
+        where = parse_location(rel_dir, storage, argument="rel_dir")
         target = reference_target(vault_name, experience_structure, where, vault_uid, compression)
         if target.create:
             other = Vault.create(

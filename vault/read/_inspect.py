@@ -28,7 +28,7 @@ def find_vaults(prefix: LocationLike, *, datasets: bool = False) -> list[FoundVa
     as vaults either way."""
     return [
         FoundVault(str(loc), why, kind)
-        for loc, kind, why in parse_location(prefix).find_roots()
+        for loc, kind, why in parse_location(prefix, argument="prefix").find_roots()
         if datasets or kind == "vault"
     ]
 
