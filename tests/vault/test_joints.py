@@ -346,5 +346,90 @@ def test_a_nul_byte_in_a_location_is_a_location_error_naming_the_argument(
     assert sorted(tmp_path.rglob("*")) == before  # nothing made
 
 
+# ------------------------------------------------------------------- fingerprint x growth
+def verify_cli(*args: object) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Path(sys.executable).with_name("vault")), "verify", *map(str, args)],
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "COLUMNS": "300"},
+    )  # fmt: skip
+
+
+def grown_vault(path: Path) -> list[tuple[str, str, int]]:
+    """A vault grown by appends inside a chunk, across chunks and past episode ends; the
+    (fingerprint, commit id, length) of every commit, taken as it was made."""
+    taken = []
+    with Vault.create(path, EXAMPLE, rows=ROWS, chunk=CHUNK, **EPISODES) as v:
+        for stop in (3, 5, 9, 16, 17):
+            v.append({k: x[:, v.committed_length :] for k, x in data(stop).items()})
+            taken.append((v.fingerprint(), v.commit_id, stop))
+    return taken
+
+
+def test_a_fingerprint_taken_before_growth_checks_its_own_commit(tmp_path: Path) -> None:
+    path = tmp_path / "v"
+    taken = grown_vault(path)
+    latest = taken[-1][1]
+    for f, commit, length in taken:  # each commit found, bit-exact, from the latest back
+        report = vault.verify(path, fingerprint=f)
+        assert report.ok, report.problems
+        assert report.committed_length == length
+        grown = [w.message for w in report.warnings if w.place == "fingerprint"]
+        if commit == latest:
+            assert grown == []
+        else:
+            assert grown == [
+                (
+                    f"the vault has grown since fingerprint {f}: it is commit {commit}'s "
+                    f"({length} timesteps), and the latest is {latest} (17 timesteps); commit "
+                    f"{commit} was checked"
+                )
+            ]
+    f, commit, _ = taken[1]
+    done = verify_cli(path, "--fingerprint", f)
+    assert done.returncode == 0, (done.stdout, done.stderr)  # growth is not corruption
+    assert f"commit {commit} was checked" in " ".join(done.stdout.split())
+    # a fingerprint of no commit of this vault: its data differs (exit 3)
+    other = "sha256:" + "0" * 64
+    done = verify_cli(path, "--fingerprint", other)
+    assert done.returncode == 3, (done.stdout, done.stderr)
+    assert f"expected {other}, nor does any earlier commit" in " ".join(done.stdout.split())
+
+
+def test_a_fingerprinted_commit_whose_data_changed_is_corrupt_after_growth(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v"
+    f = grown_vault(path)[2][0]  # 9 timesteps: chunks 0 and 1 complete
+    chunk = path / "experience" / "obs" / "c" / "0" / "1" / "0"
+    raw = bytearray(chunk.read_bytes())
+    raw[-5] ^= 0x40  # a changed value inside the fingerprinted commit's data
+    chunk.write_bytes(bytes(raw))
+    report = vault.verify(path, fingerprint=f)
+    assert report.committed_length == 9  # that commit was found and checked
+    assert [p.place for p in report.problems] == ["experience/obs chunk 0.1.0"]
+    assert verify_cli(path, "--fingerprint", f).returncode == 3
+
+
+def test_a_fingerprint_that_history_cannot_reach_asks_for_a_pin(tmp_path: Path) -> None:
+    path = tmp_path / "v"
+    taken = grown_vault(path)
+    for record in (path / "history").iterdir():  # as written by an rlvault before pins
+        if record.name != "zarr.json":
+            record.unlink()
+    f = taken[0][0]
+    with pytest.raises(vault.VaultPinError) as asked:
+        vault.verify(path, fingerprint=f)
+    assert str(asked.value) == (
+        f"{path}: no commit from 5 to the latest ({taken[-1][1]}) has fingerprint {f}, and the "
+        "records of older commits are not in the history (an earlier rlvault wrote them): the "
+        f"vault has grown since {f}, or its data differs. Pass --at PIN (at=PIN: the commit "
+        "id or tag the fingerprint was taken at) to check that commit"
+    )
+    done = verify_cli(path, "--fingerprint", f)
+    assert done.returncode == 2, (done.stdout, done.stderr)  # not 3: nothing is corrupt
+    assert vault.verify(path, fingerprint=taken[-1][0]).ok  # the latest needs no history
+
+
 if __name__ == "__main__":
     {"unreadable_chunks": unreadable_chunks}[sys.argv[1]](Path(sys.argv[2]))

@@ -618,7 +618,8 @@ def verify(
     ``at``: check the data of that commit (its number, id or a tag; :class:`VaultPinError`
     when the vault cannot serve it). ``fingerprint``: the data must have this content
     fingerprint (from :meth:`Vault.fingerprint`); a difference is a problem, and the chunk
-    checks name the arrays and time ranges that differ from what was written.
+    checks name the arrays and time ranges that differ from what was written. Without
+    ``at``, growth is no difference: the commit with it is checked (a warning says so).
     Memory stays bounded: chunks are decoded a batch at a time (``READ_BATCH_BYTES``) and the
     episode scan reads a block of time-chunks at a time (``SCAN_BLOCK_BYTES``).
     """
@@ -633,7 +634,9 @@ def verify(
         return checker.report
     pinned = None
     if (at is not None or fingerprint is not None) and record is not None:
-        pinned, trouble = snapshot_for_check(location, manifest, at)  # VaultPinError
+        pinned, trouble, grown = snapshot_for_check(location, manifest, at, fingerprint)
+        if grown is not None:  # the vault has grown since the fingerprint
+            checker.warn("fingerprint", grown)
         if pinned is not None:
             record = pinned.commit.to_json()
             checker.report.committed_length = pinned.length
@@ -686,7 +689,7 @@ def verify(
     if scan is not None:
         scan.run()
     if fingerprint is not None:
-        differs = fingerprint_problem(pinned, fingerprint)
+        differs = fingerprint_problem(pinned, fingerprint, searched=at is None)
         if differs is not None:
             checker.problem("fingerprint", differs)
     return checker.report
