@@ -431,5 +431,38 @@ def test_a_fingerprint_that_history_cannot_reach_asks_for_a_pin(tmp_path: Path) 
     assert vault.verify(path, fingerprint=taken[-1][0]).ok  # the latest needs no history
 
 
+# --------------------------------------------------------------------------- pin x naming
+@pytest.mark.parametrize("pin", ["99-abc", "99-ABCD", "2-", "-1", "x y", "", "12-3f9a0c1b2d4e!"])
+def test_a_pin_that_is_neither_a_commit_id_nor_a_tag_name_shows_both_forms(
+    tmp_path: Path, pin: str
+) -> None:
+    path = tmp_path / "v"
+    latest = grown_vault(path)[-1][1]
+    with pytest.raises(vault.VaultArgumentError) as refused:
+        Vault.open(path, at=pin)
+    assert str(refused.value) == (
+        f"{path}: at={pin!r} is neither a commit id of this vault nor a valid tag name. A commit "
+        f"id is '<number>-<uid>' (the uid: 4-64 lowercase hex digits) or just the number, such "
+        f"as {latest!r} (the latest commit); a tag name is 1-100 letters, digits, '.', '_' or "
+        "'-', starting with a letter or '_', such as 'baseline'"
+    )
+    with pytest.raises(vault.VaultArgumentError, match=re.escape(f"at={pin!r} is neither")):
+        vault.verify(path, at=pin)
+
+
+def test_a_well_formed_pin_this_vault_lacks_names_what_it_has(tmp_path: Path) -> None:
+    path = tmp_path / "v"
+    latest = grown_vault(path)[-1][1]
+    Vault.open(path).tag("baseline")
+    with pytest.raises(vault.VaultPinError) as missing:
+        Vault.open(path, at="nope")
+    assert str(missing.value) == (
+        f"{path}: no tag 'nope' (tags: baseline); a commit is named by its id, such as "
+        f"{latest!r} (the latest commit)"
+    )
+    with pytest.raises(vault.VaultPinError, match=re.escape(f"the latest commit is {latest}")):
+        Vault.open(path, at="99-abcd")
+
+
 if __name__ == "__main__":
     {"unreadable_chunks": unreadable_chunks}[sys.argv[1]](Path(sys.argv[2]))

@@ -109,6 +109,13 @@ def _parse(snap: Snapshot, pin: Pin) -> tuple[int, str | None, str]:
     found = _ID.match(pin)
     if found:
         return int(found.group(1)), found.group(2), repr(pin)
+    if not _is_tag_name(pin):
+        raise VaultArgumentError(
+            f"{snap.where}: at={pin!r} is neither a commit id of this vault nor a valid tag "
+            "name. A commit id is '<number>-<uid>' (the uid: 4-64 lowercase hex digits) or "
+            f"just the number, such as {commit_id(snap.commit)!r} (the latest commit); a tag "
+            f"name is {_TAG_RULE}, such as 'baseline'"
+        )
     target = read_tag(snap, pin)
     found = _ID.match(target)
     if not found:
@@ -117,11 +124,17 @@ def _parse(snap: Snapshot, pin: Pin) -> tuple[int, str | None, str]:
 
 
 # ----------------------------------------------------------------------------------- tags
+_TAG_RULE = "1-100 letters, digits, '.', '_' or '-', starting with a letter or '_'"
+
+
+def _is_tag_name(name: Any) -> bool:
+    return isinstance(name, str) and bool(_TAG.match(name)) and name != ZARR_JSON
+
+
 def check_tag_name(name: Any) -> str:
-    if not isinstance(name, str) or not _TAG.match(name) or name == ZARR_JSON:
+    if not _is_tag_name(name):
         raise VaultArgumentError(
-            "a tag name is 1-100 letters, digits, '.', '_' or '-', starting with a letter or "
-            f"'_' (so that it never looks like a commit id), got {name!r}"
+            f"a tag name is {_TAG_RULE} (so that it never looks like a commit id), got {name!r}"
         )
     return name
 
@@ -131,7 +144,10 @@ def read_tag(snap: Snapshot, name: str) -> str:
     raw = snap.location.read(f"{REFS}/{name}")
     if raw is None:
         known = ", ".join(sorted(list_tags(snap))) or "none"
-        raise VaultPinError(f"{snap.where}: no tag {name!r} (tags: {known})")
+        raise VaultPinError(
+            f"{snap.where}: no tag {name!r} (tags: {known}); a commit is named by its id, such "
+            f"as {commit_id(snap.commit)!r} (the latest commit)"
+        )
     try:
         doc = json.loads(raw)
         return str(doc["commit"])
