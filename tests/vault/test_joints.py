@@ -11,12 +11,15 @@ bit for bit, and the vault must keep taking appends.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import re
 import shutil
 import subprocess
 import sys
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -464,5 +467,131 @@ def test_a_well_formed_pin_this_vault_lacks_names_what_it_has(tmp_path: Path) ->
         Vault.open(path, at="99-abcd")
 
 
+# ------------------------------------------------------------- a dataset shard x a full disk
+FULL = "no space left on device"
+
+
+def fill(folder: Path, leave: int = 0) -> Path:
+    """Fill the file system of ``folder`` up to ``leave`` free bytes."""
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        st = os.statvfs(folder)
+        with contextlib.suppress(OSError):  # (full before the end: tmpfs counts pages)
+            f.write(b"\0" * max(0, st.f_bavail * st.f_frsize - leave))
+    return filler
+
+
+def noise(t0: int, n: int) -> dict[str, np.ndarray]:
+    """Timesteps ``[t0, t0 + n)`` of hardly compressible data (each value says where it is)."""
+    t = np.arange(t0, t0 + n, dtype=np.float64)
+    place = t[None, :, None] * 64 + np.arange(64)[None, None, :] + np.arange(ROWS)[:, None, None]
+    return {
+        "obs": (np.sin(place * 12.9898) * 43758.5453 % 1).astype(np.float32),
+        "done": np.broadcast_to(t % 7 == 6, (ROWS, n)).copy(),
+    }
+
+
+def dataset_shard_on_a_full_disk(d: Path) -> None:
+    """A shard made, appended to and closed on a full disk: each failure typed (errno
+    ENOSPC) naming the file and the fix; the dataset reads as committed throughout, and
+    every shard takes appends again once space is freed."""
+    example = {"obs": np.zeros(64, np.float32), "done": np.bool_(False)}
+    chunk = {"obs": [1, 16, 64], "done": [ROWS, 16]}
+    root = d / "ds"
+    ds = vault.Dataset.create(root, example, rows=ROWS, chunk=chunk, done_leaf="done")
+    with ds.shard("a") as a:
+        a.append(noise(0, 40))
+    model = {"a": 40}
+
+    def holds() -> None:
+        back = vault.Dataset.open(root)
+        assert {k: n for k, n in back.committed_lengths.items() if n} == model
+        for name, n in model.items():
+            np.testing.assert_array_equal(back.read_numpy(name)["obs"], noise(0, n)["obs"])
+        assert len(back.episodes()) == sum(ROWS * (n // 7) for n in model.values())
+
+    filler = fill(d)
+    with pytest.raises(vault.VaultStorageError, match=re.escape(f"{root}/shards/b: cannot")) as no:
+        ds.shard("b")
+    assert no.value.errno == errno.ENOSPC
+    holds()
+    filler.unlink()
+    b = ds.shard("b")
+    b.append(noise(0, 8))
+    model["b"] = 8
+    filler = fill(d, leave=16 << 10)
+    with pytest.raises(vault.VaultStorageError) as full:
+        b.append(noise(8, 200))
+    message = str(full.value)
+    assert full.value.errno == errno.ENOSPC
+    assert message.startswith(f"{root}/shards/b: the write failed: {FULL} at {root}/"), message
+    assert message.endswith(
+        "; free space there and try again; the vault is at its last commit (8 timesteps). "
+        "Writing the same buffer again appends what is missing."
+    ), message
+    holds()
+    filler.unlink()
+    filler = fill(d)
+    with warnings.catch_warnings(record=True):  # (its shapes may stay longer: a warning)
+        b.close()  # its catalog entry cannot be written: never an error
+    holds()
+    filler.unlink()
+    with ds.shard("b") as b:
+        b.append(noise(8, 200))
+    model["b"] = 208
+    holds()
+    assert vault.verify(root / "shards" / "b").ok
+
+
+def test_a_dataset_shard_on_a_full_disk(tmp_path: Path) -> None:
+    """On a real 1 MiB tmpfs, mounted in a private mount namespace (``unshare``) around the
+    scenario, run in a child process."""
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.fail("`unshare` (util-linux) is needed to mount a small real file system")
+    folder = tmp_path / "fs"
+    folder.mkdir()
+    namespace = [unshare, "--mount", "--propagation", "private"]
+    if os.geteuid() != 0:
+        namespace[1:1] = ["--user", "--map-root-user"]
+    mount = 'mount -t tmpfs -o size=1m tmpfs "$1" && shift && exec "$@"'
+    done = subprocess.run(
+        [*namespace, "sh", "-c", mount, "sh", str(folder),
+         sys.executable, __file__, "dataset_shard_on_a_full_disk", str(folder)],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"{done.stdout}\n{done.stderr}"
+
+
+# ------------------------------------------------------------------- a tag x S3 lease loss
+def test_a_writer_that_lost_its_lease_fails_typed_and_its_tags_hold(s3_env: Any) -> None:
+    where = parse_location(f"s3://{s3_env.bucket}/lease-{uuid.uuid4().hex}")
+    a = Vault.create(where, state(0), chunk=CHUNK, **EPISODES)
+    a.write(state(4))
+    first = a.tag("before")
+    assert vault.break_lock(where)  # (its holder hangs, say): another writer takes over
+    b = Vault.open(where, "a")
+    b.write(state(8))
+    with pytest.raises(vault.VaultLockedError, match="this writer lost its lock") as lost:
+        a.write(state(12))
+    assert not hasattr(lost.value, "__notes__")
+    a.write(state(12), block=False)  # queued: the failure comes from the background
+    with pytest.raises(vault.VaultLockedError, match="this writer lost its lock") as lost:
+        a.flush()  # (before: a plain VaultError quoting it)
+    assert lost.value.__notes__ == [
+        "(raised by a background write; the vault is at its last commit (8 timesteps))"
+    ]
+    a.close()
+    b.write(state(12))
+    b.tag("after")
+    b.close()
+    assert_model(where, 12)
+    pinned = Vault.open(where, at="before")
+    assert pinned.commit_id == first
+    np.testing.assert_array_equal(pinned.read_numpy()["obs"], data(4)["obs"], strict=True)
+    assert Vault.open(where, at="after").committed_length == 12
+
+
 if __name__ == "__main__":
-    {"unreadable_chunks": unreadable_chunks}[sys.argv[1]](Path(sys.argv[2]))
+    scenarios = [unreadable_chunks, dataset_shard_on_a_full_disk]
+    {f.__name__: f for f in scenarios}[sys.argv[1]](Path(sys.argv[2]))
