@@ -524,9 +524,9 @@ def dataset_shard_on_a_full_disk(d: Path) -> None:
         b.append(noise(8, 200))
     message = str(full.value)
     assert full.value.errno == errno.ENOSPC
-    assert message.startswith(f"{root}/shards/b: the write failed: {FULL} at {root}/"), message
+    assert message.startswith(f"{root}/shards/b: the write failed ({FULL} at {root}/"), message
     assert message.endswith(
-        "; free space there and try again; the vault is at its last commit (8 timesteps). "
+        "; free space there and try again); the vault is at its last commit (8 timesteps). "
         "Writing the same buffer again appends what is missing."
     ), message
     holds()
@@ -590,6 +590,65 @@ def test_a_writer_that_lost_its_lease_fails_typed_and_its_tags_hold(s3_env: Any)
     assert pinned.commit_id == first
     np.testing.assert_array_equal(pinned.read_numpy()["obs"], data(4)["obs"], strict=True)
     assert Vault.open(where, at="after").committed_length == 12
+
+
+# ---------------------------------------------------- another buffer x episodes and streams
+TRAJ = fbx.make_trajectory_buffer(1, 1, 1, 1, 1, max_length_time_axis=16)
+TRAJ_ADD = jax.jit(TRAJ.add)
+
+
+def run_buffer(t0: int, n: int, done_at: list[int]) -> Any:
+    """A new buffer (one row) that got timesteps ``t0 .. t0 + n - 1``."""
+    t = np.arange(t0, t0 + n)
+    batch = {"x": jnp.asarray(t[None], jnp.int32), "done": jnp.asarray(np.isin(t, done_at)[None])}
+    return TRAJ_ADD(TRAJ.init({"x": jnp.int32(0), "done": jnp.bool_(False)}), batch)
+
+
+@pytest.mark.parametrize("how", ["new_buffer", "reference"])
+def test_another_buffer_starts_afresh_for_episodes_and_streams(tmp_path: Path, how: str) -> None:
+    """A first run's buffer (no episode ended), then another run's (a new process: its own
+    buffer, an episode ending at its third step): no episode and no streamed sequence joins
+    the two runs."""
+    first, second = run_buffer(0, 5, []), run_buffer(100, 3, [102])
+    path = tmp_path / "run" / "u"
+    with Vault.create(path, first, done_leaf="done") as v:
+        v.write(first)
+    if how == "reference":  # (which adopts a buffer it has not written)
+        v = Vault("run", rel_dir=str(tmp_path), vault_uid="u")
+        assert v.write(second) == 3
+    else:
+        v = Vault.open(path, "a")
+        assert v.write(second, new_buffer=True) == 3
+    v.close()
+    v = Vault.open(path)
+    np.testing.assert_array_equal(v.read_numpy()["x"][0], [0, 1, 2, 3, 4, 100, 101, 102])
+    assert v.seams == [vault.Seam(5, 0)]
+    assert v.episodes().to_records() == [
+        {"row": 0, "start": 5, "length": 3, "return": None, "truncated": False,
+         "complete": True, "start_known": False},
+    ]  # fmt: skip
+    windows = [np.asarray(b.experience["x"])[0].tolist() for b in v.as_dataset(1, 3, seed=0)]
+    assert sorted(windows) == [[0, 1, 2], [1, 2, 3], [2, 3, 4], [100, 101, 102]]
+
+
+# ------------------------------------------ a lazily locked reference writer x a closing writer
+def test_a_reference_vault_writes_after_another_writer_closed_under_it(tmp_path: Path) -> None:
+    """``Vault(name, ...)`` takes the writer lock at its first write. Opened while another
+    writer ran (and had grown the arrays), it writes after that writer closed (and cut the
+    arrays' shapes to the committed length)."""
+    state0 = flat_added(FLAT.init({"t": jnp.int32(0)}), 0, 4)
+    writer = Vault("run", state0, rel_dir=str(tmp_path), vault_uid="u")
+    writer.write(state0)
+    state = flat_added(state0, 4, 6)
+    writer.write(state)
+    later = Vault("run", rel_dir=str(tmp_path), vault_uid="u")  # reads; no lock yet
+    writer.close()
+    state = flat_added(state, 10, 2)
+    assert later.write(state) == 2
+    later.close()
+    np.testing.assert_array_equal(
+        Vault.open(tmp_path / "run" / "u").read_numpy()["t"][0], range(12)
+    )
 
 
 if __name__ == "__main__":

@@ -195,7 +195,9 @@ class Vault(EpisodeMethods):
             lock = location.writer_lock()
             try:
                 location.recover()
-                self._writer = Writer(self._snap.refreshed(), lock)
+                # the vault as the lock's holder finds it: arrays opened afresh (a writer
+                # that closed since this Vault was opened may have cut their shapes)
+                self._writer = Writer(self._snap.reopened(), lock)
             except BaseException:
                 lock.release()
                 raise
@@ -299,7 +301,8 @@ class Vault(EpisodeMethods):
         """The seams of the data: at ``Seam(at, lost)`` the timesteps at ``at - 1`` and ``at``
         are not consecutive. ``lost > 0``: that many timesteps per row were lost there
         (``on_overrun="save_surviving"``); ``lost == 0``: the rows restarted there
-        (``append(..., continues=False)``, the seams of :func:`~vault.combine`). Streams never
+        (``append(..., continues=False)``, the seams of :func:`~vault.combine`, where a write
+        appended another buffer than the one before). Streams never
         cut a sequence across a seam, and no episode runs across one."""
         return list(self.snapshot.commit.seams)
 

@@ -250,7 +250,7 @@ class Writer:
         code, path = found
         place = f" at {path}" if path else ""
         return os_failure(
-            code, f"{self.where}: {what}: {reason_of(code)}{place}; {remedy_of(code)}; {tail}"
+            code, f"{self.where}: {what} ({reason_of(code)}{place}; {remedy_of(code)}); {tail}"
         )
 
     def _trim(self) -> None:
