@@ -278,11 +278,8 @@ def unreadable_chunks(path: Path) -> None:
         with pytest.raises(vault.VaultAccessError, match=denied(file)) as caught:
             read()
         assert caught.value.errno == 13  # EACCES
-    done = subprocess.run(
-        [str(Path(sys.executable).with_name("vault")), "verify", str(path)],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert done.returncode == 2, (done.returncode, done.stdout, done.stderr)  # not 3: corrupt
+    done = verify_cli(path)
+    assert done.exit_code == 2, (done.exit_code, done.stdout, done.stderr)  # not 3: corrupt
     assert done.stderr.startswith(f"vault: {path}: cannot read the vault: permission denied")
 
 
@@ -350,12 +347,13 @@ def test_a_nul_byte_in_a_location_is_a_location_error_naming_the_argument(
 
 
 # ------------------------------------------------------------------- fingerprint x growth
-def verify_cli(*args: object) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(Path(sys.executable).with_name("vault")), "verify", *map(str, args)],
-        capture_output=True, text=True, timeout=120, check=False,
-        env={**os.environ, "COLUMNS": "300"},
-    )  # fmt: skip
+def verify_cli(*args: object) -> Any:
+    """``vault verify ARGS`` run in-process: its ``exit_code``, ``stdout`` and ``stderr``."""
+    from typer.testing import CliRunner
+
+    from vault.cli.app import app
+
+    return CliRunner().invoke(app, ["verify", *map(str, args)], env={"COLUMNS": "300"})
 
 
 def grown_vault(path: Path) -> list[tuple[str, str, int]]:
@@ -390,12 +388,12 @@ def test_a_fingerprint_taken_before_growth_checks_its_own_commit(tmp_path: Path)
             ]
     f, commit, _ = taken[1]
     done = verify_cli(path, "--fingerprint", f)
-    assert done.returncode == 0, (done.stdout, done.stderr)  # growth is not corruption
+    assert done.exit_code == 0, (done.stdout, done.stderr)  # growth is not corruption
     assert f"commit {commit} was checked" in " ".join(done.stdout.split())
     # a fingerprint of no commit of this vault: its data differs (exit 3)
     other = "sha256:" + "0" * 64
     done = verify_cli(path, "--fingerprint", other)
-    assert done.returncode == 3, (done.stdout, done.stderr)
+    assert done.exit_code == 3, (done.stdout, done.stderr)
     assert f"expected {other}, nor does any earlier commit" in " ".join(done.stdout.split())
 
 
@@ -411,7 +409,7 @@ def test_a_fingerprinted_commit_whose_data_changed_is_corrupt_after_growth(
     report = vault.verify(path, fingerprint=f)
     assert report.committed_length == 9  # that commit was found and checked
     assert [p.place for p in report.problems] == ["experience/obs chunk 0.1.0"]
-    assert verify_cli(path, "--fingerprint", f).returncode == 3
+    assert verify_cli(path, "--fingerprint", f).exit_code == 3
 
 
 def test_a_fingerprint_that_history_cannot_reach_asks_for_a_pin(tmp_path: Path) -> None:
@@ -430,7 +428,7 @@ def test_a_fingerprint_that_history_cannot_reach_asks_for_a_pin(tmp_path: Path) 
         "id or tag the fingerprint was taken at) to check that commit"
     )
     done = verify_cli(path, "--fingerprint", f)
-    assert done.returncode == 2, (done.stdout, done.stderr)  # not 3: nothing is corrupt
+    assert done.exit_code == 2, (done.stdout, done.stderr)  # not 3: nothing is corrupt
     assert vault.verify(path, fingerprint=taken[-1][0]).ok  # the latest needs no history
 
 
