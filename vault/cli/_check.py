@@ -46,7 +46,8 @@ def verify(
     """Check the manifest, commit record, every chunk's checksum and the episode index.
 
     With --at, the data of that commit; with --fingerprint, the data must have that
-    fingerprint (the chunk problems then name the arrays and time ranges that differ).
+    fingerprint (the chunk problems then name the arrays and time ranges that differ);
+    without --at, the commit that has it is checked (growth since is no problem).
     Exit 0 when the vault is sound, 3 when any problem was found (each one is listed with
     its place), 2 when there is no vault at PATH (or no such commit).
     """

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from vault._errors import VaultCorruptError
+from vault._errors import VaultCorruptError, VaultError
 from vault.format._records import (
     BOUNDS,
     COMMIT_KEY,
@@ -133,7 +133,7 @@ class Snapshot:
             arrays[i] = _opened(self.location, leaf_key(self.names[i]), future)
         index = self.index
         count = 0 if commit.episodes is None else commit.episodes.count
-        if index and index[0].shape[0] < count:
+        if any(arr.shape[0] < count for arr in index):  # (each: one may have grown alone)
             index = _open_index(self.location, self.manifest, self.writable)
         _check_shapes(self.location, self.manifest, commit, arrays, index)
         return dataclasses.replace(self, commit=commit, arrays=tuple(arrays), index=index)
@@ -246,14 +246,31 @@ def _check_shapes(
         )
 
 
+_BAD_DATA = ("DATA_LOSS", "FAILED_PRECONDITION", "NOT_FOUND")  # a chunk's bytes are wrong
+
+
+def storage_failure(location: Location, err: BaseException) -> VaultError | None:
+    """A failed chunk read ``err`` as ``location``'s typed error when the storage caused it
+    (no permission to read the file, a full disk, a dead server), naming the file and the
+    remedy; None when the chunk's data is at fault (or the cause is unknown)."""
+    if str(err).startswith(_BAD_DATA):
+        return None
+    return location.typed_failure(err, "read the vault")
+
+
 def result(snap: Snapshot, future: Any, name: str, group: str = EXPERIENCE) -> Any:
     """A read's value; a chunk that fails its checksum or decoding, or is missing inside the
-    committed range (a vault whose writer stores every chunk), is VaultCorruptError."""
+    committed range (a vault whose writer stores every chunk), is VaultCorruptError; one the
+    storage would not give (no permission to read its file, a dead server) is the location's
+    typed error naming it (:class:`VaultAccessError`, ...)."""
     try:
         return future.result()
     except ValueError as err:
+        typed = storage_failure(snap.location, err)
+        if typed is not None:
+            raise typed from err
         text = str(err)
-        if not text.startswith(("DATA_LOSS", "FAILED_PRECONDITION", "NOT_FOUND")):
+        if not text.startswith(_BAD_DATA):
             raise
         found = re.search(r"/c/([0-9/]+)\"", text)
         chunk = f"chunk {found.group(1).replace('/', '.')}" if found else "a chunk"

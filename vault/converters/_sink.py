@@ -65,7 +65,7 @@ def new_vault(
 ) -> Iterator[Vault]:
     """A new vault shaped like ``example`` (one timestep) at the staging of ``dest``; it
     appears at ``dest`` when the block ends without an error, else nothing is left there."""
-    target = parse_location(dest)
+    target = parse_location(dest, argument="dest")
     roles = {role: episodes.get(role) for role in ("done", "truncated", "reward")}
     manifest = plan_manifest(
         example, rows=rows, codec=codec, level=None, chunk=None, metadata=metadata, episodes=roles

@@ -438,7 +438,7 @@ def _opened(source: Source) -> Iterator[Snapshot]:
     if isinstance(source, Vault):
         yield source.snapshot
         return
-    src = Vault.open(source if isinstance(source, (dict, Location)) else os.fspath(source))
+    src = Vault.open(parse_location(source, argument="source"))
     try:
         yield src.snapshot
     finally:
@@ -448,7 +448,7 @@ def _opened(source: Source) -> Iterator[Snapshot]:
 def _destination(dest: LocationLike, sources: Sequence[Snapshot]) -> Location:
     """The destination's location, refused (before anything is written) where it lies inside
     a source: the copy would be written into what it copies."""
-    target = parse_location(dest)
+    target = parse_location(dest, argument="dest")
     for src in sources:
         if src.location.contains(target):
             raise VaultLocationError(

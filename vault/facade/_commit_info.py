@@ -72,8 +72,9 @@ class CommitMethods:
         At ``Seam(at, lost)`` the timesteps at ``at - 1`` and ``at`` are not consecutive.
         ``lost > 0``: that many timesteps per row were lost there
         (``on_overrun="save_surviving"``); ``lost == 0``: the rows restarted there
-        (``append(..., continues=False)``, the seams of :func:`~vault.combine`). Streams never
-        cut a sequence across a seam, and no episode runs across one.
+        (``append(..., continues=False)``, the seams of :func:`~vault.combine`, where a write
+        appended another buffer than the one before). Streams never cut a sequence across a
+        seam, and no episode runs across one.
         """
         return list(self.snapshot.commit.seams)
 

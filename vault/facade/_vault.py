@@ -18,7 +18,7 @@ from vault._errors import VaultArgumentError, VaultModeError
 from vault.commits._pins import Pin, at_pin
 from vault.commits._snapshot import Snapshot, load_snapshot
 from vault.facade._commit_info import CommitMethods
-from vault.facade._compat import reference_target
+from vault.facade._compat import ReferenceTarget, reference_target
 from vault.facade._episodes import EpisodeMethods
 from vault.facade._reading import ReadMethods
 from vault.facade._writing import WriteMethods
@@ -67,28 +67,23 @@ class Vault(EpisodeMethods, ReadMethods, WriteMethods, CommitMethods):
         *,
         storage: dict[str, Any] | None = None,
     ) -> None:
-        where = parse_location(rel_dir, storage)
+        """The reference's constructor: open the vault at ``rel_dir/vault_name/vault_uid``,
+        or create it there from ``experience_structure`` (a buffer state or its
+        ``experience``; None: only open). ``vault_uid`` None: the latest run (creating: a
+        timestamp); ``compression``: the reference's codec dict; ``storage``: as in
+        :meth:`create`. The writer lock is taken by the first write, as in the reference.
+
+        As the reference, a buffer this object has not written is appended whole. Unlike it,
+        an overrun of the buffer this object wrote last is never silent: ``write`` raises
+        :class:`UnsavedDataLostError` with the exact count lost (or, with
+        ``on_overrun="save_surviving"``, records that count as a seam), as after :meth:`open`.
+
+        Raises:
+            VaultNotFoundError: no vault there and no ``experience_structure``.
+        """
+        where = parse_location(rel_dir, storage, argument="rel_dir")
         target = reference_target(vault_name, experience_structure, where, vault_uid, compression)
-        if target.create:
-            other = Vault.create(
-                target.location,
-                target.structure,
-                rows=target.rows,
-                codec=target.codec,
-                level=target.level,
-                metadata=metadata,
-            )
-        else:
-            # As the reference: open for reading and writing; the writer lock is taken by the
-            # first write, so that reopening a vault to read it does not need the lock.
-            other = Vault._open(target.location, "a", lazy_lock=True)
-        self.__dict__.update(other.__dict__)
-        # As the reference, which tracks what it received per Vault object: a buffer this
-        # object has not written yet is appended whole (unless it is the very buffer the vault
-        # was last written from, which continues where it stopped).
-        self._adopt_buffers = True
-        if self._writer is not None:
-            self._writer.adopt_buffers = True
+        self.__dict__.update(_reference_vault(target, metadata).__dict__)
 
     def _setup(self, snap: Snapshot, mode: str, writer: Writer | None) -> None:
         self._snap = snap
@@ -226,7 +221,9 @@ class Vault(EpisodeMethods, ReadMethods, WriteMethods, CommitMethods):
             lock = location.writer_lock()
             try:
                 location.recover()
-                self._writer = Writer(self._snap.refreshed(), lock)
+                # the vault as the lock's holder finds it: arrays opened afresh (a writer
+                # that closed since this Vault was opened may have cut their shapes)
+                self._writer = Writer(self._snap.reopened(), lock)
             except BaseException:
                 lock.release()
                 raise
@@ -361,4 +358,28 @@ def vault_of_snapshot(snap: Snapshot) -> Vault:
     dataset has read); :meth:`Vault.refresh` moves it on as usual."""
     vault = Vault.__new__(Vault)
     vault._setup(snap, "r", None)
+    return vault
+
+
+def _reference_vault(target: ReferenceTarget, metadata: dict[str, Any] | None) -> Vault:
+    """The Vault that ``Vault(name, ...)`` makes of ``target`` (``vault/facade/_compat.py``)."""
+    if target.create:
+        vault = Vault.create(
+            target.location,
+            target.structure,
+            rows=target.rows,
+            codec=target.codec,
+            level=target.level,
+            metadata=metadata,
+        )
+    else:
+        # As the reference: open for reading and writing; the writer lock is taken by the
+        # first write, so that reopening a vault to read it does not need the lock.
+        vault = Vault._open(target.location, "a", lazy_lock=True)
+    # As the reference, which tracks what it received per Vault object: a buffer this object
+    # has not written yet is appended whole (unless it is the very buffer the vault was last
+    # written from, which continues where it stopped).
+    vault._adopt_buffers = True
+    if vault._writer is not None:
+        vault._writer.adopt_buffers = True
     return vault

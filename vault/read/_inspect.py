@@ -44,7 +44,7 @@ def find_vaults(prefix: LocationLike, *, datasets: bool = False) -> list[FoundVa
     """
     return [
         FoundVault(str(loc), why, kind)
-        for loc, kind, why in parse_location(prefix).find_roots()
+        for loc, kind, why in parse_location(prefix, argument="prefix").find_roots()
         if datasets or kind == "vault"
     ]
 

@@ -22,6 +22,7 @@ import tensorstore as ts
 
 from vault._errors import VaultNotFoundError
 from vault.commits._pins import fingerprint_problem, snapshot_for_check
+from vault.commits._snapshot import storage_failure
 from vault.format import _tags
 from vault.format._episodes import EpisodeTable, index_expect
 from vault.format._records import (
@@ -313,6 +314,9 @@ class _Checker:
             try:
                 future.result()
             except ValueError as err:
+                typed = storage_failure(self.location, err)
+                if typed is not None:  # not the data: the storage would not give it
+                    raise typed from err
                 self.problem(place, f"corrupt: {_one_line(err)}")
         self.report.chunks_checked += len(batch)
         self.tick(len(batch))
@@ -583,7 +587,8 @@ def verify(
         at: check the data of that commit (its number, id or a tag).
         fingerprint: the content fingerprint the data must have (:meth:`Vault.fingerprint`);
             a difference is a problem, and the chunk checks name the arrays and time ranges
-            that differ from what was written.
+            that differ from what was written. Without ``at``, growth is no difference: the
+            commit with that fingerprint is checked (a warning says so).
 
     Returns:
         A report listing every problem and warning with its place (``ok`` when none).
@@ -603,7 +608,9 @@ def verify(
         return checker.report
     pinned = None
     if (at is not None or fingerprint is not None) and record is not None:
-        pinned, trouble = snapshot_for_check(location, manifest, at)  # VaultPinError
+        pinned, trouble, grown = snapshot_for_check(location, manifest, at, fingerprint)
+        if grown is not None:  # the vault has grown since the fingerprint
+            checker.warn("fingerprint", grown)
         if pinned is not None:
             record = pinned.commit.to_json()
             checker.report.committed_length = pinned.length
@@ -656,7 +663,7 @@ def verify(
     if scan is not None:
         scan.run()
     if fingerprint is not None:
-        differs = fingerprint_problem(pinned, fingerprint)
+        differs = fingerprint_problem(pinned, fingerprint, searched=at is None)
         if differs is not None:
             checker.problem("fingerprint", differs)
     return checker.report

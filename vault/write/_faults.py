@@ -11,6 +11,11 @@ Points, in the order an append runs them:
 * ``"append"``: the whole append job; ``info = {"begin", "end"}``.
 * ``"resize"``: growing the arrays' time axis, only when at least one array must grow;
   ``info = {"length": needed length, "shapes": {leaf: current time length}}``.
+* ``"grow"``: inside ``"resize"`` (and inside ``"index"`` for the episode-index arrays), once
+  per array that must grow, starting that array's resize; ``info = {"key": its key,
+  "size": the new length}``. A failure here leaves some arrays grown and others not, as a
+  full disk can; the arrays already started are awaited before the failure propagates. (On a remote
+  location every array's metadata is written together, at ``"resize"``.)
 * ``"index"``: writing episode-index entries; ``info = {"count", "new_count"}``.
 * ``"commit"``: replacing the commit record; ``info = {"length": new committed length}``.
 * ``"trim"``: as a writer closes, cutting the arrays' shapes down to the committed length
@@ -28,13 +33,14 @@ from typing import Any, TypeVar
 R = TypeVar("R")
 FaultHook = Callable[[str, dict[str, Any], Callable[[], Any]], Any]
 """The type of a fault hook: ``hook(point, info, step)``, see :func:`set_fault_hook`."""
-FAULT_POINTS = ("append", "resize", "index", "commit", "trim", "fence")
+FAULT_POINTS = ("append", "resize", "grow", "index", "commit", "trim", "fence")
 """The fault points, in the order an append runs them.
 
 ``"append"`` (the whole append job), ``"resize"`` (growing the arrays' time axis),
-``"index"`` (writing episode-index entries), ``"commit"`` (replacing the commit record),
-``"trim"`` (a closing writer cutting shapes to the committed length), ``"fence"`` (a new
-holder of a lease rewriting the commit record).
+``"grow"`` (each array that must grow, on a local file system), ``"index"`` (writing
+episode-index entries), ``"commit"`` (replacing the commit record), ``"trim"`` (a closing
+writer cutting shapes to the committed length), ``"fence"`` (a new holder of a lease
+rewriting the commit record).
 """
 
 _hook: FaultHook | None = None
