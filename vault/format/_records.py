@@ -30,17 +30,10 @@ from vault._errors import VaultCorruptError, VaultNotFoundError, VaultVersionErr
 from vault.format import _structure
 
 FORMAT_VERSION = 4
-"""The newest format version this rlvault reads and writes. 2: optional episode index
-(episodes/); 3: digests on the manifest and the commit record, checksums bound to chunk places
-(tags/, the commit record's edges); 4: every item chunk bound to its place, not only the first
-(``ITEM_PLACES_SINCE``). Versions 1 and 2 still open (without those protections), version 3
-with the first item chunk of each place bound only."""
+"""2: optional episode index (episodes/); 3: digests on the manifest and the commit record,
+checksums bound to chunk places (tags/, the commit record's edges); 4: every item chunk bound
+(``vault/format/_tags.py``). Versions 1 and 2 still open (without those protections)."""
 DIGESTS_SINCE = 3
-ITEM_PLACES_SINCE = 4
-"""The format version from which place tags, edge tails and fingerprints cover every chunk of a
-(row block, time chunk) place of a leaf whose chunks cut its item axes (``vault/format/_tags.py``).
-For a vault whose leaves keep whole items it changes nothing, so such vaults are written in
-version 3 (:func:`version_for`), readable by every rlvault that reads version 3."""
 
 # ------------------------------------------------------------------------------- key names
 ZARR_JSON = "zarr.json"
@@ -75,14 +68,6 @@ SEAMS_KEY = "gaps"  # the commit record's list of seams (named "gaps" in format 
 
 _KINDS = {"dict", "namedtuple", "dataclass", "tuple", "list", "leaf", "none"}
 EPISODE_ROLES = ("done", "truncated", "reward")
-
-
-def version_for(leaves: Sequence[LeafSpec]) -> int:
-    """The format version a new vault of ``leaves`` is written in: ``ITEM_PLACES_SINCE`` when a
-    leaf's chunks cut its item axes (in version 3 only the first item chunk of each place would
-    be bound to it), else 3 (the same bytes in either version, readable by older rlvault)."""
-    cut = any(math.prod(leaf.item_chunks) > 1 for leaf in leaves)
-    return ITEM_PLACES_SINCE if cut else DIGESTS_SINCE
 
 
 def leaf_key(name: str) -> str:

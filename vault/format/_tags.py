@@ -41,17 +41,27 @@ import tensorstore as ts
 from vault._errors import VaultCorruptError
 from vault.format._records import (
     BOUNDS,
-    ITEM_PLACES_SINCE,
     RETURNS,
     TAGS,
     CommitRecord,
     Edge,
+    LeafSpec,
     Manifest,
     leaf_key,
 )
 
 TAG_CHUNK = 1024  # tags per chunk of a tag array (time chunks x bound item chunks)
 PLACES_SINCE = 3  # the format version that keeps tags and edges
+ITEM_PLACES_SINCE = 4  # the format version that binds every item chunk of a place
+
+
+def version_for(leaves: Sequence[LeafSpec]) -> int:
+    """The format version a new vault of ``leaves`` is written in: ``ITEM_PLACES_SINCE`` when a
+    leaf's chunks cut its item axes (in version 3 only the first item chunk of each place would
+    be bound), else 3: the same bytes in either version, readable by rlvault 0.1.0, and its
+    fingerprints unchanged."""
+    cut = any(math.prod(leaf.item_chunks) > 1 for leaf in leaves)
+    return ITEM_PLACES_SINCE if cut else PLACES_SINCE
 
 
 @dataclasses.dataclass(frozen=True)

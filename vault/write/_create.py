@@ -46,8 +46,8 @@ from vault.format._records import (
     OpenEpisodes,
     group_json,
     leaf_key,
-    version_for,
 )
+from vault.format._tags import version_for
 from vault.storage._arrays import (
     CODECS,
     array_metadata,
