@@ -56,8 +56,9 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def build(loc: str, version: int | None = None) -> None:
-    """A vault at ``loc`` with :data:`SIZES` appended; ``version``: written in that format
-    version (rlvault writes 4 for these chunks)."""
+    """A vault at ``loc`` with :data:`SIZES` appended, the last by a writer that reopened it
+    (which takes up the tags and the edge where the first left them); ``version``: written in
+    that format version (rlvault writes 4 for these chunks)."""
     manifest = plan_manifest(
         EXAMPLE, rows=ROWS, codec="auto", level=None, chunk=CHUNK, metadata=None,
         episodes={"done": "done", "truncated": None, "reward": None},
@@ -69,10 +70,9 @@ def build(loc: str, version: int | None = None) -> None:
         manifest = dataclasses.replace(manifest, format_version=version)
         v = vault_of_writer(create_vault(parse_location(loc), manifest))
     with v:
-        start = 0
-        for n in SIZES:
-            v.append(data(start, n))
-            start += n
+        v.append(data(0, SIZES[0]))
+    with Vault.open(loc, "a") as v:
+        v.append(data(SIZES[0], SIZES[1]))
 
 
 def copy(loc: str, source: str, target: str) -> None:
