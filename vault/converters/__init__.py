@@ -1,7 +1,6 @@
 """Converters between vaults and other offline-RL formats, one private module per format.
 
-Flashbax/og-marl vault directories, Minari datasets (HDF5 or Arrow), D4RL-style HDF5 files,
-OGBench ``.npz`` files and RLDS datasets (TFDS directories of episodes).
+Flashbax/og-marl vaults, Minari (HDF5 or Arrow), D4RL HDF5, OGBench ``.npz``, RLDS (TFDS).
 
 Each streams (about two blocks of ``block_bytes`` in memory), writes through :class:`vault.Vault`
 at any location and leaves nothing behind when it fails; :func:`import_dataset` and
