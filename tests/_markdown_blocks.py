@@ -30,7 +30,8 @@ Markers, each an HTML comment alone on its line (invisible on the rendered page)
   the page's Python code and commands, as a reader's shell would have it after
   ``export AWS_ENDPOINT_URL=...``.
 
-Every step must exit 0 and print no traceback. The main job
+Every step must exit 0 and print no traceback. Warnings are shown as a reader would see them
+(not raised, as the test suite's ``filterwarnings = error`` would). The main job
 (``python examples/record_and_train.py``) takes a minute and a half: it runs once per test
 session (:class:`SharedRuns`, shared by the pytest-xdist workers through a file lock), and
 each page that runs it gets the job's real output and a copy of the ``runs/`` it wrote.
@@ -43,6 +44,7 @@ import dataclasses
 import difflib
 import doctest
 import fcntl
+import gc
 import io
 import json
 import os
@@ -51,6 +53,7 @@ import shutil
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -196,9 +199,17 @@ def normalise(output: str) -> str:
 
 
 def matches(expected: str, output: str) -> bool:
-    """Whether ``output`` is what ``expected`` shows (``...`` standing for any text)."""
-    pattern = ".*?".join(re.escape(part) for part in expected.split("..."))
-    return re.fullmatch(pattern, normalise(output), re.S) is not None
+    """Whether ``output`` is what ``expected`` shows: ``...`` stands for any text, and a run of
+    whitespace for any run of whitespace (a line the terminal wrapped elsewhere still matches,
+    as with doctest's NORMALIZE_WHITESPACE); every other character is compared exactly."""
+    pattern = ".*?".join(_literal(part) for part in expected.strip().split("..."))
+    return re.fullmatch(pattern, normalise(output).strip(), re.S) is not None
+
+
+def _literal(text: str) -> str:
+    """A pattern of ``text``: whitespace runs as ``\\s+``, everything else literally."""
+    tokens = re.split(r"(\s+)", text)
+    return "".join(r"\s+" if token.isspace() else re.escape(token) for token in tokens if token)
 
 
 def mismatch(step: Step) -> str:
@@ -286,22 +297,29 @@ def _activate(env: dict[str, str]) -> None:
 
 
 @contextlib.contextmanager
-def _inside(folder: Path, env: dict[str, str]) -> Iterator[None]:
-    """The page's folder as the working directory and its ``AWS_*`` variables set, for code
-    run in this process; both restored afterwards."""
-    cwd = Path.cwd()
-    saved = {k: v for k, v in os.environ.items() if k.startswith("AWS_")}
-    for key in saved:
+def _environment(aws: dict[str, str]) -> Iterator[None]:
+    """For the whole page: this process's environment as the page's code sees it (``AWS_*``
+    from ``aws`` only), restored afterwards with whatever the page's code set in it."""
+    saved = dict(os.environ)
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
         del os.environ[key]
-    os.environ.update({k: v for k, v in env.items() if k.startswith("AWS_")})
+    os.environ.update(aws)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+@contextlib.contextmanager
+def _inside(folder: Path) -> Iterator[None]:
+    """The page's folder as the working directory of code run in this process."""
+    cwd = Path.cwd()
     try:
         os.chdir(folder)
         yield
     finally:
         os.chdir(cwd)
-        for key in [k for k in os.environ if k.startswith("AWS_")]:
-            del os.environ[key]
-        os.environ.update(saved)
 
 
 def _run_pycon(step: Step, namespace: dict[str, Any], name: str) -> None:
@@ -338,6 +356,20 @@ def run_page(
     env = {k: v for k, v in env.items() if not k.startswith("AWS_")}
     env.update(aws or {})
     namespace: dict[str, Any] = {"__name__": "__main__"}
+    with _environment(aws or {}), warnings.catch_warnings():
+        warnings.simplefilter("default")  # shown as a reader sees them, not raised
+        done = _run_steps(text, folder, name, env, namespace, shared)
+    return done, namespace
+
+
+def _run_steps(
+    text: str,
+    folder: Path,
+    name: str,
+    env: dict[str, str],
+    namespace: dict[str, Any],
+    shared: SharedRuns | None,
+) -> list[Step]:
     done: list[Step] = []
     for step in page_steps(text):
         t0 = time.perf_counter()
@@ -348,7 +380,7 @@ def run_page(
             _activate(env)
         elif step.kind in ("python", "pycon"):
             out = io.StringIO()
-            with _inside(folder, env), contextlib.redirect_stdout(out):
+            with _inside(folder), contextlib.redirect_stdout(out):
                 if step.kind == "python":
                     code = compile(step.text, f"{name}:{step.block.line}", "exec")
                     exec(code, namespace)
@@ -368,7 +400,17 @@ def run_page(
         done.append(step)
         if step.code != 0:
             break
-    return done, namespace
+    return done
+
+
+def release(namespace: dict[str, Any]) -> None:
+    """Drop what a page's code made, running finalisers now with warnings shown rather than
+    raised (e.g. a library's temporary folder cleaned up implicitly), as at the end of a
+    reader's script."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        namespace.clear()
+        gc.collect()
 
 
 def check(steps: list[Step], text: str) -> None:

@@ -20,6 +20,7 @@ from _markdown_blocks import (
     check,
     check_main_job_output,
     page_steps,
+    release,
     run_page,
     seconds,
 )
@@ -43,9 +44,10 @@ def test_the_page_runs_as_printed(
     aws = None
     if S3_MARKER in text:
         aws = request.getfixturevalue("s3_server").environment()
-    steps, _ = run_page(
+    steps, namespace = run_page(
         text, tmp_path, name=str(page.relative_to(ROOT)), activated=True, shared=shared_runs, aws=aws
     )
+    release(namespace)
     check(steps, text)
     print(f"{page.relative_to(ROOT)}: {len(steps)} steps; slowest: {seconds(steps)}")
     job = [s for s in steps if s.text == MAIN_JOB]
