@@ -266,7 +266,9 @@ class SharedRuns:
                 shutil.copytree(entry, cwd / "runs" / entry.name, symlinks=True)
             else:
                 shutil.copy2(entry, cwd / "runs" / entry.name)
-        return subprocess.CompletedProcess(command, result["code"], result["stdout"], result["stderr"])
+        return subprocess.CompletedProcess(
+            command, result["code"], result["stdout"], result["stderr"]
+        )
 
 
 def _bash(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:

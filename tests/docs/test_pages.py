@@ -45,7 +45,12 @@ def test_the_page_runs_as_printed(
     if S3_MARKER in text:
         aws = request.getfixturevalue("s3_server").environment()
     steps, namespace = run_page(
-        text, tmp_path, name=str(page.relative_to(ROOT)), activated=True, shared=shared_runs, aws=aws
+        text,
+        tmp_path,
+        name=str(page.relative_to(ROOT)),
+        activated=True,
+        shared=shared_runs,
+        aws=aws,
     )
     release(namespace)
     check(steps, text)

@@ -140,7 +140,9 @@ def test_the_site_renders_in_chromium_without_errors(served: str, tmp_path: Path
             page = browser.new_page()
             page.on(
                 "console",
-                lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None,
+                lambda m: (
+                    problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None
+                ),
             )
             page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
             page.on("requestfailed", lambda r: problems.append(f"request failed: {r.url}"))
@@ -170,7 +172,11 @@ def test_the_site_renders_in_chromium_without_errors(served: str, tmp_path: Path
     assert headings["home"].startswith("rlvault"), headings
     assert headings["format"], headings
     assert "vault" in headings["api"].lower(), headings
-    for query, module in (("make_flat_buffer", "buffers"), ("Dataset", "vault"), ("Vault", "vault")):
+    for query, module in (
+        ("make_flat_buffer", "buffers"),
+        ("Dataset", "vault"),
+        ("Vault", "vault"),
+    ):
         hrefs = found[query]  # the API reference's entry is among the results
         assert any(h and h.endswith(f"#{module}.{query}") for h in hrefs), (query, hrefs)
     for name in PAGES:
