@@ -3,7 +3,8 @@
 One mechanism for the README and every page under ``docs/`` (``tests/test_readme.py`` and
 ``tests/docs/test_pages.py`` use it). A page runs in a fresh folder of its own in which
 ``examples`` links to the repository's, its blocks in page order, with one Python namespace
-per page; the first step that fails stops the page. By the fence of a block:
+per page; the first step that fails stops the page. The folder has a short path
+(:func:`page_folder`), so that absolute paths in the output fit 80 columns. By the fence of a block:
 
 * ```` ```python ```` runs in the page's namespace (``exec``), like a notebook cell.
 * ```` ```pycon ```` runs its ``>>>`` lines in the same namespace and checks what they print
@@ -52,6 +53,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -271,16 +273,33 @@ class SharedRuns:
         )
 
 
-def _bash(command: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+def _bash(
+    command: str, cwd: Path, env: dict[str, str], *, merged: bool = False
+) -> subprocess.CompletedProcess:
+    """Run ``command`` in bash; ``merged``: stderr into stdout, in the order a terminal shows
+    them (``stderr`` is then empty)."""
     return subprocess.run(
         ["bash", "-c", command],
         cwd=cwd,
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merged else subprocess.PIPE,
         text=True,
         timeout=900,
         check=False,
     )
+
+
+@contextlib.contextmanager
+def page_folder() -> Iterator[Path]:
+    """A fresh, empty folder with a short path (``/tmp/rlvault-docs-XXXXXXXX``): commands print
+    absolute paths, and a long one (pytest's temporary folders) would wrap at 80 columns where
+    the page's shown output does not."""
+    folder = Path(tempfile.mkdtemp(prefix="rlvault-docs-"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def base_environment(activated: bool) -> dict[str, str]:
@@ -395,9 +414,9 @@ def _run_steps(
                 ran = shared.run(step.text, folder, env)
                 step.note = "shared"
             else:
-                ran = _bash(step.text, folder, env)
+                ran = _bash(step.text, folder, env, merged=step.kind == "console")
             step.code, step.stdout = ran.returncode, ran.stdout
-            step.output = ran.stdout + ran.stderr
+            step.output = ran.stdout + (ran.stderr or "")
         step.seconds = time.perf_counter() - t0
         done.append(step)
         if step.code != 0:

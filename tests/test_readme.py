@@ -27,6 +27,7 @@ from _markdown_blocks import (
     SharedRuns,
     check,
     check_main_job_output,
+    page_folder,
     page_steps,
     release,
     run_page,
@@ -45,9 +46,14 @@ def shared_runs(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Sha
     return SharedRuns((base if worker_id == "master" else base.parent) / "docs-shared-runs")
 
 
-def test_the_readme_runs_as_printed(tmp_path: Path, shared_runs: SharedRuns) -> None:
+def test_the_readme_runs_as_printed(shared_runs: SharedRuns) -> None:
+    with page_folder() as folder:
+        walk(folder, shared_runs)
+
+
+def walk(folder: Path, shared_runs: SharedRuns) -> None:
     steps, namespace = run_page(
-        README, tmp_path, name="README.md", activated=False, shared=shared_runs
+        README, folder, name="README.md", activated=False, shared=shared_runs
     )
     check(steps, README)  # every step ran and exited 0; console output as printed
     ran = [s.text for s in steps]
@@ -74,7 +80,7 @@ def test_the_readme_runs_as_printed(tmp_path: Path, shared_runs: SharedRuns) -> 
     release(namespace)
 
     # The tour made what it says, from the job's vault.
-    runs = tmp_path / "runs"
+    runs = folder / "runs"
     made = {p.name for p in runs.iterdir()}
     assert {"gridworld", "quickstart", "best", "gridworld-plot.png", "gridworld.npz"} <= made
     best = Vault.open(str(runs / "best"))

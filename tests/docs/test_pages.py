@@ -3,7 +3,7 @@ page, in a fresh folder (see ``tests/_markdown_blocks.py`` for what runs and wha
 
 The pages are found by a glob, so a page added later runs too. A page that shows the main
 job's closing lines (Getting started) is checked as the README is: the hints as printed, the
-returns within the spread the page states.
+returns within the spreads the page states.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from _markdown_blocks import (
     SharedRuns,
     check,
     check_main_job_output,
+    page_folder,
     page_steps,
     release,
     run_page,
@@ -38,27 +39,28 @@ def shared_runs(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Sha
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(DOCS)))
 def test_the_page_runs_as_printed(
-    page: Path, tmp_path: Path, request: pytest.FixtureRequest, shared_runs: SharedRuns
+    page: Path, request: pytest.FixtureRequest, shared_runs: SharedRuns
 ) -> None:
     text = page.read_text()
     aws = None
     if S3_MARKER in text:
         aws = request.getfixturevalue("s3_server").environment()
-    steps, namespace = run_page(
-        text,
-        tmp_path,
-        name=str(page.relative_to(ROOT)),
-        activated=True,
-        shared=shared_runs,
-        aws=aws,
-    )
-    release(namespace)
+    with page_folder() as folder:
+        steps, namespace = run_page(
+            text,
+            folder,
+            name=str(page.relative_to(ROOT)),
+            activated=True,
+            shared=shared_runs,
+            aws=aws,
+        )
+        release(namespace)
     check(steps, text)
     print(f"{page.relative_to(ROOT)}: {len(steps)} steps; slowest: {seconds(steps)}")
-    job = [s for s in steps if s.text == MAIN_JOB]
-    if job:
-        shown = re.search(r"```text\n(mean return over.*?)```", text, re.S)
-        assert shown is not None, "a page that runs the main job shows how it ends"
+    shown = re.search(r"```text\n(mean return over.*?)```", text, re.S)
+    if shown is not None:  # the main job's closing lines: checked against what it printed
+        job = [s for s in steps if s.text == MAIN_JOB]
+        assert job, "a page that shows how the main job ends runs it"
         check_main_job_output(shown.group(1), job[0].stdout)
 
 
