@@ -2,7 +2,7 @@
 
 Code that imported the reference's module runs with ``from buffers import sum_tree``; every
 function works on this package's :class:`SumTreeState` (a prioritised state's
-``sum_tree_state``). Two things differ on purpose, as in the buffers (README, "Same draws as
+``sum_tree_state``). Two things differ on purpose, as in the buffers (docs: Migrate from Flashbax, "Same draws as
 the reference"):
 
 * Layout: ``nodes[1]`` is the root and node ``i`` has children ``2i`` and ``2i + 1`` (the

@@ -8,12 +8,12 @@ arrays ``[sequence_length, ...]``. The records are the valid starts of the strea
 ``episode_aware`` no episode end before its last step), numbered source by source, row by row,
 in time order. It needs no Grain to exist: Grain's samplers, ``MapDataset`` and
 ``DataLoader`` take it as it is (``pip install grain``: no extra of rlvault brings it, see the
-README's Grain benchmark).
+Grain benchmark (docs: Benchmarks)).
 
 A record costs a read of the chunks it touches; decoded chunks are kept in a
 least-recently-used cache of ``cache_bytes`` (shared by Grain's reading threads), so records
 read in index order, or several from one chunk, decode each chunk once. Random access over a
-vault larger than the cache decodes about one chunk per record: see the README's Grain
+vault larger than the cache decodes about one chunk per record: see the Grain
 benchmark for what that costs against :meth:`Vault.as_dataset`.
 
 The source pickles as its sources' locations and pinned commit ids (and ``storage``), so

@@ -595,7 +595,7 @@ def as_dataset(
             numpy arrays, which JAX functions take as they are. ``None``
             (default): ``True`` when JAX's default backend is an accelerator, ``False`` on
             CPU, where a JAX array made ahead buys no overlap and costs about 4 us per leaf
-            (the README's streaming benchmark). Ignored with a ``sharding``.
+            (the streaming benchmark, docs: Benchmarks). Ignored with a ``sharding``.
         sharding: a ``jax.sharding.Sharding`` of the global batch that splits its first axis
             evenly over the processes' devices (e.g. ``NamedSharding(Mesh(jax.devices(),
             ("data",)), PartitionSpec("data"))``), applied to every leaf: the leaves are then
