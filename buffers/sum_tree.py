@@ -2,8 +2,8 @@
 
 Code that imported the reference's module runs with ``from buffers import sum_tree``; every
 function works on this package's :class:`SumTreeState` (a prioritised state's
-``sum_tree_state``). Two things differ on purpose, as in the buffers (docs: Migrate from Flashbax, "Same draws as
-the reference"):
+``sum_tree_state``). Two things differ on purpose, as in the buffers (docs: Migrate from
+Flashbax, "Same draws as the reference"):
 
 * Layout: ``nodes[1]`` is the root and node ``i`` has children ``2i`` and ``2i + 1`` (the
   reference stores the root at 0; :func:`get_tree_index` maps a node to its place here).
