@@ -15,7 +15,12 @@ that does not match the state), :class:`PriorityError` (NaN, infinite or negativ
 indices that name no item), :class:`NotReadyError` and :class:`QueueFullError`
 (``RuntimeError``). Shapes, dtypes and types are checked at trace time, so also under ``jit``;
 values (priorities) only when concrete.
+
+``buffers.__version__`` is the installed rlvault's version (the one in pyproject.toml, as
+``vault.__version__`` and ``vault --version`` show it).
 """
+
+from typing import TYPE_CHECKING
 
 from buffers import (
     episode_buffer,
@@ -26,8 +31,10 @@ from buffers import (
     prioritised_flat_buffer,
     prioritised_item_buffer,
     prioritised_trajectory_buffer,
+    sum_tree,
     trajectory_buffer,
     trajectory_queue,
+    utils,
 )
 from buffers._counter import from_int as write_counter_from_int
 from buffers._counter import timesteps_added
@@ -42,6 +49,8 @@ from buffers._errors import (
     PriorityError,
     QueueFullError,
 )
+from buffers._flashbax_state import from_flashbax_state, to_flashbax_state
+from buffers._gather import gather_all
 from buffers.episode_buffer import (
     EpisodeBuffer,
     EpisodeBufferSample,
@@ -111,6 +120,8 @@ __all__ = [
     "TransitionSample",
     "episode_buffer",
     "flat_buffer",
+    "from_flashbax_state",
+    "gather_all",
     "item_buffer",
     "make_episode_buffer",
     "make_flat_buffer",
@@ -129,8 +140,29 @@ __all__ = [
     "prioritised_flat_buffer",
     "prioritised_item_buffer",
     "prioritised_trajectory_buffer",
+    "sum_tree",
     "timesteps_added",
+    "to_flashbax_state",
     "trajectory_buffer",
     "trajectory_queue",
+    "utils",
     "write_counter_from_int",
 ]
+
+if TYPE_CHECKING:
+    __version__: str
+
+
+def __getattr__(name: str) -> str:
+    # read on first use from the installed distribution's metadata (pyproject.toml's version,
+    # the one version source; vault reads it the same way, as buffers never imports vault)
+    if name != "__version__":
+        raise AttributeError(f"module 'buffers' has no attribute {name!r}")
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        value = version("rlvault")
+    except PackageNotFoundError:  # a source tree that was never installed
+        value = "0+unknown"
+    globals()[name] = value
+    return value

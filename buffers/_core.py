@@ -163,7 +163,7 @@ def sample_windows(
     The key is used as the reference's (Flashbax 0.1.3) trajectory sampler uses it: the item
     draw takes the second half of ``split(rng_key)``, the row draw the second half of a split
     of the first half. Since the candidate windows are the same too, the same key and state
-    give the reference's draws (``README``: "Same draws as the reference").
+    give the reference's draws (docs: Migrate from Flashbax, "Same draws as the reference").
     """
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     max_time = jnp.where(state.is_full, t_len, state.current_index)

@@ -25,7 +25,23 @@ def zero() -> Array:
 
 
 def from_int(n: int) -> Array:
-    """A counter holding ``n`` (host helper, e.g. to start a test near 2**31 or 2**32)."""
+    """A write counter holding ``n`` (a host helper, e.g. to start a test near 2**32).
+
+    Args:
+        n: timesteps, an integer in [0, 2**64).
+
+    Returns:
+        The counter, ``uint32[2]`` (high, low), to put in a state's ``write_counter``.
+
+    Raises:
+        ArgumentTypeError: ``n`` is not an integer.
+        BufferConfigError: ``n`` is outside [0, 2**64).
+
+    Examples:
+        >>> import buffers as fbx
+        >>> fbx.write_counter_from_int(2**32 + 5).tolist()
+        [1, 5]
+    """
     if isinstance(n, (bool, np.bool_)) or not isinstance(n, (int, np.integer)):
         raise ArgumentTypeError(
             f"write counter must be an integer in [0, 2**64), got {n!r} ({type(n).__name__})"
@@ -96,12 +112,34 @@ def to_int(counter: Any) -> Any:
 
 
 def timesteps_added(state: Any) -> Any:
-    """Timesteps ever added along the time axis of ``state`` (any buffer state of this package).
+    """Timesteps ever added along the time axis of ``state``.
 
-    Returns a Python ``int``, or for a ``pmap``/``vmap``-stacked state an array of ints with the
-    stacking shape. Exact past 2**31 and 2**32 without x64.
+    Exact past 2**31 and 2**32 without x64.
+
+    Args:
+        state: any buffer state of this package.
+
+    Returns:
+        A Python ``int``, or for a ``pmap``/``vmap``-stacked state an array of ints with the
+        stacking shape.
+
+    Raises:
+        ArgumentTypeError: ``state`` has no ``write_counter`` (not a state of this package).
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> buffer = fbx.make_flat_buffer(max_length=8, min_length=1, sample_batch_size=1)
+        >>> add = jax.jit(buffer.add)
+        >>> state = buffer.init({"x": jnp.float32(0)})
+        >>> for _ in range(20):  # wraps the ring twice
+        ...     state = add(state, {"x": jnp.float32(1)})
+        >>> fbx.timesteps_added(state)
+        20
     """
-    counter = getattr(state, "write_counter", None)
+    from buffers._flashbax_state import accept_reference
+
+    counter = getattr(accept_reference(state, "timesteps_added"), "write_counter", None)
     if counter is None or np.shape(counter)[-1:] != (2,):
         raise ArgumentTypeError(
             "timesteps_added: `state` must be a buffer state of this package (it has a "

@@ -15,14 +15,20 @@ class BufferError(Exception):
 
 
 class BufferConfigError(BufferError, ValueError):
-    """An argument cannot describe a working buffer or call: a ``make_*`` factory's settings,
-    the example timestep given to ``init``, the episode-end leaf, a mixer's states."""
+    """An argument cannot describe a working buffer or call.
+
+    For example a ``make_*`` factory's settings, the example timestep given to ``init``, the
+    episode-end leaf, a mixer's states.
+    """
 
 
 class ArgumentTypeError(BufferConfigError, TypeError):
-    """An argument has the wrong type: a float or bool where an integer size is expected, a
-    string leaf in a timestep, a state of another buffer kind, an integer where a PRNG key is
-    expected. Also a :class:`BufferConfigError`, so code that catches that keeps working."""
+    """An argument has the wrong type.
+
+    A float or bool where an integer size is expected, a string leaf in a timestep, a state of
+    another buffer kind, an integer where a PRNG key is expected. Also a
+    :class:`BufferConfigError`, so code that catches that keeps working.
+    """
 
 
 class BufferTooLargeError(BufferConfigError, MemoryError):
@@ -31,8 +37,11 @@ class BufferTooLargeError(BufferConfigError, MemoryError):
     The limit is the total memory of the default JAX backend's local devices (the host's
     physical memory for the CPU backend; the sum of ``memory_stats()["bytes_limit"]`` of the
     accelerators, unchecked where a backend does not report it). Shapes are static, so this is
-    checked inside ``jit`` too (at trace time). ``nbytes`` is the size asked for, ``limit``
-    the limit, both in bytes.
+    checked inside ``jit`` too (at trace time).
+
+    Attributes:
+        nbytes: the size asked for, in bytes.
+        limit: the limit, in bytes.
     """
 
     def __init__(self, message: str, nbytes: int, limit: int) -> None:
@@ -42,7 +51,13 @@ class BufferTooLargeError(BufferConfigError, MemoryError):
 
 
 class LeafMismatch:
-    """One bad leaf found while comparing a batch against a buffer state."""
+    """One bad leaf found while comparing a batch against a buffer state.
+
+    Attributes:
+        path: the leaf's path in the batch (``experience/obs``).
+        expected: what the buffer expected (shape and dtype).
+        got: what the batch had.
+    """
 
     __slots__ = ("expected", "got", "path")
 
@@ -61,8 +76,9 @@ class LeafMismatch:
 class BatchStructureError(BufferError, ValueError):
     """A batch given to ``add`` does not match the buffer's structure, shapes or dtypes.
 
-    ``mismatches`` lists every bad leaf (not only the first), each with its path, what the
-    buffer expected and what the batch had.
+    Attributes:
+        mismatches: every bad leaf (not only the first), each with its path, what the buffer
+            expected and what the batch had.
     """
 
     def __init__(self, what: str, mismatches: Sequence[LeafMismatch], remedy: str) -> None:

@@ -15,6 +15,7 @@ import jax
 
 from buffers._core import tree_shape_prefix
 from buffers._errors import BatchStructureError, LeafMismatch
+from buffers._flashbax_state import accept_reference
 from buffers._validation import check_state, leaves_with_paths, validate_batch
 
 
@@ -36,8 +37,14 @@ def layout_add(
     add_sequences: bool,
     batch_size: int | None,
     fold_items: bool = False,
+    sample_sequence_length: int = 1,
 ) -> Any:
-    """Validate ``batch`` in the user's layout, reshape it to ``[B, L, ...]`` and add it."""
+    """Validate ``batch`` in the user's layout, reshape it to ``[B, L, ...]`` and add it.
+
+    ``sample_sequence_length`` is the core buffer's (its windows start every timestep), for
+    a state in the reference's shape to be converted with (see ``buffers/_flashbax_state.py``).
+    """
+    state = accept_reference(state, "add", sample_sequence_length=sample_sequence_length, period=1)
     check_state(state, ("experience",), "buffer state", "add")
     _, t_len = tree_shape_prefix(state.experience, 2)
     prefix = layout_prefix(add_batches, add_sequences, batch_size)

@@ -24,6 +24,11 @@ class Replaceable:
     __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def replace(self, **changes: Any) -> Self:
+        """Returns a copy with the given fields changed (``state.replace(is_full=...)``).
+
+        Args:
+            **changes: field name -> new value.
+        """
         return dataclasses.replace(self, **changes)
 
 

@@ -160,9 +160,15 @@ def sample(state: SumTreeState, rng_key: Array, batch_size: int, capacity: int) 
     never enters a subtree whose sum is zero; so wherever the reference's draw has a positive
     priority, the same key and sums give the same leaf.
     """
+    target = stratified_uniform(rng_key, batch_size) * total(state)
+    return jnp.minimum(find(state, target), capacity - 1)
+
+
+def find(state: SumTreeState, target: Array) -> Array:
+    """The leaf whose prefix-sum interval holds ``target`` (a value in ``[0, total)``), for
+    every element of ``target``: the descent of :func:`sample`."""
     nodes = state.nodes
     leaves = nodes.shape[-1] // 2
-    target = stratified_uniform(rng_key, batch_size) * total(state)
 
     def descend(_: Any, carry: tuple[Array, Array]) -> tuple[Array, Array]:
         node, target = carry
@@ -172,8 +178,8 @@ def sample(state: SumTreeState, rng_key: Array, batch_size: int, capacity: int) 
         go_right = ((target >= left_sum) & (right_sum > 0)) | (left_sum <= 0)
         return left + go_right.astype(jnp.int32), jnp.where(go_right, target - left_sum, target)
 
-    carry = (jnp.ones((batch_size,), jnp.int32), target)
+    target = jnp.asarray(target, jnp.float32)
+    carry = (jnp.ones(target.shape, jnp.int32), target)
     for _ in range(depth(state)):  # unrolled (static depth): a while loop's iterations cost more
         carry = descend(None, carry)
-    node = carry[0]
-    return jnp.minimum(node - leaves, capacity - 1)
+    return carry[0] - leaves

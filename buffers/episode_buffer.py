@@ -77,9 +77,11 @@ EpisodeEnd = str | Callable[[Any], Array]
 class EpisodeBufferState(TrajectoryBufferState, Generic[Experience]):
     """A trajectory buffer state plus episode bookkeeping.
 
-    ``episode_step`` (int32 ``[B, T]``): steps since the slot's episode began;
-    ``last_done`` (bool ``[B]``): whether the newest timestep of each row ended its episode
-    (true initially, so the first step starts one); ``sum_tree_state``: valid window ends.
+    Attributes:
+        episode_step: int32 ``[B, T]``, steps since the slot's episode began.
+        last_done: bool ``[B]``, whether the newest timestep of each row ended its episode
+            (true initially, so the first step starts one).
+        sum_tree_state: a sum tree with one leaf per slot, 1 where a valid window ends.
     """
 
     episode_step: Array = dataclasses.field(kw_only=True)
@@ -89,8 +91,12 @@ class EpisodeBufferState(TrajectoryBufferState, Generic[Experience]):
 
 @pytree_dataclass
 class EpisodeBufferSample(TrajectoryBufferSample, Generic[Experience]):
-    """Sampled windows ``[batch, L, ...]``; ``mask`` (bool ``[batch, L]``) is false on the
-    zero padding after a short episode (all true without ``pad``)."""
+    """Sampled windows ``[batch, L, ...]`` that never cross an episode boundary.
+
+    Attributes:
+        mask: bool ``[batch, L]``, false on the zero padding after a short episode (all true
+            without ``pad``).
+    """
 
     mask: Array | None = dataclasses.field(default=None, kw_only=True)
 
@@ -117,8 +123,11 @@ def episode_init(
     max_length_time_axis: int,
     episode_end: EpisodeEnd | None = None,
 ) -> EpisodeBufferState[Experience]:
-    """An empty state. With ``episode_end`` (a leaf name) the timestep must have that leaf,
-    one flag per timestep (shape ``[]``)."""
+    """An empty episode state for timesteps shaped like ``experience``.
+
+    With ``episode_end`` a leaf name, the timestep must have that leaf, one flag per timestep
+    (shape ``[]``).
+    """
     if isinstance(episode_end, str):
         episode_ends(experience, episode_end, (), "init")
     return EpisodeBufferState(
@@ -130,8 +139,10 @@ def episode_init(
 
 
 def _named_flags(batch: Any, episode_end: str, what: str) -> Any:
-    """The leaf ``episode_end`` names in ``batch`` (a key, or an attribute), or a typed error
-    that lists the fields the batch has."""
+    """The leaf ``episode_end`` names in ``batch`` (a key, or an attribute).
+
+    A typed error lists the fields the batch has when it has no such leaf.
+    """
     if isinstance(batch, Mapping):
         if episode_end in batch:
             return batch[episode_end]
@@ -175,8 +186,11 @@ def episode_ends(
 
 
 def _steps_within(ends: Array, last_step: Array, last_done: Array) -> Array:
-    """``episode_step`` of ``L`` new timesteps per row, given the flags of each new step and
-    the newest stored step (``last_step``, ``last_done``)."""
+    """``episode_step`` of ``L`` new timesteps per row.
+
+    Given the flags of each new step and the newest stored step (``last_step``,
+    ``last_done``).
+    """
     length = ends.shape[1]
     starts = jnp.concatenate([last_done[:, None], ends[:, :-1]], axis=1)
     idx = jnp.arange(length, dtype=jnp.int32)
@@ -252,7 +266,7 @@ def episode_sample(
     sequence_length: int,
     min_length_time_axis: int,
 ) -> EpisodeBufferSample[Experience]:
-    """``batch_size`` windows drawn uniformly over every valid window (see the module doc)."""
+    """Draw ``batch_size`` windows uniformly over every valid window (see the module doc)."""
     check_episode_state(state, "sample")
     check_sample_args(state, rng_key, batch_size, sequence_length)
     valid = ready_mask(episode_can_sample(state, min_length_time_axis), batch_size, "sample")
@@ -281,9 +295,12 @@ def episode_state_from(
     pad: bool = False,
     device: str = "cpu",
 ) -> EpisodeBufferState[Experience]:
-    """An episode buffer state holding the data of a trajectory-buffer state (for example
-    ``vault.read(...)``): episode steps are rebuilt from its episode-end flags, in time order
-    from its oldest timestep. O(B T) once; the result samples and adds as usual."""
+    """An episode buffer state holding the data of a trajectory-buffer state.
+
+    For example a state from ``vault.read(...)``: episode steps are rebuilt from its
+    episode-end flags, in time order from its oldest timestep. O(B T) once; the result
+    samples and adds as usual.
+    """
     check_ring_state(state, "from_state")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     filled = jnp.where(state.is_full, t_len, state.current_index)
@@ -313,8 +330,11 @@ def episode_state_from(
 class EpisodeBuffer(TrajectoryBuffer, Generic[Experience]):
     """A trajectory buffer whose ``sample`` never crosses an episode boundary.
 
-    ``from_state(trajectory_state)`` turns a trajectory-buffer state (for example one read
-    from a vault) into this buffer's state.
+    Attributes:
+        from_state: ``from_state(trajectory_state) -> EpisodeBufferState``: a
+            trajectory-buffer state (for example one read from a vault) as this buffer's
+            state.
+        pad: whether whole episodes shorter than the sequence length are sampled, padded.
     """
 
     from_state: Callable[..., Any] = dataclasses.field(kw_only=True)
@@ -333,18 +353,46 @@ def make_episode_buffer(
     pad: bool = False,
     device: str = "cpu",
 ) -> EpisodeBuffer:
-    """An episode-aware trajectory buffer (see the module docstring).
+    """Make an episode-aware trajectory buffer (see the module docstring).
+
+    Windows may start at any offset, so there is no ``period``.
 
     Args:
-        add_batch_size, sample_batch_size, sample_sequence_length, min_length_time_axis,
-        max_size, max_length_time_axis: as :func:`make_trajectory_buffer` (windows may start at
-            any offset, so there is no ``period``).
+        add_batch_size: rows ``B`` of the state; batches given to ``add`` are ``[B, n, ...]``.
+        sample_batch_size: windows per ``sample`` call.
+        sample_sequence_length: length ``L`` of sampled windows.
+        min_length_time_axis: timesteps per row before ``can_sample`` is true.
+        max_size: total timesteps (give this or ``max_length_time_axis``).
+        max_length_time_axis: time-axis length ``T``.
         episode_end: the key (or attribute) of the bool leaf that marks an episode's last step
             in the timesteps given to ``add``, or a function ``batch -> bool [B, n]`` (for
             example ``lambda b: b["terminated"] | b["truncated"]``).
         pad: also sample whole episodes shorter than ``sample_sequence_length``, zero-padded
             after their end with ``mask`` false there (otherwise they are never sampled).
         device: ``"cpu"`` or an accelerator, for the sum-tree update strategy.
+
+    Returns:
+        The buffer's pure functions (``init``, ``add``, ``sample``, ``can_sample``,
+        ``from_state``) and its configuration.
+
+    Raises:
+        BufferConfigError: a size out of range, or a device that is not cpu, gpu or tpu.
+        ArgumentTypeError: a size that is not an integer, or an ``episode_end`` that is
+            neither a leaf name nor a function.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> buffer = fbx.make_episode_buffer(
+        ...     add_batch_size=1, sample_batch_size=8, sample_sequence_length=3,
+        ...     min_length_time_axis=3, max_length_time_axis=16)
+        >>> buffer = buffer.replace(add=jax.jit(buffer.add), sample=jax.jit(buffer.sample))
+        >>> state = buffer.init({"t": jnp.int32(0), "done": jnp.bool_(False)})
+        >>> done = jnp.arange(8)[None] == 3  # the first episode ends at t = 3
+        >>> state = buffer.add(state, {"t": jnp.arange(8, dtype=jnp.int32)[None], "done": done})
+        >>> t = buffer.sample(state, jax.random.key(0)).experience["t"]
+        >>> bool(((t <= 3).all(axis=1) | (t >= 4).all(axis=1)).all())  # never across t = 3
+        True
     """
     add_batch_size = positive_int("add_batch_size", add_batch_size)
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)

@@ -14,14 +14,24 @@ from buffers._core import Experience
 from buffers._layout import layout_add
 from buffers._pytree import Replaceable, pytree_dataclass
 from buffers._validation import check, check_bool, check_time_axis, positive_int
-from buffers.trajectory_buffer import TrajectoryBuffer, make_trajectory_buffer
+from buffers.trajectory_buffer import (
+    TrajectoryBuffer,
+    TrajectoryBufferState,
+    make_trajectory_buffer,
+)
+from buffers.utils import add_dim_to_args
 
 if TYPE_CHECKING:
     import chex
 
 
 class ExperiencePair(NamedTuple, Generic[Experience]):
-    """``first``: the timestep at t; ``second``: the timestep at t + 1 (t + n for n-step)."""
+    """A transition: two timesteps of the same row.
+
+    Attributes:
+        first: the timestep at ``t``.
+        second: the timestep at ``t + 1`` (``t + n`` for an n-step buffer).
+    """
 
     first: Experience
     second: Experience
@@ -29,9 +39,12 @@ class ExperiencePair(NamedTuple, Generic[Experience]):
 
 @pytree_dataclass
 class TransitionSample(Replaceable, Generic[Experience]):
-    """``experience``: an :class:`ExperiencePair` of ``[sample_batch_size, ...]`` leaves.
+    """A batch of sampled transitions.
 
-    ``valid`` is false for items sampled from a state that was not ready.
+    Attributes:
+        experience: an :class:`ExperiencePair` whose leaves are ``[sample_batch_size, ...]``.
+        valid: ``bool[sample_batch_size]``, false for items sampled from a state that was not
+            ready.
     """
 
     experience: ExperiencePair[Experience]
@@ -59,25 +72,84 @@ def transition_sample(
     return TransitionSample(experience=pair_from_sequences(experience), valid=seq.valid)
 
 
-def flat_layout_args(
-    max_length: int, min_length: int, sample_batch_size: int, add_batch_size: int | None
-) -> tuple[int, bool, int, int]:
-    """Validate flat-buffer sizes; return ``(rows, add_batches, time_axis, min_time)``."""
-    max_length = positive_int("max_length", max_length)
-    min_length = positive_int("min_length", min_length, allow_zero=True)
+def validate_sample_batch_size(sample_batch_size: int, max_length: int) -> None:
+    """Check that a sample can be drawn: ``sample_batch_size <= max_length``.
+
+    Raises:
+        BufferConfigError: it is larger (or either is not a positive integer).
+    """
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
-    add_batches = add_batch_size is not None
-    rows = 1 if add_batch_size is None else positive_int("add_batch_size", add_batch_size)
+    max_length = positive_int("max_length", max_length)
     check(
         sample_batch_size <= max_length,
         f"`sample_batch_size` ({sample_batch_size}) must be <= `max_length` ({max_length})",
     )
+
+
+def validate_min_length(min_length: int, add_batch_size: int | None, max_length: int) -> None:
+    """Check that ``min_length`` fits the buffer's rows.
+
+    The ``min_length // add_batch_size + 1`` timesteps per row it needs must fit rows of
+    ``max_length // add_batch_size`` (``None`` rows: 1).
+
+    Raises:
+        BufferConfigError: it does not fit.
+    """
+    rows = _rows(add_batch_size)
+    min_length = positive_int("min_length", min_length, allow_zero=True)
+    t_len = positive_int("max_length", max_length) // rows
+    min_time = min_length // rows + 1
+    check(
+        min_time <= t_len,
+        f"`min_length` ({min_length}) is too large: it needs {min_time} timesteps per row but "
+        f"rows hold {t_len}",
+    )
+
+
+def validate_max_length_add_batch_size(max_length: int, add_batch_size: int | None) -> None:
+    """Check that rows hold a transition: ``max_length // add_batch_size >= 2``.
+
+    Raises:
+        BufferConfigError: they do not, or rows would exceed the time-axis limit.
+    """
+    rows = _rows(add_batch_size)
+    max_length = positive_int("max_length", max_length)
     t_len = max_length // rows
     check(
         t_len >= 2,
         f"`max_length // add_batch_size` must be >= 2, got {max_length}//{rows} = {t_len}",
     )
     check_time_axis(t_len, f"`max_length` ({max_length}) // `add_batch_size` ({rows})")
+
+
+def validate_flat_buffer_args(
+    max_length: int, min_length: int, sample_batch_size: int, add_batch_size: int | None
+) -> None:
+    """Check the arguments of :func:`make_flat_buffer` without making a buffer.
+
+    Raises:
+        BufferConfigError: an argument :func:`make_flat_buffer` refuses
+            (:class:`~buffers.ArgumentTypeError` for one that is not an integer).
+    """
+    validate_sample_batch_size(sample_batch_size, max_length)
+    validate_max_length_add_batch_size(max_length, add_batch_size)
+    validate_min_length(min_length, add_batch_size, max_length)
+
+
+def _rows(add_batch_size: int | None) -> int:
+    return 1 if add_batch_size is None else positive_int("add_batch_size", add_batch_size)
+
+
+def flat_layout_args(
+    max_length: int, min_length: int, sample_batch_size: int, add_batch_size: int | None
+) -> tuple[int, bool, int, int]:
+    """Validate flat-buffer sizes; return ``(rows, add_batches, time_axis, min_time)``."""
+    max_length = positive_int("max_length", max_length)
+    min_length = positive_int("min_length", min_length, allow_zero=True)
+    rows = _rows(add_batch_size)
+    validate_sample_batch_size(sample_batch_size, max_length)
+    validate_max_length_add_batch_size(max_length, rows)
+    t_len = max_length // rows
     if t_len * rows != max_length:
         warnings.warn(
             f"max_length={max_length} is not a multiple of add_batch_size={rows}: the buffer "
@@ -85,13 +157,8 @@ def flat_layout_args(
             f"{max_length - t_len * rows} fewer than asked. See `buffer.capacity`.",
             stacklevel=4,
         )
-    min_time = min_length // rows + 1
-    check(
-        min_time <= t_len,
-        f"`min_length` ({min_length}) is too large: it needs {min_time} timesteps per row but "
-        f"rows hold {t_len}",
-    )
-    return rows, add_batches, t_len, min_time
+    validate_min_length(min_length, rows, max_length)
+    return rows, add_batch_size is not None, t_len, min_length // rows + 1
 
 
 def make_sequence_view(
@@ -129,6 +196,7 @@ def make_sequence_view(
         add_batches=add_batches,
         add_sequences=add_sequences,
         batch_size=rows,
+        sample_sequence_length=sequence_length,
     )
     return core, add
 
@@ -140,12 +208,41 @@ def make_flat_buffer(
     add_sequences: bool = False,
     add_batch_size: int | None = None,
 ) -> TrajectoryBuffer:
-    """A flat transition buffer (same signature and semantics as the reference's).
+    """Make a flat transition buffer (same signature and semantics as the reference's).
 
     ``add`` takes one timestep (default), ``[add_batch_size, ...]`` when ``add_batch_size`` is
     given, with a time axis after it when ``add_sequences``. ``sample`` returns
     ``TransitionSample(experience=ExperiencePair(first, second))``. The state keeps
     ``add_batch_size`` rows of ``max_length // add_batch_size`` timesteps.
+
+    Args:
+        max_length: timesteps the buffer holds in all (a warning names the effective capacity
+            when ``add_batch_size`` does not divide it).
+        min_length: timesteps to hold before ``can_sample`` is true.
+        sample_batch_size: transitions per ``sample`` call.
+        add_sequences: ``add`` takes a time axis (``[..., L, ...]``) rather than one timestep.
+        add_batch_size: rows added per ``add`` call (``None``: one timestep, no batch axis).
+
+    Returns:
+        The buffer's pure functions (``init``, ``add``, ``sample``, ``can_sample``) and its
+        configuration.
+
+    Raises:
+        BufferConfigError: a size out of range (``sample_batch_size`` above ``max_length``,
+            rows shorter than 2 timesteps, ``min_length`` more than the rows hold).
+        ArgumentTypeError: a size that is not an integer, or a flag that is not a bool.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> buffer = fbx.make_flat_buffer(max_length=100, min_length=4, sample_batch_size=8)
+        >>> buffer = buffer.replace(add=jax.jit(buffer.add), sample=jax.jit(buffer.sample))
+        >>> state = buffer.init({"obs": jnp.float32(0)})
+        >>> for i in range(6):
+        ...     state = buffer.add(state, {"obs": jnp.float32(i)})
+        >>> pair = buffer.sample(state, jax.random.key(0)).experience
+        >>> bool(((pair.second["obs"] - pair.first["obs"]) == 1).all())
+        True
     """
     core, add = make_sequence_view(
         max_length, min_length, sample_batch_size, add_sequences, add_batch_size, 2
@@ -153,3 +250,22 @@ def make_flat_buffer(
     return dataclasses.replace(
         core, add=add, sample=functools.partial(transition_sample, core_sample=core.sample)
     )
+
+
+create_flat_buffer = make_flat_buffer
+"""The reference's name for the function behind :func:`make_flat_buffer` (the same here)."""
+
+__all__ = [
+    "ExperiencePair",
+    "TrajectoryBuffer",
+    "TrajectoryBufferState",
+    "TransitionSample",
+    "add_dim_to_args",
+    "create_flat_buffer",
+    "make_flat_buffer",
+    "make_trajectory_buffer",
+    "validate_flat_buffer_args",
+    "validate_max_length_add_batch_size",
+    "validate_min_length",
+    "validate_sample_batch_size",
+]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import jax
 import jax.numpy as jnp
@@ -23,14 +23,43 @@ from buffers._validation import (
     positive_int,
     real_number,
 )
+from buffers.flat_buffer import TransitionSample
+from buffers.prioritised_trajectory_buffer import (
+    PrioritisedTrajectoryBuffer,
+    PrioritisedTrajectoryBufferSample,
+    PrioritisedTrajectoryBufferState,
+)
+from buffers.trajectory_buffer import (
+    TrajectoryBuffer,
+    TrajectoryBufferSample,
+    TrajectoryBufferState,
+)
 
 if TYPE_CHECKING:
     import chex
 
 
+sample_types = [TrajectoryBufferSample, PrioritisedTrajectoryBufferSample, TransitionSample]
+"""The sample types a mixer concatenates (the reference's list)."""
+SampleTypes = TypeVar(
+    "SampleTypes", TrajectoryBufferSample, PrioritisedTrajectoryBufferSample, TransitionSample
+)
+state_types = [TrajectoryBufferState, PrioritisedTrajectoryBufferState]
+"""The state types a mixer samples from (the reference's list)."""
+StateTypes = TypeVar("StateTypes", TrajectoryBufferState, PrioritisedTrajectoryBufferState)
+BufferTypes = TypeVar("BufferTypes", TrajectoryBuffer, PrioritisedTrajectoryBuffer)
+
+
 @frozen_container
 class Mixer(Replaceable):
-    """``sample(states, key)`` and ``can_sample(states)`` over a sequence of buffer states."""
+    """One batch drawn from several buffers in fixed proportions.
+
+    Attributes:
+        sample: ``sample(states, rng_key)``: each buffer's share of the batch from its state
+            (``states`` in the order of the buffers), concatenated along the batch axis.
+        can_sample: ``can_sample(states) -> bool[]``: whether every buffer can sample.
+        batch_sizes: each buffer's share of the batch.
+    """
 
     sample: Callable[..., Any]
     can_sample: Callable[..., Array]
@@ -48,21 +77,36 @@ def split_batch(sample_batch_size: int, proportions: Sequence[float]) -> tuple[i
     return tuple(sizes)
 
 
-def mixer_sample(
+def sample_mixer_fn(
     states: Sequence[Any],
     key: chex.PRNGKey,
-    *,
+    prop_batch_sizes: Sequence[int],
     sample_fns: Sequence[Callable[[Any, Any], Any]],
-    batch_sizes: Sequence[int],
 ) -> Any:
-    """Sample each buffer, keep its share of the batch, concatenate along the batch axis."""
+    """Sample each buffer, keep its share of the batch, concatenate along the batch axis.
+
+    A mixer's ``sample`` is this function with ``prop_batch_sizes`` and ``sample_fns`` bound.
+
+    Args:
+        states: one state per buffer.
+        key: PRNG key; split into one key per buffer, as the reference splits it.
+        prop_batch_sizes: items kept from each buffer's sample (its share).
+        sample_fns: each buffer's ``sample``.
+
+    Returns:
+        The samples' first ``prop_batch_sizes[i]`` items, concatenated in buffer order.
+
+    Raises:
+        BufferConfigError: not one state per buffer.
+        BatchStructureError: the buffers' samples differ in structure or item shape.
+    """
     states = _check_states(states, len(sample_fns), "Mixer.sample")
     check_key(key, "Mixer.sample")
     keys = jax.random.split(key, len(sample_fns))
     parts = [
         (i, jax.tree.map(lambda x, n=n: x[:n], fn(state, k)))
         for i, (fn, state, k, n) in enumerate(
-            zip(sample_fns, states, keys, batch_sizes, strict=True)
+            zip(sample_fns, states, keys, prop_batch_sizes, strict=True)
         )
         if n > 0
     ]
@@ -112,9 +156,18 @@ def _check_same_samples(parts: Sequence[tuple[int, Any]]) -> None:
         )
 
 
-def mixer_can_sample(
-    states: Sequence[Any], *, can_sample_fns: Sequence[Callable[[Any], Array]]
+def can_sample_mixer_fn(
+    states: Sequence[Any], can_sample_fns: Sequence[Callable[[Any], Array]]
 ) -> Array:
+    """Whether every buffer can sample (a mixer's ``can_sample``, with the functions bound).
+
+    Args:
+        states: one state per buffer.
+        can_sample_fns: each buffer's ``can_sample``.
+
+    Returns:
+        A bool scalar.
+    """
     states = _check_states(states, len(can_sample_fns), "Mixer.can_sample")
     return jnp.all(jnp.stack([fn(s) for fn, s in zip(can_sample_fns, states, strict=True)]))
 
@@ -122,10 +175,35 @@ def mixer_can_sample(
 def make_mixer(
     buffers: Sequence[Any], sample_batch_size: int, proportions: Sequence[float]
 ) -> Mixer:
-    """A mixer over ``buffers`` (same signature as the reference's).
+    """Make a mixer over ``buffers`` (same signature as the reference's).
 
     All buffers must return samples of the same structure (same kind and sequence length);
     each must sample at least its share of ``sample_batch_size``.
+
+    Args:
+        buffers: buffers made by the same ``make_*`` factory.
+        sample_batch_size: items of every mixed batch.
+        proportions: one non-negative share per buffer (the batch is split in proportion,
+            the largest remainders getting the leftover items).
+
+    Returns:
+        The mixer's ``sample`` and ``can_sample`` and each buffer's share of the batch.
+
+    Raises:
+        BufferConfigError: no buffers, buffers of different kinds, proportions that do not
+            match the buffers or are negative, or a buffer whose ``sample_batch_size`` is
+            below its share.
+        ArgumentTypeError: something that is not a buffer, or a proportion that is not a
+            number.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> a = fbx.make_flat_buffer(max_length=32, min_length=2, sample_batch_size=8)
+        >>> b = fbx.make_flat_buffer(max_length=32, min_length=2, sample_batch_size=8)
+        >>> mixer = fbx.make_mixer([a, b], sample_batch_size=8, proportions=[3, 1])
+        >>> mixer.batch_sizes
+        (6, 2)
     """
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
     buffers = as_list("buffers", buffers)
@@ -168,10 +246,30 @@ def make_mixer(
         )
     return Mixer(
         sample=functools.partial(
-            mixer_sample, sample_fns=[b.sample for b in buffers], batch_sizes=sizes
+            sample_mixer_fn, prop_batch_sizes=sizes, sample_fns=[b.sample for b in buffers]
         ),
         can_sample=functools.partial(
-            mixer_can_sample, can_sample_fns=[b.can_sample for b in buffers]
+            can_sample_mixer_fn, can_sample_fns=[b.can_sample for b in buffers]
         ),
         batch_sizes=sizes,
     )
+
+
+__all__ = [
+    "BufferTypes",
+    "Mixer",
+    "PrioritisedTrajectoryBuffer",
+    "PrioritisedTrajectoryBufferSample",
+    "PrioritisedTrajectoryBufferState",
+    "SampleTypes",
+    "StateTypes",
+    "TrajectoryBuffer",
+    "TrajectoryBufferSample",
+    "TrajectoryBufferState",
+    "TransitionSample",
+    "can_sample_mixer_fn",
+    "make_mixer",
+    "sample_mixer_fn",
+    "sample_types",
+    "state_types",
+]

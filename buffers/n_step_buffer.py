@@ -85,7 +85,24 @@ def n_step_returns(rewards: Array, discounts: Array, n_step: int) -> Array:
     """Discounted n-step returns along the last axis, truncated at the end of the sequence.
 
     ``G[t] = r[t] + d[t] r[t+1] + d[t] d[t+1] r[t+2] + ...`` over at most ``n_step`` terms.
-    ``rewards`` and ``discounts`` have the same shape ``[..., T]``; so has the result.
+
+    Args:
+        rewards: rewards ``[..., T]`` (time last).
+        discounts: discounts of the same shape (0 at terminal steps).
+        n_step: the most terms summed.
+
+    Returns:
+        The returns, shaped like ``rewards``.
+
+    Raises:
+        BufferConfigError: ``rewards`` and ``discounts`` differ in shape, or are scalars.
+        ArgumentTypeError: ``n_step`` is not a positive integer.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> fbx.n_step_returns(jnp.ones(4), jnp.full(4, 0.5), n_step=2).tolist()
+        [1.5, 1.5, 1.5, 1.0]
     """
     n_step = positive_int("n_step", n_step)
     rewards = jnp.asarray(rewards)
@@ -110,6 +127,23 @@ def n_step_discounts(discounts: Array, n_step: int) -> Array:
 
     ``D[t] = d[t] d[t+1] ... d[t+n-1]``: the bootstrap factor for ``G[t]`` of
     :func:`n_step_returns` (multiply by ``gamma ** n`` yourself if ``d`` holds 0/1 flags).
+
+    Args:
+        discounts: discounts ``[..., T]`` (time last).
+        n_step: the most factors multiplied.
+
+    Returns:
+        The products, shaped like ``discounts``.
+
+    Raises:
+        BufferConfigError: ``discounts`` is a scalar.
+        ArgumentTypeError: ``n_step`` is not a positive integer.
+
+    Examples:
+        >>> import jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> fbx.n_step_discounts(jnp.full(4, 0.5), n_step=2).tolist()
+        [0.25, 0.25, 0.25, 0.5]
     """
     n_step = positive_int("n_step", n_step)
     discounts = jnp.asarray(discounts)
@@ -135,11 +169,46 @@ def make_n_step_buffer(
     n_step: int = 1,
     n_step_functional_map: FunctionalMap | None = None,
 ) -> TrajectoryBuffer:
-    """An n-step transition buffer.
+    """Make an n-step transition buffer.
 
     Same layout as :func:`buffers.make_flat_buffer` (``make_n_step_buffer(32, 8, 4, False, 6)``
     keeps 6 rows of 5 timesteps); ``sample`` returns ``TransitionSample(ExperiencePair(first,
     second))`` with ``second`` taken ``n_step`` timesteps after ``first``.
+
+    Args:
+        max_length: timesteps the buffer holds in all.
+        min_length: timesteps to hold before ``can_sample`` is true.
+        sample_batch_size: transitions per ``sample`` call.
+        add_sequences: ``add`` takes a time axis rather than one timestep.
+        add_batch_size: rows added per ``add`` call (``None``: one timestep, no batch axis).
+        n_step: how many timesteps ``second`` comes after ``first``.
+        n_step_functional_map: ``{(target, arg1, ...): fn}``: replace field ``target`` of the
+            sampled window by ``fn(window[arg1], ...)`` before ``first`` and ``second`` are
+            taken (e.g. rewards into n-step returns with :func:`n_step_returns`); the key
+            ``"dict_mapper"`` turns a non-dict experience into a dict first.
+
+    Returns:
+        The buffer's pure functions (``init``, ``add``, ``sample``, ``can_sample``) and its
+        configuration.
+
+    Raises:
+        BufferConfigError: a size out of range (``n_step`` not below ``max_length``, rows
+            shorter than ``n_step + 1`` timesteps).
+        ArgumentTypeError: a size that is not an integer, or a functional map that is not a
+            dict of tuples to functions.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> buffer = fbx.make_n_step_buffer(
+        ...     max_length=64, min_length=4, sample_batch_size=8, n_step=3)
+        >>> buffer = buffer.replace(add=jax.jit(buffer.add), sample=jax.jit(buffer.sample))
+        >>> state = buffer.init({"t": jnp.int32(0)})
+        >>> for i in range(10):
+        ...     state = buffer.add(state, {"t": jnp.int32(i)})
+        >>> pair = buffer.sample(state, jax.random.key(0)).experience
+        >>> bool(((pair.second["t"] - pair.first["t"]) == 3).all())
+        True
     """
     n_step = positive_int("n_step", n_step)
     max_length = positive_int("max_length", max_length)

@@ -14,14 +14,19 @@ from buffers.flat_buffer import (
     TransitionSample,
     make_sequence_view,
     pair_from_sequences,
+    validate_flat_buffer_args,
 )
 from buffers.prioritised_trajectory_buffer import (
     Indices,
     PrioritisedTrajectoryBuffer,
+    PrioritisedTrajectoryBufferState,
     Probabilities,
     check_device,
     make_prioritised_trajectory_buffer,
+    validate_device,
+    validate_priority_exponent,
 )
+from buffers.utils import add_dim_to_args
 
 if TYPE_CHECKING:
     import chex
@@ -29,7 +34,12 @@ if TYPE_CHECKING:
 
 @pytree_dataclass
 class PrioritisedTransitionSample(TransitionSample):
-    """A :class:`TransitionSample` with item ``indices`` and normalised ``probabilities``."""
+    """A :class:`TransitionSample` with its items and sampling probabilities.
+
+    Attributes:
+        indices: the sampled items, to give back to ``set_priorities``.
+        probabilities: each item's normalised sampling probability.
+    """
 
     indices: Indices | None = dataclasses.field(default=None, kw_only=True)
     probabilities: Probabilities | None = dataclasses.field(default=None, kw_only=True)
@@ -38,6 +48,7 @@ class PrioritisedTransitionSample(TransitionSample):
 def prioritised_transition_sample(
     state: Any, rng_key: chex.PRNGKey, *, core_sample: Callable[[Any, Any], Any]
 ) -> PrioritisedTransitionSample:
+    """Sample windows of two timesteps with ``core_sample``; return them as transitions."""
     seq = core_sample(state, rng_key)
     return PrioritisedTransitionSample(
         experience=pair_from_sequences(seq.experience),
@@ -56,7 +67,29 @@ def make_prioritised_flat_buffer(
     priority_exponent: float = 0.6,
     device: str = "cpu",
 ) -> PrioritisedTrajectoryBuffer:
-    """A prioritised flat buffer (same signature and semantics as the reference's)."""
+    """Make a prioritised flat buffer (same signature and semantics as the reference's).
+
+    Transitions ``(s_t, s_{t+1})`` laid out as in :func:`buffers.make_flat_buffer`, sampled in
+    proportion to their priorities.
+
+    Args:
+        max_length: timesteps the buffer holds in all.
+        min_length: timesteps to hold before ``can_sample`` is true.
+        sample_batch_size: transitions per ``sample`` call.
+        add_sequences: ``add`` takes a time axis rather than one timestep.
+        add_batch_size: rows added per ``add`` call (``None``: one timestep, no batch axis).
+        priority_exponent: alpha of the PER paper, in [0, 1].
+        device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
+            level.
+
+    Returns:
+        The buffer's pure functions, ``set_priorities`` among them, and its configuration;
+        ``sample`` returns a :class:`PrioritisedTransitionSample`.
+
+    Raises:
+        BufferConfigError: a size out of range, or a ``priority_exponent`` outside [0, 1].
+        ArgumentTypeError: a size that is not an integer, or a flag that is not a bool.
+    """
     priority_exponent = check_priority_exponent(priority_exponent)
     core, add = make_sequence_view(
         max_length,
@@ -76,4 +109,18 @@ def make_prioritised_flat_buffer(
     )
 
 
-__all__ = ["ExperiencePair", "PrioritisedTransitionSample", "make_prioritised_flat_buffer"]
+__all__ = [
+    "ExperiencePair",
+    "Indices",
+    "PrioritisedTrajectoryBuffer",
+    "PrioritisedTrajectoryBufferState",
+    "PrioritisedTransitionSample",
+    "Probabilities",
+    "TransitionSample",
+    "add_dim_to_args",
+    "make_prioritised_flat_buffer",
+    "make_prioritised_trajectory_buffer",
+    "validate_device",
+    "validate_flat_buffer_args",
+    "validate_priority_exponent",
+]

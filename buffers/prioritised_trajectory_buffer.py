@@ -23,15 +23,17 @@ import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic
 
+import jax
 import jax.numpy as jnp
 from jax import Array
 
-from buffers import _sum_tree
+from buffers import _sum_tree, sum_tree
+from buffers import trajectory_buffer as trajectory_buffer
+from buffers import utils as utils
 from buffers._core import (
     RING_FIELDS,
     Experience,
     advance_indices,
-    can_sample,
     check_sample_args,
     empty_ring,
     gather,
@@ -39,6 +41,7 @@ from buffers._core import (
     tree_shape_prefix,
     write_experience,
 )
+from buffers._flashbax_state import accept_reference
 from buffers._pytree import frozen_container, pytree_dataclass
 from buffers._sum_tree import SumTreeState
 from buffers._validation import (
@@ -52,10 +55,15 @@ from buffers._validation import (
     resolve_time_axis,
     validate_batch,
 )
+from buffers.sum_tree import get_tree_depth
 from buffers.trajectory_buffer import (
+    BufferSample,
+    BufferState,
     TrajectoryBuffer,
     TrajectoryBufferSample,
     TrajectoryBufferState,
+    can_sample,
+    validate_trajectory_buffer_args,
 )
 
 if TYPE_CHECKING:
@@ -67,10 +75,22 @@ Indices = Array
 
 _DEVICES = ("cpu", "gpu", "tpu")
 
+SET_BATCH_FN = {
+    "tpu": sum_tree.set_batch_bincount,
+    "gpu": sum_tree.set_batch_bincount,
+    "cpu": sum_tree.set_batch_scan,
+}
+"""The sum-tree batch update for each ``device``: every level at once on accelerators, leaf
+by leaf on CPU (both keep the last value of a repeated index; see :mod:`buffers.sum_tree`)."""
+
 
 @pytree_dataclass
 class PrioritisedTrajectoryBufferState(TrajectoryBufferState, Generic[Experience]):
-    """A trajectory buffer state plus ``sum_tree_state`` (priorities of every item)."""
+    """A trajectory buffer state plus the priorities of every item.
+
+    Attributes:
+        sum_tree_state: a sum tree over every item's stored priority (``p ** alpha``).
+    """
 
     sum_tree_state: SumTreeState = dataclasses.field(kw_only=True)
 
@@ -82,16 +102,39 @@ class PrioritisedTrajectoryBufferState(TrajectoryBufferState, Generic[Experience
 
 @pytree_dataclass
 class PrioritisedTrajectoryBufferSample(TrajectoryBufferSample, Generic[Experience]):
-    """Sampled sequences with their item ``indices`` and normalised ``probabilities``."""
+    """Sampled sequences with their items and sampling probabilities.
+
+    Attributes:
+        indices: the sampled items (``int32[sample_batch_size]``), to give back to
+            ``set_priorities``.
+        probabilities: each item's normalised sampling probability
+            (``p_i^alpha / sum_j p_j^alpha``; 0, never NaN, for an empty buffer).
+    """
 
     indices: Indices | None = dataclasses.field(default=None, kw_only=True)
     probabilities: Probabilities | None = dataclasses.field(default=None, kw_only=True)
 
 
+def get_max_divisible_length(max_length_time_axis: int, period: int) -> int:
+    """The longest time axis ``<= max_length_time_axis`` that is a multiple of ``period``."""
+    return int(max_length_time_axis - max_length_time_axis % period)
+
+
+def get_num_items_in_row(max_length_time_axis: int, period: int) -> int:
+    """Items (sequence starts, ``period`` apart) in one row: ``max_length_time_axis // period``."""
+    return int(max_length_time_axis // period)
+
+
+def get_sum_tree_capacity(max_length_time_axis: int, period: int, add_batch_size: int) -> int:
+    """Items in the whole buffer (the sum tree's capacity): items per row times rows."""
+    return get_num_items_in_row(max_length_time_axis, period) * int(add_batch_size)
+
+
 def prioritised_init(
     experience: Experience, add_batch_size: int, max_length_time_axis: int, period: int
 ) -> PrioritisedTrajectoryBufferState[Experience]:
-    capacity = add_batch_size * (max_length_time_axis // period)
+    """An empty state: the trajectory buffer's, plus a sum tree with every priority 0."""
+    capacity = get_sum_tree_capacity(max_length_time_axis, period, add_batch_size)
     return PrioritisedTrajectoryBufferState(
         **empty_ring(experience, add_batch_size, max_length_time_axis),
         sum_tree_state=_sum_tree.init(capacity),
@@ -178,6 +221,9 @@ def prioritised_add(
     device: str = "cpu",
 ) -> PrioritisedTrajectoryBufferState[Experience]:
     """Append ``batch`` ``[B, L, ...]``; new items get the maximum priority recorded so far."""
+    state = accept_reference(
+        state, "add", sample_sequence_length=sample_sequence_length, period=period
+    )
     check_prioritised_state(state, period, "add")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
@@ -214,6 +260,7 @@ def prioritised_can_sample(state: Any, min_length_time_axis: int) -> Array:
     With a long ``sample_sequence_length`` and ``period`` > 1 no item may have a complete window
     even though enough timesteps were added; then sampling would have nothing to return.
     """
+    state = accept_reference(state, "can_sample")
     check_state(state, _STATE_FIELDS, "PrioritisedTrajectoryBufferState", "can_sample")
     return can_sample(state, min_length_time_axis) & (_sum_tree.total(state.sum_tree_state) > 0)
 
@@ -227,6 +274,7 @@ def prioritised_sample(
     min_length_time_axis: int = 1,
 ) -> PrioritisedTrajectoryBufferSample[Experience]:
     """Sample sequences with probability ``p_i^alpha / sum_j p_j^alpha`` (stratified)."""
+    state = accept_reference(state, "sample", sample_sequence_length=sequence_length, period=period)
     check_prioritised_state(state, period, "sample")
     check_sample_args(state, rng_key, batch_size, sequence_length)
     ready = prioritised_can_sample(state, min_length_time_axis)
@@ -250,18 +298,35 @@ def set_priorities(
     sample_sequence_length: int = 1,
     period: int = 1,
 ) -> PrioritisedTrajectoryBufferState[Experience]:
-    """Set ``priorities`` (``p``, e.g. ``|td| + eps``) of sampled ``indices``.
+    """Set the priorities ``p`` (e.g. ``|td| + eps``) of sampled items.
 
     Stored values are ``p ** priority_exponent`` (0 stays 0). Indices whose window is no
-    longer valid (overwritten since it was sampled) are ignored. ``priorities`` has the shape
-    of ``indices`` (or is one number for all of them).
+    longer valid (overwritten since it was sampled) are ignored. Inside ``jit`` values cannot
+    raise: bad entries are ignored (those items keep their priorities), so one NaN loss cannot
+    poison the sum tree. A buffer's ``set_priorities`` binds every argument after
+    ``priorities``.
 
-    Raises :class:`~buffers.PriorityError` for non-integer ``indices``, non-real
-    ``priorities`` or mismatched shapes (also at ``jit`` trace time), and, when the arrays are
-    concrete (outside ``jit``), for NaN, infinite or negative priorities and for indices that
-    name no item. Inside ``jit`` values cannot raise: such entries are ignored (those items
-    keep their priorities), so one NaN loss cannot poison the sum tree.
+    Args:
+        state: the state the items were sampled from (or a later one).
+        indices: item indices from a sample's ``indices``.
+        priorities: new priorities, shaped like ``indices`` (or one number for all of them).
+        priority_exponent: alpha of the PER paper, in [0, 1].
+        device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
+            level.
+        sample_sequence_length: the buffer's sequence length (which windows are valid).
+        period: the buffer's period.
+
+    Returns:
+        The state with the new priorities.
+
+    Raises:
+        PriorityError: non-integer ``indices``, non-real ``priorities`` or mismatched shapes
+            (also at ``jit`` trace time); when the arrays are concrete (outside ``jit``),
+            NaN, infinite or negative priorities and indices that name no item.
     """
+    state = accept_reference(
+        state, "set_priorities", sample_sequence_length=sample_sequence_length, period=period
+    )
     check_prioritised_state(state, period, "set_priorities")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     indices, priorities = check_priorities(indices, priorities, b_size * (t_len // period))
@@ -272,14 +337,92 @@ def set_priorities(
     return state.replace(sum_tree_state=tree)
 
 
+def get_invalid_indices(
+    state: TrajectoryBufferState[Experience],
+    sample_sequence_length: int,
+    period: int,
+    add_batch_size: int,
+    max_length_time_axis: int,
+) -> Array:
+    """Items next to the write position, whose windows may straddle it, in every row.
+
+    The reference's mask of items not to sample: the ``sample_sequence_length // period + 1``
+    items that follow the last item whose window ends at or before the write position (the
+    same indices as the reference's). This package's buffers do not need it: their sum tree
+    holds 0 for every item that is not valid (see :func:`item_is_valid`), so such items are
+    never drawn.
+
+    Args:
+        state: a prioritised (or trajectory) buffer state.
+        sample_sequence_length: length of sampled sequences.
+        period: distance between item starts.
+        add_batch_size: rows ``B``.
+        max_length_time_axis: time-axis length ``T``.
+
+    Returns:
+        Item indices, int32 ``[add_batch_size, sample_sequence_length // period + 1]``.
+    """
+    items_per_row = get_num_items_in_row(max_length_time_axis, period)
+    last_start = (state.current_index - sample_sequence_length) % max_length_time_axis
+    last_start = jnp.minimum(last_start, get_max_divisible_length(max_length_time_axis, period) - 1)
+    first = (last_start // period + 1) % items_per_row
+    near = (first + jnp.arange(sample_sequence_length // period + 1)) % items_per_row
+    rows = jnp.arange(add_batch_size)[:, None] * items_per_row
+    return (near[None, :] + rows).astype(jnp.int32)
+
+
 @frozen_container
-class PrioritisedTrajectoryBuffer(TrajectoryBuffer, Generic[Experience]):
-    """A trajectory buffer with ``set_priorities(state, indices, priorities)``."""
+class PrioritisedTrajectoryBuffer(TrajectoryBuffer, Generic[Experience, BufferState, BufferSample]):
+    """A trajectory buffer whose items are sampled in proportion to their priorities.
+
+    Attributes:
+        set_priorities: ``set_priorities(state, indices, priorities) -> state`` (see
+            :func:`buffers.prioritised_trajectory_buffer.set_priorities`).
+    """
 
     set_priorities: Callable[..., Any] = dataclasses.field(kw_only=True)
 
 
+def validate_priority_exponent(priority_exponent: float) -> None:
+    """Check ``priority_exponent`` (alpha of prioritised replay).
+
+    Raises:
+        BufferConfigError: outside [0, 1] (:class:`~buffers.ArgumentTypeError` if not a
+            real number).
+    """
+    check_priority_exponent(priority_exponent)
+
+
+def validate_device(device: str) -> bool:
+    """Whether ``device`` names a platform that the sum tree's updates can target here.
+
+    Args:
+        device: ``"cpu"``, ``"gpu"`` or ``"tpu"``.
+
+    Returns:
+        ``True`` when it is one of those and jax has such devices; otherwise ``False`` after a
+        warning (the buffers then update the sum tree as for ``"cpu"`` when the name is
+        unknown; a known but absent platform only makes the update strategy a poor fit).
+    """
+    if device not in _DEVICES:
+        warnings.warn(
+            f"device must be one of {_DEVICES}, got {device!r}; using 'cpu'", stacklevel=2
+        )
+        return False
+    try:
+        jax.devices(device)
+    except RuntimeError:
+        warnings.warn(
+            f"device={device!r} is not available here (jax has {jax.default_backend()!r}); "
+            "use the platform you run on",
+            stacklevel=2,
+        )
+        return False
+    return True
+
+
 def check_device(device: str) -> str:
+    """``device`` if it is one of cpu, gpu, tpu; otherwise ``"cpu"``, with a warning."""
     if device not in _DEVICES:
         warnings.warn(
             f"device must be one of {_DEVICES}, got {device!r}; using 'cpu'", stacklevel=3
@@ -290,7 +433,7 @@ def check_device(device: str) -> str:
 
 def divisible_time_axis(t_len: int, period: int, add_batch_size: int, stacklevel: int) -> int:
     """Round ``t_len`` down to a multiple of ``period``, warning with the effective capacity."""
-    rounded = t_len - t_len % period
+    rounded = get_max_divisible_length(t_len, period)
     check(rounded >= 1, f"`period` ({period}) must be <= max_length_time_axis ({t_len})")
     if rounded != t_len:
         warnings.warn(
@@ -359,13 +502,46 @@ def make_prioritised_trajectory_buffer(
     priority_exponent: float = 0.6,
     device: str = "cpu",
 ) -> PrioritisedTrajectoryBuffer:
-    """A prioritised trajectory buffer (same signature and semantics as the reference's).
+    """Make a prioritised trajectory buffer (same signature and semantics as the reference's).
 
-    Arguments as :func:`buffers.make_trajectory_buffer`, plus ``priority_exponent`` (alpha in
-    the PER paper, in [0, 1]) and ``device`` (``"cpu"`` updates the sum tree leaf by leaf;
-    ``"gpu"``/``"tpu"`` level by level for the whole batch).
     ``max_length_time_axis`` is rounded down to a multiple of ``period`` with a warning that
     names the effective capacity.
+
+    Args:
+        add_batch_size: rows ``B`` of the state; batches given to ``add`` are ``[B, L, ...]``.
+        sample_batch_size: sequences per ``sample`` call.
+        sample_sequence_length: length ``L`` of sampled sequences.
+        period: distance between the starts of consecutive items (sampleable sequences).
+        min_length_time_axis: timesteps per row before ``can_sample`` is true.
+        max_size: total timesteps (give this or ``max_length_time_axis``).
+        max_length_time_axis: time-axis length ``T``.
+        priority_exponent: alpha of the PER paper, in [0, 1].
+        device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
+            level for the whole batch.
+
+    Returns:
+        The buffer's pure functions (``init``, ``add``, ``sample``, ``can_sample``,
+        ``set_priorities``) and its configuration.
+
+    Raises:
+        BufferConfigError: a size out of range, or a ``priority_exponent`` outside [0, 1].
+        ArgumentTypeError: a size that is not an integer.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> buffer = fbx.make_prioritised_trajectory_buffer(
+        ...     add_batch_size=2, sample_batch_size=4, sample_sequence_length=2, period=1,
+        ...     min_length_time_axis=2, max_length_time_axis=8)
+        >>> buffer = buffer.replace(
+        ...     add=jax.jit(buffer.add), sample=jax.jit(buffer.sample),
+        ...     set_priorities=jax.jit(buffer.set_priorities))
+        >>> state = buffer.init({"r": jnp.float32(0)})
+        >>> state = buffer.add(state, {"r": jnp.ones((2, 4))})
+        >>> batch = buffer.sample(state, jax.random.key(0))
+        >>> state = buffer.set_priorities(state, batch.indices, jnp.full(4, 2.0))
+        >>> batch.experience["r"].shape
+        (4, 2)
     """
     add_batch_size = positive_int("add_batch_size", add_batch_size)
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
@@ -387,12 +563,29 @@ def make_prioritised_trajectory_buffer(
 
 
 __all__ = [
+    "SET_BATCH_FN",
+    "BufferSample",
+    "BufferState",
+    "Indices",
+    "Priorities",
     "PrioritisedTrajectoryBuffer",
     "PrioritisedTrajectoryBufferSample",
     "PrioritisedTrajectoryBufferState",
+    "Probabilities",
+    "get_invalid_indices",
+    "get_max_divisible_length",
+    "get_num_items_in_row",
+    "get_sum_tree_capacity",
+    "get_tree_depth",
     "make_prioritised_trajectory_buffer",
     "prioritised_add",
     "prioritised_init",
     "prioritised_sample",
     "set_priorities",
+    "sum_tree",
+    "trajectory_buffer",
+    "utils",
+    "validate_device",
+    "validate_priority_exponent",
+    "validate_trajectory_buffer_args",
 ]

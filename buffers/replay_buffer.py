@@ -40,10 +40,16 @@ Transition = TypeVar("Transition", bound="chex.ArrayTree")
 
 @pytree_dataclass
 class ReplayBufferState(Replaceable, Generic[Transition]):
-    """``data`` leaves ``[buffer_size, ...]``; ``position``: next slot; ``size``: stored count;
-    ``write_counter``: transitions ever added (never wraps). Built by hand without it, it is
-    derived: the fewest transitions consistent with ``position`` and ``size`` (``position``,
-    plus ``buffer_size`` when full)."""
+    """State of a :class:`ReplayBuffer`.
+
+    Attributes:
+        data: pytree whose leaves are ``[buffer_size, ...]``.
+        position: next slot to be written (int32 scalar).
+        size: transitions stored (int32 scalar, at most ``buffer_size``).
+        write_counter: transitions ever added (never wraps). Built by hand without it, it is
+            derived: the fewest transitions consistent with ``position`` and ``size``
+            (``position``, plus ``buffer_size`` when full).
+    """
 
     data: Transition
     position: Array
@@ -63,8 +69,28 @@ class ReplayBufferState(Replaceable, Generic[Transition]):
 
 @frozen_container
 class ReplayBuffer(Replaceable):
-    """``ReplayBuffer(buffer_size)``: ``init``, ``add``, ``sample``, ``sample_masked``,
-    ``add_and_sample``; all pure and jittable (``batch_size`` is static)."""
+    """A minimal functional replay buffer: one flat ring of independent transitions.
+
+    Every method is pure and jittable (``batch_size`` is static).
+
+    Attributes:
+        buffer_size: transitions the buffer holds.
+
+    Raises:
+        BufferConfigError: ``buffer_size`` is not positive.
+        ArgumentTypeError: ``buffer_size`` is not an integer.
+
+    Examples:
+        >>> import jax, jax.numpy as jnp
+        >>> import buffers as fbx
+        >>> replay = fbx.ReplayBuffer(buffer_size=100)
+        >>> state = replay.init({"obs": jnp.zeros(3)})
+        >>> state = jax.jit(replay.add)(state, {"obs": jnp.ones((5, 3))})
+        >>> sample = jax.jit(replay.sample, static_argnums=1)
+        >>> state, batch = sample(state, 4, jax.random.key(0))
+        >>> int(state.size), batch["obs"].shape
+        (5, (4, 3))
+    """
 
     buffer_size: int
 
@@ -72,6 +98,18 @@ class ReplayBuffer(Replaceable):
         object.__setattr__(self, "buffer_size", positive_int("buffer_size", self.buffer_size))
 
     def init(self, sample_transition: Transition) -> ReplayBufferState[Transition]:
+        """An empty state for transitions shaped like ``sample_transition``.
+
+        Args:
+            sample_transition: one transition (a pytree of arrays, no batch axis).
+
+        Returns:
+            A state of zeros, ``size`` 0.
+
+        Raises:
+            BufferTooLargeError: the state would not fit in the devices' memory.
+            ArgumentTypeError: a leaf that is not an array (a string, ``None``).
+        """
         example = check_timestep(sample_transition)
         per_step = timestep_nbytes(example, 0)
         check_nbytes(
@@ -87,6 +125,19 @@ class ReplayBuffer(Replaceable):
     def add(
         self, state: ReplayBufferState[Transition], transitions: Transition
     ) -> ReplayBufferState[Transition]:
+        """Write ``[k, ...]`` transitions after the last ones, overwriting the oldest.
+
+        Args:
+            state: the buffer's state.
+            transitions: ``k`` transitions (leaves ``[k, ...]``, ``k <= buffer_size``).
+
+        Returns:
+            The new state.
+
+        Raises:
+            BatchStructureError: ``transitions`` do not match the state's structure or shapes.
+            BufferConfigError: more transitions than ``buffer_size``.
+        """
         check_state(state, _STATE_FIELDS, "ReplayBufferState", "ReplayBuffer.add")
         # The stored data has one leading axis; validate with a dummy time axis folded away.
         expanded = jax.tree.map(lambda x: x[None], state.data)
@@ -112,7 +163,21 @@ class ReplayBuffer(Replaceable):
     def sample_masked(
         self, state: ReplayBufferState[Transition], batch_size: int, key: chex.PRNGKey
     ) -> tuple[ReplayBufferState[Transition], Transition, Array]:
-        """``(state, batch, valid)``; ``valid`` is false for every item of an empty buffer."""
+        """Draw ``batch_size`` stored transitions uniformly, with a mask of valid items.
+
+        Args:
+            state: the buffer's state.
+            batch_size: transitions to draw (static under ``jit``).
+            key: a JAX PRNG key.
+
+        Returns:
+            ``(state, batch, valid)``: the state unchanged, the transitions (leaves
+            ``[batch_size, ...]``) and ``valid`` (``bool[batch_size]``, false for every
+            item of an empty buffer).
+
+        Raises:
+            NotReadyError: the buffer is empty (eagerly, outside ``jit``).
+        """
         check_state(state, _STATE_FIELDS, "ReplayBufferState", "ReplayBuffer.sample")
         batch_size = positive_int("batch_size", batch_size)
         check_key(key, "ReplayBuffer.sample")
@@ -130,6 +195,20 @@ class ReplayBuffer(Replaceable):
     def sample(
         self, state: ReplayBufferState[Transition], batch_size: int, key: chex.PRNGKey
     ) -> tuple[ReplayBufferState[Transition], Transition]:
+        """Draw ``batch_size`` stored transitions uniformly, with replacement.
+
+        Args:
+            state: the buffer's state.
+            batch_size: transitions to draw (static under ``jit``).
+            key: a JAX PRNG key.
+
+        Returns:
+            ``(state, batch)``; inside ``jit``, the floating leaves of a batch drawn from an
+            empty buffer are NaN (use :meth:`sample_masked` for a mask).
+
+        Raises:
+            NotReadyError: the buffer is empty (eagerly, outside ``jit``).
+        """
         state, batch, valid = self.sample_masked(state, batch_size, key)
 
         def poison(x: Array) -> Array:
@@ -147,4 +226,15 @@ class ReplayBuffer(Replaceable):
         batch_size: int,
         key: chex.PRNGKey,
     ) -> tuple[ReplayBufferState[Transition], Transition]:
+        """:meth:`add` then :meth:`sample`, in one call.
+
+        Args:
+            state: the buffer's state.
+            transitions: ``k`` transitions (leaves ``[k, ...]``).
+            batch_size: transitions to draw.
+            key: a JAX PRNG key.
+
+        Returns:
+            ``(state, batch)`` as :meth:`sample` returns them, from the state after the add.
+        """
         return self.sample(self.add(state, transitions), batch_size, key)

@@ -204,10 +204,12 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-def write_minari(dataset_id: str, data_format: str, *, env_id: str, steps: int, seed: int) -> Any:
+def write_minari(
+    dataset_id: str, data_format: str, *, env_id: str, steps: int, seed: int, **create: Any
+) -> Any:
     """Record ``steps`` steps of ``env_id`` (random actions) with Minari's DataCollector into
-    dataset ``dataset_id`` (under ``MINARI_DATASETS_PATH``); returns ``minari.load_dataset``
-    of it."""
+    dataset ``dataset_id`` (under ``MINARI_DATASETS_PATH``; ``create``: more arguments of
+    ``create_dataset``, e.g. ``author``); returns ``minari.load_dataset`` of it."""
     import minari
     from minari import DataCollector
 
@@ -220,8 +222,134 @@ def write_minari(dataset_id: str, data_format: str, *, env_id: str, steps: int, 
             _, _, terminated, truncated, _ = env.step(env.action_space.sample())
             if terminated or truncated:
                 env.reset()
-        env.create_dataset(dataset_id, algorithm_name="random", description="test")
+        options = {"algorithm_name": "random", "description": "test", **create}
+        env.create_dataset(dataset_id, **options)
         env.close()
         del env  # its temporary directories are finalised (with a ResourceWarning) here
         gc.collect()
         return minari.load_dataset(dataset_id)
+
+
+# -------------------------------------------------------------------------------- OGBench
+def write_ogbench(
+    path: Path,
+    lengths: list[int],
+    *,
+    visual: bool = False,
+    info: bool = True,
+    seed: int = 0,
+) -> dict[str, np.ndarray]:
+    """An OGBench dataset file in OGBench's layout (``np.savez_compressed``, the dtypes of its
+    data-generation scripts): trajectories of ``lengths`` transitions, each ``length + 1``
+    states with ``terminals`` set at the last; float32 (or, ``visual``, uint8 frame)
+    observations, float32 actions, bool terminals, and with ``info`` float32 ``qpos``/``qvel``
+    and int64 ``button_states``. Returns the arrays written."""
+    rng = np.random.default_rng(seed)
+    n = sum(length + 1 for length in lengths)
+    terminals = np.zeros(n, bool)
+    terminals[np.cumsum([length + 1 for length in lengths]) - 1] = True
+    data = {
+        "observations": rng.integers(0, 256, (n, 6, 6, 3)).astype(np.uint8)
+        if visual
+        else rng.normal(size=(n, 5)).astype(np.float32),
+        "actions": rng.uniform(-1, 1, (n, 2)).astype(np.float32),
+        "terminals": terminals,
+    }
+    if info:
+        data["qpos"] = rng.normal(size=(n, 4)).astype(np.float32)
+        data["qvel"] = rng.normal(size=(n, 4)).astype(np.float32)
+        data["button_states"] = rng.integers(0, 2, (n, 3)).astype(np.int64)
+    np.savez_compressed(path, **data)
+    return data
+
+
+# ----------------------------------------------------------------------------------- RLDS
+def write_rlds(
+    data_dir: Path,
+    episodes: dict[str, list[int]],
+    *,
+    file_format: str = "array_record",
+    image: tuple[int, int] = (6, 8),
+    steps_of: Callable[[int, int, int], dict[str, Any]] | None = None,
+    features: dict[str, Any] | None = None,
+    num_shards: int | None = None,
+) -> Path:
+    """An RLDS dataset built by TFDS itself (a ``GeneratorBasedBuilder``; no TensorFlow: images
+    are handed to TFDS as Pillow images, which it encodes with Pillow): for each split, episodes
+    of the given numbers of steps with a JPEG ``observation/image``, a PNG
+    ``observation/depth``, a float32 ``observation/state``, ``action``, ``reward``,
+    ``discount``, the three RLDS flags (every other episode terminal, the rest truncated), a
+    ``language_instruction`` Text and ``episode_metadata``. ``steps_of(split seed, episode,
+    steps)`` and ``features`` (of a step; then no episode metadata) may replace them. Returns
+    the dataset's directory."""
+    import tensorflow_datasets as tfds
+    from PIL import Image
+
+    h, w = image
+    step = {
+        "observation": tfds.features.FeaturesDict({
+            "image": tfds.features.Image(shape=(h, w, 3), encoding_format="jpeg"),
+            "depth": tfds.features.Image(shape=(h, w, 1), encoding_format="png"),
+            "state": tfds.features.Tensor(shape=(4,), dtype=np.float32),
+        }),
+        "action": tfds.features.Tensor(shape=(2,), dtype=np.float32),
+        "reward": tfds.features.Scalar(dtype=np.float32),
+        "discount": tfds.features.Scalar(dtype=np.float32),
+        "is_first": tfds.features.Scalar(dtype=np.bool_),
+        "is_last": tfds.features.Scalar(dtype=np.bool_),
+        "is_terminal": tfds.features.Scalar(dtype=np.bool_),
+        "language_instruction": tfds.features.Text(),
+    }  # fmt: skip
+
+    def steps_default(seed: int, e: int, n: int) -> dict[str, Any]:
+        rng = np.random.default_rng([seed, e])
+        return {
+            "steps": [
+                {
+                    "observation": {
+                        "image": Image.fromarray(rng.integers(0, 256, (h, w, 3), np.uint8)),
+                        "depth": Image.fromarray(rng.integers(0, 256, (h, w), np.uint8)),
+                        "state": rng.normal(size=4).astype(np.float32),
+                    },
+                    "action": rng.normal(size=2).astype(np.float32),
+                    "reward": np.float32(t - e),
+                    "discount": np.float32(1.0),
+                    "is_first": t == 0,
+                    "is_last": t == n - 1,
+                    "is_terminal": t == n - 1 and e % 2 == 0,
+                    "language_instruction": f"episode {e}",
+                }
+                for t in range(n)
+            ],
+            "episode_metadata": {"file_path": f"/episodes/{e}"},
+        }
+
+    make = steps_of or steps_default
+
+    class RldsToy(tfds.core.GeneratorBasedBuilder, skip_registration=True):  # type: ignore[misc]
+        VERSION = tfds.core.Version("1.0.0")
+
+        def _info(self) -> Any:
+            top = {"steps": tfds.features.Dataset(features or step)}
+            if features is None:
+                meta = tfds.features.FeaturesDict({"file_path": tfds.features.Text()})
+                top["episode_metadata"] = meta
+            return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict(top))
+
+        def _split_generators(self, dl_manager: Any) -> Any:
+            return {
+                name: self._generate_examples(i, lengths)
+                for i, (name, lengths) in enumerate(episodes.items())
+            }
+
+        def _generate_examples(self, seed: int, lengths: list[int]) -> Any:
+            for e, n in enumerate(lengths):
+                yield f"{e:06d}", make(seed, e, n)
+
+    builder = RldsToy(data_dir=str(data_dir), file_format=file_format)
+    config = tfds.download.DownloadConfig(
+        num_shards=num_shards, compute_stats=tfds.download.ComputeStatsMode.SKIP
+    )
+    with _quiet(), contextlib.redirect_stderr(io.StringIO()):
+        builder.download_and_prepare(download_config=config)
+    return Path(builder.data_dir)

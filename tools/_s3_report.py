@@ -19,7 +19,7 @@ LABELS = {
 WRITERS = ("rlvault_s3", "tensorstore_s3", "rlvault_local")
 READERS = ("rlvault_s3", "tensorstore_s3", "zarr_s3fs", "rlvault_local")
 STREAMERS = ("rlvault_s3", "rlvault_local")
-# The vault's defaults for s3:// locations (README: storage settings), used by raw TensorStore
+# The vault's defaults for s3:// locations (docs: Object storage), used by raw TensorStore
 TARGETS = {"write_vs_tensorstore": 0.8, "read_vs_tensorstore": 0.8, "read_vs_zarr": 2.0}
 STREAM_TARGET = 0.7
 

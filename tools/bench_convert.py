@@ -3,15 +3,18 @@ vault vs through the source library, in one run.
 
 For each format a source of about ``--gb`` GB of raw data (float32 observations of 256 values
 plus actions, rewards and flags) is written by its own library: a Flashbax 0.1.3 vault
-(default gzip-5 compression, 16 rows), a D4RL-style HDF5 file (h5py, chunked, uncompressed)
-and a Minari dataset (HDF5 backend, episodes of 1,000 steps). Then:
+(default gzip-5 compression, 16 rows), a D4RL-style HDF5 file (h5py, chunked, uncompressed),
+a Minari dataset (HDF5 backend, episodes of 1,000 steps), an OGBench ``.npz`` file (deflated
+as ``np.savez_compressed`` does, trajectories of 1,001 states) and an RLDS dataset built by
+TFDS (``array_record`` files, episodes of 1,000 steps). Then:
 
 * import: ``vault.converters.import_<format>`` into a new vault (MB/s of raw data);
 * read back, all of it, warm page cache: the vault (``Vault.read_numpy``) vs the source library
-  (Flashbax ``Vault.read()``, ``MinariDataset.iterate_episodes()``, h5py ``ds[:]``).
+  (Flashbax ``Vault.read()``, ``MinariDataset.iterate_episodes()``, h5py ``ds[:]``,
+  ``ogbench.load_dataset``, TFDS's ``builder.as_data_source`` episode by episode).
 
 Prints a table and JSON (``--out FILE`` writes the JSON). ``--quick``: a few MB each.
-Needs ``pip install -e ".[bench,minari,d4rl]"``.
+Needs ``pip install -e ".[bench,minari,d4rl,rlds]" ogbench``.
 """
 
 from __future__ import annotations
@@ -139,6 +142,80 @@ def make_minari(root: Path, steps: int) -> Path:
     return data.parent
 
 
+def make_ogbench(path: Path, steps: int) -> Path:
+    import zipfile
+
+    rng = np.random.default_rng(3)
+    terminals = (np.arange(steps) % 1001) == 1000
+    arrays = {
+        "observations": ((steps, WIDTH), "<f4"),
+        "actions": ((steps, 2), "<f4"),
+        "qpos": ((steps,), "<f4"),  # the reward's 4 bytes: the same raw size as the others
+        "terminals": ((steps,), "|b1"),
+        "button_states": ((steps,), "|b1"),
+    }
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:  # as np.savez_compressed
+        for key, (shape, descr) in arrays.items():
+            with zf.open(f"{key}.npy", "w", force_zip64=True) as member:
+                header = {"descr": descr, "fortran_order": False, "shape": shape}
+                np.lib.format.write_array_header_1_0(member, header)
+                for t0 in range(0, steps, 65536):
+                    t1 = min(steps, t0 + 65536)
+                    if key == "terminals":
+                        block: np.ndarray = terminals[t0:t1]
+                    elif descr == "|b1":
+                        block = np.zeros(t1 - t0, bool)
+                    else:
+                        block = rng.normal(size=(t1 - t0, *shape[1:])).astype(np.float32)
+                    member.write(block.tobytes())
+    return path
+
+
+def make_rlds(root: Path, steps: int) -> Path:
+    import tensorflow_datasets as tfds
+
+    length = min(1000, steps)
+    count = -(-steps // length)  # whole episodes, at least the steps asked for
+    step = {
+        "observation": tfds.features.Tensor(shape=(WIDTH,), dtype=np.float32),
+        "action": tfds.features.Tensor(shape=(2,), dtype=np.float32),
+        "reward": tfds.features.Scalar(dtype=np.float32),
+        "is_first": tfds.features.Scalar(dtype=np.bool_),
+        "is_last": tfds.features.Scalar(dtype=np.bool_),
+    }
+
+    class BenchRlds(tfds.core.GeneratorBasedBuilder, skip_registration=True):  # type: ignore[misc]
+        VERSION = tfds.core.Version("1.0.0")
+
+        def _info(self) -> Any:
+            features = tfds.features.FeaturesDict({"steps": tfds.features.Dataset(step)})
+            return tfds.core.DatasetInfo(builder=self, features=features)
+
+        def _split_generators(self, dl_manager: Any) -> Any:
+            return {"train": self._generate_examples()}
+
+        def _generate_examples(self) -> Any:
+            rng = np.random.default_rng(4)
+            flags = np.arange(length)
+            for e in range(count):
+                yield e, {"steps": {
+                    "observation": rng.normal(size=(length, WIDTH)).astype(np.float32),
+                    "action": rng.normal(size=(length, 2)).astype(np.float32),
+                    "reward": rng.normal(size=length).astype(np.float32),
+                    "is_first": flags == 0,
+                    "is_last": flags == length - 1,
+                }}  # fmt: skip
+
+    builder = BenchRlds(data_dir=str(root), file_format="array_record")
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        builder.download_and_prepare(
+            download_config=tfds.download.DownloadConfig(
+                compute_stats=tfds.download.ComputeStatsMode.SKIP
+            )
+        )
+    return Path(builder.data_dir)
+
+
 def read_source(fmt: str, src: Path) -> int:
     """Read all of the source through its own library; returns the bytes read."""
     if fmt == "flashbax":
@@ -154,6 +231,21 @@ def read_source(fmt: str, src: Path) -> int:
 
         with h5py.File(src, "r") as f:
             return sum(f[k][:].nbytes for k in f)
+    if fmt == "ogbench":
+        import ogbench
+
+        data = ogbench.load_dataset(str(src), compact_dataset=True, add_info=True)
+        return sum(x.nbytes for x in data.values())
+    if fmt == "rlds":
+        import tensorflow_datasets as tfds
+
+        source = tfds.builder_from_directory(str(src)).as_data_source(split="train")
+        total = 0
+        for i in range(len(source)):
+            steps = source[i]["steps"]
+            for t in range(len(steps)):
+                total += sum(np.asarray(v).nbytes for v in steps[t].values())
+        return total
     from minari import MinariDataset
 
     total = 0
@@ -188,6 +280,8 @@ def run(gb: float, workdir: Path, formats: list[str]) -> list[dict[str, Any]]:
                 "flashbax": lambda: make_flashbax(where, steps),
                 "d4rl": lambda: make_d4rl(where / "d.hdf5", steps),
                 "minari": lambda: make_minari(where, steps),
+                "ogbench": lambda: make_ogbench(where / "bench-v0.npz", steps),
+                "rlds": lambda: make_rlds(where / "tfds", steps),
             }[fmt]()
         )
         dest = where / "vault"
@@ -234,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gb", type=float, default=1.0, help="raw GB per format (default 1)")
     parser.add_argument("--quick", action="store_true", help="a few MB per format")
-    parser.add_argument("--formats", default="flashbax,d4rl,minari")
+    parser.add_argument("--formats", default="flashbax,d4rl,minari,ogbench,rlds")
     parser.add_argument("--out", type=Path, help="write the JSON here")
     parser.add_argument("--workdir", type=Path, help="where sources and vaults are written")
     args = parser.parse_args(argv)

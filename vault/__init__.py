@@ -2,7 +2,8 @@
 
 The error types load at once; ``Vault``, ``EpisodeTable`` and the derive functions load on
 first use (they bring numpy and TensorStore), so ``import vault`` and the ``vault`` command's
-``--help`` stay fast.
+``--help`` stay fast. ``vault.__version__`` is the installed rlvault's version (the one in
+pyproject.toml, as ``buffers.__version__`` and ``vault --version`` show it).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from vault._errors import (
 from vault.write._faults import FAULT_POINTS, FaultHook, set_fault_hook
 
 if TYPE_CHECKING:
+    __version__: str
     from vault.commits._snapshot import Snapshot
     from vault.dataset._dataset import Dataset, is_dataset
     from vault.derive._derive import combine, derive_episodes, derive_slice
@@ -150,7 +152,23 @@ __all__ = [
 ]
 
 
+def _installed_version() -> str:
+    """The version of the installed distribution (pyproject.toml's, the one version source).
+
+    ``"0+unknown"`` when rlvault is imported from a source tree that was never installed.
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rlvault")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
 def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        globals()[name] = _installed_version()
+        return globals()[name]
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'vault' has no attribute {name!r}")

@@ -30,7 +30,11 @@ class VaultCorruptError(VaultError, OSError):
 
 
 class VaultStructureError(VaultError, ValueError):
-    """A state's structure, shapes or dtypes differ from the vault's; lists every bad leaf."""
+    """A state's structure, shapes or dtypes differ from the vault's; lists every bad leaf.
+
+    Attributes:
+        problems: one line per bad leaf (its path, what was expected, what was got).
+    """
 
     def __init__(self, message: str, problems: Sequence[str] = ()) -> None:
         self.problems = list(problems)
@@ -41,7 +45,8 @@ class VaultStructureError(VaultError, ValueError):
 class UnsavedDataLostError(VaultError, ValueError):
     """More timesteps were added since the last write than the buffer holds.
 
-    ``lost`` is the number of timesteps (per row) overwritten before they could be saved.
+    Attributes:
+        lost: the timesteps (per row) overwritten before they could be saved.
     """
 
     def __init__(self, message: str, lost: int) -> None:
@@ -62,8 +67,10 @@ class VaultVersionError(VaultError, ValueError):
 
 
 class VaultLocationError(VaultError, ValueError):
-    """A location that cannot be parsed, or that cannot do what was asked of it (for example
-    a writer lock on a store that offers none)."""
+    """A location that cannot be parsed, or that cannot do what was asked of it.
+
+    For example a writer lock on a store that offers none.
+    """
 
 
 class VaultArgumentError(VaultError, ValueError, TypeError):
@@ -71,9 +78,13 @@ class VaultArgumentError(VaultError, ValueError, TypeError):
 
 
 class VaultAccessError(VaultError, PermissionError):
-    """The storage refuses this process: no permission to read or write the path, or a
-    read-only file system under a writer. ``errno`` is the cause's (``errno.EACCES``,
-    ``errno.EPERM`` or ``errno.EROFS``)."""
+    """The storage refuses this process.
+
+    No permission to read or write the path, or a read-only file system under a writer.
+
+    Attributes:
+        errno: the cause's (``errno.EACCES``, ``errno.EPERM`` or ``errno.EROFS``), or None.
+    """
 
     def __init__(self, message: str, errno: int | None = None) -> None:
         super().__init__(message)
@@ -81,8 +92,13 @@ class VaultAccessError(VaultError, PermissionError):
 
 
 class VaultStorageError(VaultError, OSError):
-    """The storage failed an operation: a full disk, a file where a directory must be, an
-    I/O error. The message names the path; ``errno`` is the cause's (``errno.ENOSPC`` ...)."""
+    """The storage failed an operation.
+
+    A full disk, a file where a directory must be, an I/O error. The message names the path.
+
+    Attributes:
+        errno: the cause's (``errno.ENOSPC`` ...), or None.
+    """
 
     def __init__(self, message: str, errno: int | None = None) -> None:
         super().__init__(message)
@@ -90,9 +106,11 @@ class VaultStorageError(VaultError, OSError):
 
 
 class VaultPinError(VaultNotFoundError):
-    """A pinned commit (a commit number, id or tag given as ``at=``) that the vault cannot
-    serve: it never existed, its record is gone, or the vault was rewritten since; the message
-    names the pin. Never answered with different data."""
+    """A pinned commit (a number, id or tag given as ``at=``) that the vault cannot serve.
+
+    It never existed, its record is gone, or the vault was rewritten since; the message names
+    the pin. Never answered with different data.
+    """
 
 
 class VaultDependencyError(VaultError, ImportError):

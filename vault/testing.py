@@ -95,6 +95,7 @@ class S3TestServer:
 
     @property
     def endpoint(self) -> str:
+        """The server's URL (``http://127.0.0.1:<port>``)."""
         return f"http://127.0.0.1:{self.port}"
 
     def environment(self) -> dict[str, str]:
@@ -241,8 +242,10 @@ class S3TestServer:
             process.wait()
 
     def kill(self) -> None:
-        """SIGKILL the server at once (a crash); :meth:`start` brings it back on the same
-        ports and data."""
+        """SIGKILL the server at once (a crash).
+
+        :meth:`start` brings it back on the same ports and data.
+        """
         process, self.process = self.process, None
         if process is not None and process.poll() is None:
             with contextlib.suppress(ProcessLookupError):

@@ -489,7 +489,7 @@ CATALOGUE = [
         "add-to-full-queue",
         add_to_full_queue,
         QueueFullError,
-        "add: 1 timesteps do not fit: the queue holds 4 unread of 4",
+        "add: 1 timestep does not fit: the queue holds 4 unread of 4",
     ),
     # ---- states: of another kind, or made by another buffer -----------------------------
     Bad(

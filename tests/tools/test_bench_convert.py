@@ -1,4 +1,4 @@
-"""``tools/bench_convert.py --quick`` runs every converter end to end and reports each."""
+"""``tools/bench_convert.py --quick`` runs every importer end to end and reports each."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ def test_quick_run_reports_every_format(tmp_path: Path) -> None:
     )
     assert run.returncode == 0, run.stderr
     doc = json.loads(out.read_text())
-    assert [r["format"] for r in doc["results"]] == ["flashbax", "d4rl", "minari"]
+    formats = ["flashbax", "d4rl", "minari", "ogbench", "rlds"]
+    assert [r["format"] for r in doc["results"]] == formats
     for row in doc["results"]:
         assert row["raw_mb"] > 3
         assert row["import_mb_s"] > 0

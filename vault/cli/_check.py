@@ -12,6 +12,7 @@ from vault.cli._common import (
     JsonOpt,
     PathArg,
     check_vault_path,
+    count,
     emit_json,
     episode_fields,
     exit_with,
@@ -45,7 +46,8 @@ def verify(
     """Check the manifest, commit record, every chunk's checksum and the episode index.
 
     With --at, the data of that commit; with --fingerprint, the data must have that
-    fingerprint (the chunk problems then name the arrays and time ranges that differ).
+    fingerprint (the chunk problems then name the arrays and time ranges that differ);
+    without --at, the commit that has it is checked (growth since is no problem).
     Exit 0 when the vault is sound, 3 when any problem was found (each one is listed with
     its place), 2 when there is no vault at PATH (or no such commit).
     """
@@ -92,21 +94,23 @@ def _render_report(report: VerifyReport, shown: str) -> None:
     ):
         if not items:
             continue
-        table = Table(title=f"{len(items)} {title}", title_justify="left", title_style=style)
+        table = Table(title=count(len(items), title[:-1]), title_justify="left", title_style=style)
         table.add_column("place", overflow="fold")
         table.add_column(title[:-1], overflow="fold")
         for item in items:
             table.add_row(escape(item.place), escape(item.message))
         console.print(table)
-    checked = f"checked {report.chunks_checked} chunks"
+    checked = f"checked {count(report.chunks_checked, 'chunk')}"
     if report.episodes_checked is not None:
-        checked += f", {report.episodes_checked} episodes"
+        checked += f", {count(report.episodes_checked, 'episode')}"
     length = report.committed_length
-    head = f"{escape(shown)}: {'-' if length is None else length} timesteps"
+    head = f"{escape(shown)}: {'- timesteps' if length is None else count(length, 'timestep')}"
     if report.ok:
         console.print(f"[green]sound[/green]: {head}; {checked}")
     else:
-        console.print(f"[red]corrupt[/red]: {head}; {checked}; {len(report.problems)} problems")
+        console.print(
+            f"[red]corrupt[/red]: {head}; {checked}; {count(len(report.problems), 'problem')}"
+        )
 
 
 def stats(
@@ -146,7 +150,7 @@ def _render_stats(doc: dict[str, Any], shown: str) -> None:
     from rich.table import Table
 
     console = stdout()
-    title = f"{shown}: {doc['rows']} rows x {doc['committed']} timesteps"
+    title = f"{shown}: {count(doc['rows'], 'row')} x {count(doc['committed'], 'timestep')}"
     console.print(leaf_table(doc["leaves"], title))
     if doc["episodes"] is None:
         return

@@ -129,9 +129,15 @@ def emit_json(doc: Any) -> None:
     sys.stdout.write(json.dumps(plain(doc), indent=2, allow_nan=False) + "\n")
 
 
+def count(n: int, noun: str, many: str | None = None) -> str:
+    """``n`` and the noun, singular for one: ``count(1, "row")`` is ``"1 row"``, ``count(3,
+    "row")`` is ``"3 rows"``; ``many`` is an irregular plural (``count(2, "leaf", "leaves")``)."""
+    return f"{n} {noun if n == 1 else many or noun + 's'}"
+
+
 def shards_text(n: int) -> str:
     """``"1 shard"``, ``"3 shards"``."""
-    return f"{n} shard" if n == 1 else f"{n} shards"
+    return count(n, "shard")
 
 
 def human_bytes(n: int | float | None) -> str:
@@ -209,7 +215,7 @@ def parse_rows(text: str | None, rows: int) -> list[int] | None:
     bad = [r for r in picked if not 0 <= r < rows]
     if bad or not picked:
         fail(
-            f"--rows {text!r}: rows must be in [0, {rows}) (the vault has {rows} rows); "
+            f"--rows {text!r}: rows must be in [0, {rows}) (the vault has {count(rows, 'row')}); "
             f"pick rows inside it, e.g. --rows 0 or --rows 0:{rows}"
         )
     return picked

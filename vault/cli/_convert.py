@@ -1,10 +1,14 @@
-"""``vault import FORMAT SRC --out DEST`` and ``vault export SRC --format minari --out ID``.
+"""``vault import FORMAT SRC --out DEST`` and ``vault export SRC --format FORMAT --out DEST``.
 
 Both call the converters of :mod:`vault.converters` (their optional dependencies are imported
 only when the command runs); a progress bar in bytes of raw data is shown on a terminal. The
 destination is built under a hidden name and renamed at the end: an interrupted command
-(Ctrl-C, exit 130) leaves nothing. ``vault export`` keeps its numpy formats (``npz``, ``npy``:
-``vault.cli._export``) and adds ``minari``.
+(Ctrl-C, exit 130) leaves nothing. ``vault export`` writes its numpy formats (``npz``, ``npy``:
+``vault.cli._export``) itself and the others through the converters.
+
+The formats each command takes come from one registry, :mod:`vault.converters`
+(``IMPORT_FORMATS``, ``EXPORT_FORMATS``) with the numpy formats before them: its help, its
+checks and its error messages list them from there.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ from typing import Annotated, Any
 
 import typer
 
+from vault import converters
 from vault.cli import _export
 from vault.cli._common import (
     JsonOpt,
     PathArg,
     ShardOpt,
+    count,
     emit_json,
     fail,
     local_path,
@@ -28,19 +34,28 @@ from vault.cli._common import (
 )
 from vault.cli._export import CompressOpt, LeafOpt, RowsOpt, TimeOpt
 
-FORMATS = ("flashbax", "minari", "d4rl")
+IMPORT_FORMATS = converters.IMPORT_FORMATS
+EXPORT_FORMATS = (*_export.FORMATS, *converters.EXPORT_FORMATS)
+
+
+def _either(names: tuple[str, ...]) -> str:
+    """``"a, b or c"``."""
+    return f"{', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 else names[0]
 
 
 def import_(
     fmt: Annotated[
-        str, typer.Argument(metavar="FORMAT", help="flashbax, minari or d4rl.", show_default=False)
+        str,
+        typer.Argument(metavar="FORMAT", help=f"{_either(IMPORT_FORMATS)}.", show_default=False),
     ],
     source: Annotated[
         str,
         typer.Argument(
             metavar="SRC",
             help="flashbax: the vault directory <rel_dir>/<name>/<uid>; minari: a dataset id "
-            "or dataset directory; d4rl: an HDF5 file.",
+            "or dataset directory; d4rl: an HDF5 file; ogbench: a dataset .npz file (its "
+            "-val.npz beside it goes to OUT-val); rlds: a TFDS dataset directory (path or "
+            "URL).",
             show_default=False,
         ),
     ],
@@ -52,43 +67,88 @@ def import_(
     ] = None,
     truncated: Annotated[str | None, typer.Option(help="flashbax: truncation leaf path.")] = None,
     reward: Annotated[str | None, typer.Option(help="flashbax: reward leaf path.")] = None,
+    no_val: Annotated[
+        bool, typer.Option("--no-val", help="ogbench: leave the -val.npz file out.")
+    ] = False,
+    split: Annotated[str, typer.Option(help="rlds: the split to import.")] = "train",
+    shards: Annotated[
+        bool,
+        typer.Option(
+            "--shards",
+            help="rlds: OUT is a dataset with one shard per file (run again to resume).",
+        ),
+    ] = False,
+    jpeg: Annotated[
+        str, typer.Option(help="rlds: JPEG pixels of 'tensorflow' or 'tfds-numpy'.")
+    ] = "tensorflow",
     json_out: JsonOpt = False,
 ) -> None:
-    """Import a Flashbax/og-marl vault, a Minari dataset or a D4RL-style HDF5 file as a vault."""
-    from vault import converters
-
-    if fmt not in FORMATS:
-        fail(f"FORMAT must be one of {', '.join(FORMATS)}, got {fmt!r}")
+    """Import a Flashbax/og-marl vault, a Minari dataset, a D4RL-style HDF5 file, an OGBench
+    dataset file or an RLDS dataset as a vault."""
+    if fmt not in IMPORT_FORMATS:
+        fail(f"FORMAT must be one of {', '.join(IMPORT_FORMATS)}, got {fmt!r}")
     roles = {"done": done, "truncated": truncated, "reward": reward}
     if fmt != "flashbax" and any(roles.values()):
         fail(
             f"--done/--truncated/--reward are for flashbax vaults; a {fmt} import names its "
             "episode leaves itself"
         )
+    if fmt != "ogbench" and no_val:
+        fail("--no-val is for ogbench files")
+    if fmt != "rlds" and (split != "train" or shards or jpeg != "tensorflow"):
+        fail("--split/--shards/--jpeg are for rlds datasets")
     folder = local_path(out)
-    if folder is not None and folder.exists():
+    if folder is not None and folder.exists() and not shards:
         fail(f"{out} already exists; choose a new destination (nothing is ever overwritten)")
-    options: dict[str, Any] = roles if fmt == "flashbax" else {}
+    by_format: dict[str, dict[str, Any]] = {
+        "flashbax": roles,
+        "ogbench": {"val_dest": not no_val},
+        "rlds": {"split": split, "shards": shards, "jpeg": jpeg},
+    }
+    options = by_format.get(fmt, {})
     with progress_bar(f"importing {fmt}", bytes_unit=True) as progress:
         made = converters.import_dataset(fmt, source, out, progress=progress, **options)
-    episodes = len(made.episodes()) if made.has_episodes else None
-    doc = {
-        "path": made.location,
-        "format": fmt,
-        "source": source,
-        "rows": made.rows,
-        "committed": made.committed_length,
-        "leaves": made.leaf_names,
-        "episodes": episodes,
-    }
+    doc = {"path": made.location, "format": fmt, "source": source, **_summary(made)}
+    origin = made.metadata.get("imported_from", {}) if fmt == "ogbench" else {}
+    validation = origin.get("validation")
+    if validation is not None:
+        from vault import Vault
+
+        val = Vault.open(validation)
+        doc["validation"] = {"path": val.location, **_summary(val)}
     if json_out:
         emit_json(doc)
         return
-    eps = "" if episodes is None else f", {episodes} episodes"
-    stdout().print(
-        f"wrote {made.location}: {made.rows} rows x {made.committed_length} timesteps, "
-        f"{len(made.leaf_names)} leaves{eps} (from {fmt} {source})",
-        highlight=False,
+    stdout().print(f"wrote {_line(doc)} (from {fmt} {source})", highlight=False)
+    if validation is not None:
+        stdout().print(f"wrote {_line(doc['validation'])} (its validation file)", highlight=False)
+
+
+def _summary(made: Any) -> dict[str, Any]:
+    from vault import Dataset
+
+    if isinstance(made, Dataset):
+        return {"kind": "dataset", "shards": len(made.shards), "timesteps": made.timesteps,
+                "leaves": made.leaf_names, "episodes": len(made.episodes())}  # fmt: skip
+    return {
+        "rows": made.rows,
+        "committed": made.committed_length,
+        "leaves": made.leaf_names,
+        "episodes": len(made.episodes()) if made.has_episodes else None,
+    }
+
+
+def _line(doc: dict[str, Any]) -> str:
+    eps = "" if doc["episodes"] is None else f", {count(doc['episodes'], 'episode')}"
+    leaves = count(len(doc["leaves"]), "leaf", "leaves")
+    if doc.get("kind") == "dataset":
+        shards = count(doc["shards"], "shard")
+        return (
+            f"dataset {doc['path']}: {shards}, {count(doc['timesteps'], 'timestep')}, {leaves}{eps}"
+        )
+    return (
+        f"{doc['path']}: {count(doc['rows'], 'row')} x "
+        f"{count(doc['committed'], 'timestep')}, {leaves}{eps}"
     )
 
 
@@ -100,7 +160,9 @@ def export(
             "--out", "-o", help="npz file / npy folder, or the Minari dataset id (minari)."
         ),
     ],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="npz, npy or minari.")] = "npz",
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help=f"{_either(EXPORT_FORMATS)}.")
+    ] = _export.FORMATS[0],
     leaf: LeafOpt = None,
     rows: RowsOpt = None,
     time: TimeOpt = None,
@@ -115,8 +177,10 @@ def export(
 ) -> None:
     """Export a selection of a vault to numpy files, or its episodes as a Minari dataset.
     A dataset's root exports every shard's selection (npz members and npy files
-    ``shards/<name>/<leaf>``), or with --shard one shard as a vault."""
-    if fmt != "minari":
+    `shards/<name>/<leaf>`), or with --shard one shard as a vault."""
+    if fmt not in EXPORT_FORMATS:
+        fail(f"--format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
+    if fmt in _export.FORMATS:
         if minari_root is not None or data_format != "hdf5":
             fail("--minari-root and --data-format are for --format minari")
         _export.export(path, Path(out), fmt, leaf, rows, time, compress, json_out, shard)

@@ -8,6 +8,7 @@ from typing import Any
 
 from vault.cli._common import (
     EXIT_CORRUPT,
+    count,
     emit_json,
     episode_fields,
     exit_with,
@@ -62,7 +63,7 @@ def _render_shards(shown: str, doc: dict[str, Any], what: str) -> None:
     shards = doc["shards"]
     table = Table(
         title=f"{escape(shown)}: {what} of {shards_text(len(shards))}, "
-        f"{doc['timesteps']} timesteps",
+        f"{count(doc['timesteps'], 'timestep')}",
         title_justify="left",
     )
     for col in ("shard", "rows", "committed", "commit"):
@@ -123,7 +124,7 @@ def _render_verify(
         console.print("catalog: damaged, so ignored (the next reader rewrites it)", style="dim")
     bad = sum(not s["ok"] for s in shards)
     chunks = sum(s["chunks_checked"] for s in shards)
-    head = f"{escape(shown)}: {shards_text(len(shards))}; checked {chunks} chunks"
+    head = f"{escape(shown)}: {shards_text(len(shards))}; checked {count(chunks, 'chunk')}"
     if ok:
         console.print(f"[green]sound[/green]: {head}")
     else:
@@ -146,7 +147,7 @@ def stats(path: str, leaves: list[str] | None, json_out: bool, progress: Any) ->
         emit_json(doc)
         return
     console = stdout()
-    title = f"{path}: {shards_text(len(doc['shards']))}, {doc['timesteps']} timesteps"
+    title = f"{path}: {shards_text(len(doc['shards']))}, {count(doc['timesteps'], 'timestep')}"
     console.print(leaf_table(doc["leaves"], title))
     if doc["episodes"] is not None:
         console.print(
@@ -178,7 +179,7 @@ def episodes(
     from rich.table import Table
 
     table_out = Table(
-        title=f"{escape(path)}: {counts['episodes']} complete episodes in "
+        title=f"{escape(path)}: {count(counts['episodes'], 'complete episode')} in "
         f"{shards_text(len(dataset.shards))}",
         title_justify="left",
     )

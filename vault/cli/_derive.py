@@ -15,6 +15,7 @@ from vault.cli._common import (
     JsonOpt,
     ShardOpt,
     check_vault_path,
+    count,
     emit_json,
     fail,
     in_shard,
@@ -64,9 +65,9 @@ def _report(vault: Vault, out: str, json_out: bool, **extra: Any) -> None:
     if json_out:
         emit_json(doc)
         return
-    eps = "" if doc["episodes"] is None else f", {doc['episodes']} complete episodes"
+    eps = "" if doc["episodes"] is None else f", {count(doc['episodes'], 'complete episode')}"
     stdout().print(
-        f"wrote {out}: {doc['rows']} rows x {doc['committed']} timesteps{eps}",
+        f"wrote {out}: {count(doc['rows'], 'row')} x {count(doc['committed'], 'timestep')}{eps}",
         highlight=False,
     )
 
@@ -141,10 +142,10 @@ def _report_dataset(dataset: Dataset, out: str, json_out: bool, **extra: Any) ->
     if json_out:
         emit_json(doc)
         return
-    eps = "" if doc["episodes"] is None else f", {doc['episodes']} complete episodes"
+    eps = "" if doc["episodes"] is None else f", {count(doc['episodes'], 'complete episode')}"
     stdout().print(
         f"wrote {out}: dataset of {shards_text(len(doc['shards']))}, "
-        f"{doc['timesteps']} timesteps{eps}",
+        f"{count(doc['timesteps'], 'timestep')}{eps}",
         highlight=False,
     )
 

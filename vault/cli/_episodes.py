@@ -13,6 +13,7 @@ from vault.cli._common import (
     PathArg,
     ShardOpt,
     check_vault_path,
+    count,
     emit_json,
     fail,
     natural_width,
@@ -100,7 +101,7 @@ def _render_table(
 
     console = stdout()
     opened = "" if total == counts["episodes"] else f" and {total - counts['episodes']} open"
-    title = f"{location}: {counts['episodes']} complete episodes{opened}"
+    title = f"{location}: {count(counts['episodes'], 'complete episode')}{opened}"
     for n in range(len(_COLUMNS), 5, -1):  # the optional columns only where they fit
         table = Table(title=title, title_justify="left")
         for name, _ in _COLUMNS[:n]:
@@ -158,7 +159,7 @@ def plot(
             curve = _plot.shards_curve(source, leaf, progress=progress) if leaf else None
         title = (
             f"{source.location}\ndataset of {shards_text(len(source.shards))}, "
-            f"{source.timesteps} timesteps"
+            f"{count(source.timesteps, 'timestep')}"
         )
         size = _plot.draw(title, table, leaf, curve, out, max_rows=max_rows, labels=source.shards)
         shards = source.describe()["shards"]
@@ -167,7 +168,10 @@ def plot(
     else:
         with progress_bar("reading rewards", bytes_unit=True) as progress:
             curve = _plot.reward_curve(source, leaf, progress=progress) if leaf else None
-        title = f"{source.location}\n{source.rows} rows x {source.committed_length} timesteps"
+        title = (
+            f"{source.location}\n{count(source.rows, 'row')} x "
+            f"{count(source.committed_length, 'timestep')}"
+        )
         size = _plot.draw(title, table, leaf, curve, out, max_rows=max_rows)
         rows = lines = source.rows
         extra = {} if shard is None else {"shard": shard}

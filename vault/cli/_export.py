@@ -29,6 +29,7 @@ from vault.cli._common import (
     JsonOpt,
     PathArg,
     ProgressFn,
+    count,
     emit_json,
     fail,
     in_shard,
@@ -127,7 +128,8 @@ def export(
         emit_json(doc)
         return
     shards = f", {shards_text(len(parts))}" if isinstance(source, Dataset) else ""
-    console().print(f"wrote {out} ({fmt}, {len(names)} leaves{shards}, {doc['bytes']} bytes)")
+    leaves, size = count(len(names), "leaf", "leaves"), count(doc["bytes"], "byte")
+    console().print(f"wrote {out} ({fmt}, {leaves}{shards}, {size})")
 
 
 def _write_parts(

@@ -16,6 +16,7 @@ from vault.cli import _facts
 from vault.cli._common import (
     EXIT_NOT_FOUND,
     JsonOpt,
+    count,
     emit_json,
     fail,
     human_bytes,
@@ -135,9 +136,9 @@ def _ls_shards(dataset: Dataset, shown: str, json_out: bool) -> None:
     if json_out:
         emit_json(entries)
         return
-    title = f"{shown}: dataset of {shards_text(len(entries))}, {dataset.timesteps} timesteps" + (
-        "" if dataset.tagged is None else f" (tag {dataset.tagged})"
-    )
+    tagged = "" if dataset.tagged is None else f" (tag {dataset.tagged})"
+    title = f"{shown}: dataset of {shards_text(len(entries))}, "
+    title += count(dataset.timesteps, "timestep") + tagged
     columns = [
         ("shard", lambda e: _escape(e["shard"]), False),
         *_COLUMNS[:2],

@@ -6,7 +6,15 @@ from typing import Annotated
 
 import typer
 
-from vault.cli._common import JsonOpt, PathArg, check_vault_path, emit_json, shards_text, stdout
+from vault.cli._common import (
+    JsonOpt,
+    PathArg,
+    check_vault_path,
+    count,
+    emit_json,
+    shards_text,
+    stdout,
+)
 
 AtOpt = Annotated[
     str | None,
@@ -41,7 +49,9 @@ def tag(
         length = vault.committed_length
         emit_json({"path": path, "tag": name, "commit": commit, "committed": length})
         return
-    stdout().print(f"{path}: tag {name} -> commit {commit} ({vault.committed_length} timesteps)")
+    stdout().print(
+        f"{path}: tag {name} -> commit {commit} ({count(vault.committed_length, 'timestep')})"
+    )
 
 
 def _tag_dataset(path: str, name: str, at: str | None, json_out: bool) -> None:
@@ -69,13 +79,13 @@ def _tag_dataset(path: str, name: str, at: str | None, json_out: bool) -> None:
     console = stdout()
     console.print(
         f"{escape(path)}: tag {escape(name)} -> the commits of {shards_text(len(shards))} "
-        f"({dataset.timesteps} timesteps)",
+        f"({count(dataset.timesteps, 'timestep')})",
         highlight=False,
     )
     for shard in shards:
         console.print(
             f"  {escape(shard['shard'])}: commit {shard['commit']} "
-            f"({shard['committed']} timesteps)",
+            f"({count(shard['committed'], 'timestep')})",
             highlight=False,
         )
 

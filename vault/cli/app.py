@@ -22,11 +22,12 @@ its help, exit 1: ``vault: `vault info`: No such option: --foo. See `vault info 
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Iterator
 from typing import Annotated, Any, NoReturn
 
 import typer
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand, TyperGroup, TyperOption
 
 from vault.cli import _check, _convert, _derive, _episodes, _ls, _ls_info, _show, _tag, _unlock
 from vault.cli._common import (
@@ -40,7 +41,65 @@ from vault.cli._common import (
 )
 
 
-class _Group(TyperGroup):
+def reflow(text: str | None) -> str | None:
+    """A help text whose paragraphs are each one line, for the terminal to wrap.
+
+    The terminal (or the page) then wraps them at its own width; the line breaks of the
+    docstring's source would otherwise show at every width. Paragraphs are separated by a
+    blank line; a paragraph whose lines start with a list marker (``*``, ``-``) keeps one line
+    per item.
+
+    Args:
+        text: a docstring (or None).
+
+    Returns:
+        The text reflowed (None for None).
+    """
+    if text is None:
+        return None
+    paragraphs = []
+    for paragraph in inspect.cleandoc(text).split("\n\n"):
+        items: list[list[str]] = []
+        for line in paragraph.splitlines():
+            line = line.strip()
+            if not items or line.startswith(("* ", "- ")):
+                items.append([line])
+            else:
+                items[-1].append(line)
+        paragraphs.append("\n".join(" ".join(item) for item in items))
+    return "\n\n".join(paragraphs)
+
+
+class _Flag(TyperOption):
+    """A flag (``--json``, ``--help``): its help shows no value type, as it takes no value.
+
+    Typer shows ``<bool>``, as if the flag took one.
+    """
+
+    def display_type_rich(self, ctx: Any) -> str | None:
+        return None
+
+
+class _Help:
+    """The help of a command (or of the group), as a new user can read it.
+
+    Paragraphs reflowed to the terminal's width (:func:`reflow`) and flags without a value
+    type (:class:`_Flag`).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["help"] = reflow(kwargs.get("help"))
+        super().__init__(*args, **kwargs)
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        params: list[Any] = super().get_params(ctx)  # type: ignore[misc]
+        for param in params:
+            if type(param) is TyperOption and param.is_flag:
+                param.__class__ = _Flag  # typer builds the options; this only adds a method
+        return params
+
+
+class _Group(_Help, TyperGroup):
     """Reports usage errors and library errors as one line each, with their exit code.
 
     Parsing the command line happens in ``make_context`` (the group's options, then, inside
@@ -80,7 +139,7 @@ class _Group(TyperGroup):
             raise typer.Exit(code) from None
 
 
-class _Command(TyperCommand):
+class _Command(_Help, TyperCommand):
     """A command whose usage errors know the command (see :func:`_naming`)."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
@@ -90,9 +149,11 @@ class _Command(TyperCommand):
 
 @contextlib.contextmanager
 def _naming(ctx: Any) -> Iterator[None]:
-    """Usage errors raised while ``ctx``'s arguments are parsed carry ``ctx`` (click's parser
-    leaves it out of some, e.g. "Option '--rows' requires an argument"), so that the one line
-    names the command."""
+    """Usage errors raised while ``ctx``'s arguments are parsed carry ``ctx``.
+
+    Click's parser leaves it out of some (e.g. "Option '--rows' requires an argument"); with
+    it, the one line names the command.
+    """
     try:
         yield
     except typer.TyperException as err:
@@ -102,9 +163,11 @@ def _naming(ctx: Any) -> Iterator[None]:
 
 
 def _usage_error(err: typer.TyperException) -> NoReturn:
-    """One line naming the command, the problem and the command's help; exit ``EXIT_USAGE``
-    (typer's 2 is this command's "not found"). ``vault`` alone shows the help, as typer does
-    (its error carries the help text)."""
+    """One line naming the command, the problem and the command's help; exit ``EXIT_USAGE``.
+
+    Typer's 2 is this command's "not found". ``vault`` alone shows the help, as typer does
+    (its error carries the help text).
+    """
     if type(err).__name__ == "NoArgsIsHelpError":  # typer's check, without importing it
         err.exit_code = EXIT_USAGE
         raise err
@@ -130,13 +193,9 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
+        import vault
 
-        try:
-            text = version("rlvault")
-        except PackageNotFoundError:
-            text = "unknown"
-        typer.echo(f"rlvault {text}")
+        typer.echo(f"rlvault {vault.__version__}")
         raise typer.Exit()
 
 
@@ -172,3 +231,15 @@ for _name, _function in (
 def main() -> None:
     """Console-script entry point."""
     app()
+
+
+def __getattr__(name: str) -> Any:
+    """``click_command``: the app as the click command typer builds, for the CLI reference.
+
+    docs/cli.md renders it with mkdocs-click (``:module: vault.cli.app``, ``:command:
+    click_command``), so the reference is generated from the app itself. Built on access:
+    importing the app stays as fast as before.
+    """
+    if name == "click_command":
+        return typer.main.get_command(app)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

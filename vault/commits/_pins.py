@@ -15,7 +15,9 @@ number of later appends: a snapshot at an old commit record reads exactly that c
   length, the episode count and seams, the stored crc32c of every complete chunk in the
   committed range (four bytes read per chunk, not the chunk), and the bytes of the committed
   part of each array's last, partly filled chunk. A byte-for-byte copy has the same
-  fingerprint; any changed committed value changes it.
+  fingerprint; any changed committed value changes it. (In format 3 and older, of a leaf whose
+  chunks cut its item axes only the first item chunk of each place is covered, as those
+  versions defined it: ``vault/format/_tags.py``.)
 """
 
 from __future__ import annotations
@@ -109,6 +111,13 @@ def _parse(snap: Snapshot, pin: Pin) -> tuple[int, str | None, str]:
     found = _ID.match(pin)
     if found:
         return int(found.group(1)), found.group(2), repr(pin)
+    if not _is_tag_name(pin):
+        raise VaultArgumentError(
+            f"{snap.where}: at={pin!r} is neither a commit id of this vault nor a valid tag "
+            "name. A commit id is '<number>-<uid>' (the uid: 4-64 lowercase hex digits) or "
+            f"just the number, such as {commit_id(snap.commit)!r} (the latest commit); a tag "
+            f"name is {_TAG_RULE}, such as 'baseline'"
+        )
     target = read_tag(snap, pin)
     found = _ID.match(target)
     if not found:
@@ -117,11 +126,17 @@ def _parse(snap: Snapshot, pin: Pin) -> tuple[int, str | None, str]:
 
 
 # ----------------------------------------------------------------------------------- tags
+_TAG_RULE = "1-100 letters, digits, '.', '_' or '-', starting with a letter or '_'"
+
+
+def _is_tag_name(name: Any) -> bool:
+    return isinstance(name, str) and bool(_TAG.match(name)) and name != ZARR_JSON
+
+
 def check_tag_name(name: Any) -> str:
-    if not isinstance(name, str) or not _TAG.match(name) or name == ZARR_JSON:
+    if not _is_tag_name(name):
         raise VaultArgumentError(
-            "a tag name is 1-100 letters, digits, '.', '_' or '-', starting with a letter or "
-            f"'_' (so that it never looks like a commit id), got {name!r}"
+            f"a tag name is {_TAG_RULE} (so that it never looks like a commit id), got {name!r}"
         )
     return name
 
@@ -131,7 +146,10 @@ def read_tag(snap: Snapshot, name: str) -> str:
     raw = snap.location.read(f"{REFS}/{name}")
     if raw is None:
         known = ", ".join(sorted(list_tags(snap))) or "none"
-        raise VaultPinError(f"{snap.where}: no tag {name!r} (tags: {known})")
+        raise VaultPinError(
+            f"{snap.where}: no tag {name!r} (tags: {known}); a commit is named by its id, such "
+            f"as {commit_id(snap.commit)!r} (the latest commit)"
+        )
     try:
         doc = json.loads(raw)
         return str(doc["commit"])
@@ -181,8 +199,34 @@ def create_tag(snap: Snapshot, name: str) -> str:
 
 
 # ---------------------------------------------------------------------------- fingerprint
-def fingerprint(snap: Snapshot) -> str:
-    """The content fingerprint of ``snap``'s commit (see the module docstring)."""
+class StoredContent:
+    """What the fingerprints of several commits of one vault read, each read once: the
+    stored checksums of complete chunks, and per array the committed data of its last partly
+    filled chunk (committed data is never rewritten, so a later commit's data holds an
+    earlier one's). For commits visited from the latest back."""
+
+    def __init__(self) -> None:
+        self.tails: dict[str, bytes | None] = {}
+        self.edges: dict[str, tuple[int, np.ndarray]] = {}  # key -> (start, data from start)
+
+    def tails_of(self, snap: Snapshot, keys: list[str]) -> list[bytes | None]:
+        unread = [k for k in keys if k not in self.tails]
+        if unread:
+            self.tails.update(zip(unread, snap.location.read_tails(unread), strict=True))
+        return [self.tails[k] for k in keys]
+
+    def edge(self, snap: Snapshot, key: str, start: int, stop: int) -> np.ndarray:
+        axis = 0 if key in (BOUNDS, RETURNS) else 1
+        known = self.edges.get(key)
+        if known is None or known[0] != start or known[1].shape[axis] < stop - start:
+            known = (start, _edge(snap, key, start))
+            self.edges[key] = known
+        return known[1][:, : stop - start] if axis else known[1][: stop - start]
+
+
+def fingerprint(snap: Snapshot, stored: StoredContent | None = None) -> str:
+    """The content fingerprint of ``snap``'s commit (see the module docstring); ``stored``:
+    what earlier calls for later commits of the same vault read."""
     digest = hashlib.sha256()
     manifest = snap.manifest
     head = {
@@ -201,8 +245,18 @@ def fingerprint(snap: Snapshot) -> str:
     for key, grid in snap.grids.items():
         length = snap.episode_count if key in (BOUNDS, RETURNS) else snap.length
         complete = length // grid.step
-        keys = [grid.chunk(b, k) for k in range(complete) for b in range(grid.row_blocks)]
-        tails = snap.location.read_tails(keys) if keys else []
+        keys = [  # format 4: every item chunk; before, the first of each place only
+            chunk
+            for k in range(complete)
+            for b in range(grid.row_blocks)
+            for chunk in grid.bound_chunks(b, k)
+        ]
+        if not keys:
+            tails: list[bytes | None] = []
+        elif stored is None:
+            tails = snap.location.read_tails(keys)
+        else:
+            tails = stored.tails_of(snap, keys)
         missing = [k for k, t in zip(keys, tails, strict=True) if t is None or len(t) < 4]
         if missing:
             raise VaultCorruptError(
@@ -213,8 +267,34 @@ def fingerprint(snap: Snapshot) -> str:
         digest.update(key.encode())
         digest.update(b"".join(t for t in tails if t is not None))
         if length % grid.step:
-            digest.update(np.ascontiguousarray(_edge(snap, key, complete * grid.step)).data)
+            start = complete * grid.step
+            if stored is None:
+                edge = _edge(snap, key, start)
+            else:
+                edge = stored.edge(snap, key, start, length)
+            digest.update(np.ascontiguousarray(edge).data)
     return f"sha256:{digest.hexdigest()}"
+
+
+def commit_with_fingerprint(snap: Snapshot, expected: str) -> tuple[Snapshot | None, int]:
+    """The commit of this vault, from ``snap`` (the latest) back, whose data has fingerprint
+    ``expected``: (its snapshot, its number), or (None, the oldest number looked at): 0 when
+    every commit was, more when the records of older ones are not in the history. Every
+    chunk is read at most once (:class:`StoredContent`)."""
+    stored = StoredContent()
+    seq = snap.commit.seq
+    while True:
+        at = snap if seq == snap.commit.seq else None
+        if at is None:
+            try:
+                at = at_pin(snap, seq)
+            except VaultPinError:
+                return None, seq + 1  # older records are not kept (an earlier rlvault)
+        if fingerprint(at, stored) == expected:
+            return at, seq
+        if seq == 0:
+            return None, 0
+        seq -= 1
 
 
 def _edge(snap: Snapshot, key: str, start: int) -> np.ndarray:
@@ -233,22 +313,63 @@ def _edge(snap: Snapshot, key: str, start: int) -> np.ndarray:
 
 # --------------------------------------------------------------------------------- verify
 def snapshot_for_check(
-    location: Any, manifest: Any, pin: Pin | None
-) -> tuple[Snapshot | None, str | None]:
-    """``verify``'s snapshot at ``pin`` (None: the latest), or None and why it cannot be
-    opened; a pin the vault cannot serve raises :class:`VaultPinError`."""
+    location: Any, manifest: Any, pin: Pin | None, expected: str | None = None
+) -> tuple[Snapshot | None, str | None, str | None]:
+    """``verify``'s snapshot at ``pin`` (None: the latest; with fingerprint ``expected`` and
+    no pin: :func:`snapshot_with_fingerprint`), or None and why it cannot be opened; then a
+    note that the vault has grown since ``expected``, if so. A pin the vault cannot serve
+    raises :class:`VaultPinError`."""
     from vault._errors import VaultError
     from vault.commits._snapshot import load_snapshot
 
     try:
         snap = load_snapshot(location, writable=False, manifest=manifest)
     except VaultError as err:
-        return None, f"the vault cannot be opened to check a pin: {str(err).splitlines()[0]}"
-    return (snap if pin is None else at_pin(snap, pin)), None
+        why = f"the vault cannot be opened to check a pin: {str(err).splitlines()[0]}"
+        return None, why, None
+    if pin is not None:
+        return at_pin(snap, pin), None, None
+    if expected is not None:
+        found, grown = snapshot_with_fingerprint(snap, expected)
+        return found, None, grown
+    return snap, None, None
 
 
-def fingerprint_problem(snap: Snapshot | None, expected: str) -> str | None:
-    """Why ``snap``'s data does not have fingerprint ``expected`` (None: it has)."""
+def snapshot_with_fingerprint(snap: Snapshot, expected: str) -> tuple[Snapshot, str | None]:
+    """``verify``'s snapshot for a fingerprint given without a pin (growth is not a
+    difference): the commit with that fingerprint, from ``snap`` (the latest) back, and a
+    note when it is not the latest (the vault has grown since). None of them: ``snap`` (its
+    data differs: :func:`fingerprint_problem` says so); :class:`VaultPinError` when the
+    search cannot tell (older commits' records are not in the history)."""
+    from vault._errors import VaultError
+
+    try:
+        found, oldest = commit_with_fingerprint(snap, expected)
+    except VaultError:
+        return snap, None  # (a missing chunk: fingerprint_problem names it)
+    if found is not None:
+        if found.commit.seq == snap.commit.seq:
+            return found, None
+        return found, (
+            f"the vault has grown since fingerprint {expected}: it is commit "
+            f"{commit_id(found.commit)}'s ({found.length} timesteps), and the latest is "
+            f"{commit_id(snap.commit)} ({snap.length} timesteps); commit "
+            f"{commit_id(found.commit)} was checked"
+        )
+    if oldest > 0:
+        raise VaultPinError(
+            f"{snap.where}: no commit from {oldest} to the latest ({commit_id(snap.commit)}) "
+            f"has fingerprint {expected}, and the records of older commits are not in the "
+            f"history (an earlier rlvault wrote them): the vault has grown since {expected}, "
+            "or its data differs. Pass --at PIN (at=PIN: the commit id or tag the fingerprint "
+            "was taken at) to check that commit"
+        )
+    return snap, None
+
+
+def fingerprint_problem(snap: Snapshot | None, expected: str, searched: bool = False) -> str | None:
+    """Why ``snap``'s data does not have fingerprint ``expected`` (None: it has).
+    ``searched``: no earlier commit has it either."""
     from vault._errors import VaultError
 
     if snap is None:
@@ -259,8 +380,9 @@ def fingerprint_problem(snap: Snapshot | None, expected: str) -> str | None:
         return f"cannot be computed: {str(err).splitlines()[0]}"
     if got == expected:
         return None
+    earlier = ", nor does any earlier commit" if searched else ""
     return (
-        f"commit {commit_id(snap.commit)} has fingerprint {got}, expected {expected}: its data "
-        "differs from the fingerprinted data (the chunk problems name the arrays and time "
-        "ranges; none listed: another vault or version)"
+        f"commit {commit_id(snap.commit)} has fingerprint {got}, expected {expected}{earlier}: "
+        "its data differs from the fingerprinted data (the chunk problems name the arrays and "
+        "time ranges; none listed: another vault or version)"
     )

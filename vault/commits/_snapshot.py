@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from vault._errors import VaultCorruptError
+from vault._errors import VaultCorruptError, VaultError
 from vault.format._records import (
     BOUNDS,
     COMMIT_KEY,
@@ -35,8 +35,20 @@ from vault.storage._location import Location
 
 @dataclasses.dataclass(frozen=True)
 class Snapshot:
-    """A committed state of a vault. ``arrays`` are the leaves' TensorStore handles (leaf
-    order), ``index`` the episode index's (bounds, returns) or empty."""
+    """A committed state of a vault: what every read of one commit works on (immutable).
+
+    ``Vault.snapshot`` is the one a vault reads now; ``Vault.refresh`` moves on to a newer one.
+
+    Attributes:
+        location: the vault's location.
+        manifest: its manifest.
+        commit: the commit record this snapshot reads.
+        arrays: the leaves' TensorStore handles, in leaf order.
+        index: the episode index's (bounds, returns) handles, or empty.
+        writable: whether the handles may write (a writer's snapshot).
+        cache: what reads of this vault have checked already, and handles they opened
+            (shared by the snapshots of later commits: complete chunks never change).
+    """
 
     location: Location
     manifest: Manifest
@@ -44,8 +56,6 @@ class Snapshot:
     arrays: tuple[Any, ...]
     index: tuple[Any, ...]
     writable: bool = False
-    # what reads of this vault have checked already, and handles they opened (shared by the
-    # snapshots of later commits: complete chunks never change)
     cache: dict[Any, Any] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
     @functools.cached_property
@@ -60,40 +70,62 @@ class Snapshot:
 
     @property
     def rows(self) -> int:
+        """Rows of the vault."""
         return self.manifest.rows
 
     @property
     def names(self) -> list[str]:
+        """Every leaf's path, in leaf order."""
         return self.manifest.leaf_names
 
     @property
     def where(self) -> str:
+        """The location as shown in messages."""
         return str(self.location)
 
     @property
     def episode_count(self) -> int:
+        """Complete episodes in the committed index (0 without an index)."""
         return 0 if self.commit.episodes is None else self.commit.episodes.count
 
     def array(self, name: str) -> Any:
+        """Returns the TensorStore handle of a leaf.
+
+        Args:
+            name: the leaf's path.
+        """
         return self.arrays[self.names.index(name)]
 
     def refreshed(self) -> Snapshot:
-        """The snapshot of the commit record as it is now (arrays reopened where another
-        process grew them)."""
+        """Returns the snapshot of the commit record as it is now.
+
+        Arrays are reopened where another process grew them; ``self`` when nothing changed.
+        """
         commit = load_commit(self.location, self.manifest)
         return self if commit == self.commit else self.with_commit(commit)
 
     def reopened(self) -> Snapshot:
-        """The commit record as stored now, every array opened afresh: after a failed append
-        whose resize ran, the stored arrays are longer than these handles know, and a handle's
-        next resize would be refused as a shrink. The checks' cache is kept (committed chunks
-        never change)."""
+        """Returns the commit record as stored now, every array opened afresh.
+
+        After a failed append whose resize ran, the stored arrays are longer than these
+        handles know, and a handle's next resize would be refused as a shrink. The checks'
+        cache is kept (committed chunks never change).
+        """
         fresh = load_snapshot(self.location, self.writable, manifest=self.manifest)
         return dataclasses.replace(fresh, cache=self.cache)
 
     def with_commit(self, commit: CommitRecord) -> Snapshot:
-        """This vault at ``commit``: arrays shorter than it (grown by another process since
-        they were opened) are reopened to see their new shape."""
+        """Returns this vault at another commit.
+
+        Arrays shorter than it (grown by another process since they were opened) are
+        reopened to see their new shape.
+
+        Args:
+            commit: the commit record to read.
+
+        Raises:
+            VaultCorruptError: arrays shorter than the commit says.
+        """
         arrays = list(self.arrays)
         stale = [i for i, a in enumerate(arrays) if a.shape[1] < commit.committed_length]
         futures = [(i, _open_leaf(self.location, self.manifest, i, self.writable)) for i in stale]
@@ -101,7 +133,7 @@ class Snapshot:
             arrays[i] = _opened(self.location, leaf_key(self.names[i]), future)
         index = self.index
         count = 0 if commit.episodes is None else commit.episodes.count
-        if index and index[0].shape[0] < count:
+        if any(arr.shape[0] < count for arr in index):  # (each: one may have grown alone)
             index = _open_index(self.location, self.manifest, self.writable)
         _check_shapes(self.location, self.manifest, commit, arrays, index)
         return dataclasses.replace(self, commit=commit, arrays=tuple(arrays), index=index)
@@ -214,14 +246,31 @@ def _check_shapes(
         )
 
 
+_BAD_DATA = ("DATA_LOSS", "FAILED_PRECONDITION", "NOT_FOUND")  # a chunk's bytes are wrong
+
+
+def storage_failure(location: Location, err: BaseException) -> VaultError | None:
+    """A failed chunk read ``err`` as ``location``'s typed error when the storage caused it
+    (no permission to read the file, a full disk, a dead server), naming the file and the
+    remedy; None when the chunk's data is at fault (or the cause is unknown)."""
+    if str(err).startswith(_BAD_DATA):
+        return None
+    return location.typed_failure(err, "read the vault")
+
+
 def result(snap: Snapshot, future: Any, name: str, group: str = EXPERIENCE) -> Any:
     """A read's value; a chunk that fails its checksum or decoding, or is missing inside the
-    committed range (a vault whose writer stores every chunk), is VaultCorruptError."""
+    committed range (a vault whose writer stores every chunk), is VaultCorruptError; one the
+    storage would not give (no permission to read its file, a dead server) is the location's
+    typed error naming it (:class:`VaultAccessError`, ...)."""
     try:
         return future.result()
     except ValueError as err:
+        typed = storage_failure(snap.location, err)
+        if typed is not None:
+            raise typed from err
         text = str(err)
-        if not text.startswith(("DATA_LOSS", "FAILED_PRECONDITION", "NOT_FOUND")):
+        if not text.startswith(_BAD_DATA):
             raise
         found = re.search(r"/c/([0-9/]+)\"", text)
         chunk = f"chunk {found.group(1).replace('/', '.')}" if found else "a chunk"

@@ -1,5 +1,6 @@
-"""Converters between vaults and other offline-RL formats, one private module per format:
-Flashbax/og-marl vault directories, Minari datasets (HDF5 or Arrow), D4RL-style HDF5 files.
+"""Converters between vaults and other offline-RL formats, one private module per format.
+
+Flashbax/og-marl vaults, Minari (HDF5 or Arrow), D4RL HDF5, OGBench ``.npz``, RLDS (TFDS).
 
 Each streams (about two blocks of ``block_bytes`` in memory), writes through :class:`vault.Vault`
 at any location and leaves nothing behind when it fails; :func:`import_dataset` and
@@ -20,19 +21,26 @@ if TYPE_CHECKING:
     from vault.converters._d4rl import import_d4rl
     from vault.converters._flashbax import import_flashbax
     from vault.converters._minari import datasets_root, export_minari, import_minari
+    from vault.converters._ogbench import import_ogbench, ogbench_dataset
+    from vault.converters._rlds import import_rlds
 
 IMPORTERS = {
     "flashbax": ("vault.converters._flashbax", "import_flashbax"),
     "minari": ("vault.converters._minari", "import_minari"),
     "d4rl": ("vault.converters._d4rl", "import_d4rl"),
+    "ogbench": ("vault.converters._ogbench", "import_ogbench"),
+    "rlds": ("vault.converters._rlds", "import_rlds"),
 }
 EXPORTERS = {
     "minari": ("vault.converters._minari", "export_minari"),
 }
 IMPORT_FORMATS = tuple(IMPORTERS)
+"""The formats :func:`import_dataset` reads (``vault import`` lists them)."""
 EXPORT_FORMATS = tuple(EXPORTERS)
+"""The formats :func:`export_dataset` writes (``vault export`` adds its numpy formats)."""
 _LAZY = {name: module for module, name in [*IMPORTERS.values(), *EXPORTERS.values()]}
 _LAZY["datasets_root"] = "vault.converters._minari"
+_LAZY["ogbench_dataset"] = "vault.converters._ogbench"
 
 __all__ = [
     "EXPORT_FORMATS",
@@ -45,13 +53,25 @@ __all__ = [
     "import_dataset",
     "import_flashbax",
     "import_minari",
+    "import_ogbench",
+    "import_rlds",
+    "ogbench_dataset",
 ]
 
 
 def converter(fmt: str, direction: str = "import") -> Any:
-    """The function converting ``fmt`` in ``direction`` (``"import"`` or ``"export"``);
-    :class:`~vault.VaultArgumentError` for an unknown format. (A missing optional dependency
-    is :class:`~vault.VaultDependencyError` when the function is called.)"""
+    """Returns the function that converts a format in a direction.
+
+    A missing optional dependency is :class:`~vault.VaultDependencyError` when the function
+    is called, not here.
+
+    Args:
+        fmt: a format name, one of :data:`IMPORT_FORMATS` or :data:`EXPORT_FORMATS`.
+        direction: ``"import"`` or ``"export"``.
+
+    Raises:
+        VaultArgumentError: an unknown format (the message lists the known ones).
+    """
     table = IMPORTERS if direction == "import" else EXPORTERS
     if fmt not in table:
         raise VaultArgumentError(
@@ -62,12 +82,38 @@ def converter(fmt: str, direction: str = "import") -> Any:
 
 
 def import_dataset(fmt: str, source: Any, dest: Any, **options: Any) -> Any:
-    """``import_<fmt>(source, dest, **options)``."""
+    """Import ``source`` in format ``fmt`` as a new vault: ``import_<fmt>(source, dest, ...)``.
+
+    Args:
+        fmt: one of :data:`IMPORT_FORMATS`.
+        source: what the importer reads (a directory, a file, a dataset id).
+        dest: the new vault's location.
+        **options: the importer's options (see :func:`import_flashbax` and the others).
+
+    Returns:
+        The new vault, opened read-only.
+
+    Raises:
+        VaultArgumentError: an unknown format.
+    """
     return converter(fmt, "import")(source, dest, **options)
 
 
 def export_dataset(fmt: str, source: Any, dest: Any, **options: Any) -> Any:
-    """``export_<fmt>(source, dest, **options)``."""
+    """Export the vault ``source`` in format ``fmt``: ``export_<fmt>(source, dest, ...)``.
+
+    Args:
+        fmt: one of :data:`EXPORT_FORMATS`.
+        source: the vault (or its location).
+        dest: where to write (for Minari, the dataset id).
+        **options: the exporter's options (see :func:`export_minari`).
+
+    Returns:
+        What the exporter returns (for Minari, the dataset's directory).
+
+    Raises:
+        VaultArgumentError: an unknown format.
+    """
     return converter(fmt, "export")(source, dest, **options)
 
 

@@ -51,9 +51,28 @@ def import_d4rl(
     block_bytes: int = BLOCK_BYTES,
     progress: Progress | None = None,
 ) -> Vault:
-    """A new vault at ``dest`` holding the D4RL-style HDF5 file ``source`` (see the module
-    docstring for the layout), read a block of about ``block_bytes`` at a time; returns it
-    opened read-only. Nothing is left at ``dest`` if the import fails or is interrupted."""
+    """Import a D4RL-style HDF5 file as a new one-row vault with an episode index.
+
+    The file holds ``observations``, ``actions``, ``rewards``, ``terminals`` and
+    ``timeouts`` (see the module docstring for the layout). Nothing is left at ``dest`` if
+    the import fails or is interrupted.
+
+    Args:
+        source: the HDF5 file.
+        dest: the new vault's location; it must not exist.
+        codec: the new vault's codec, as in :meth:`vault.Vault.create`.
+        block_bytes: the raw bytes read at a time (memory stays about two blocks).
+        progress: called as ``progress(bytes imported, total bytes)`` after every block.
+
+    Returns:
+        The new vault, opened read-only.
+
+    Raises:
+        VaultNotFoundError: no such file.
+        VaultCorruptError: a file that is not HDF5, or lacks the datasets.
+        VaultDependencyError: h5py is missing (``pip install "rlvault[d4rl]"``).
+        VaultExistsError: something is at ``dest`` already.
+    """
     block_bytes = check_common(block_bytes, progress)
     h5py = require("h5py", "d4rl", "d4rl")
 

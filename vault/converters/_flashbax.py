@@ -192,13 +192,30 @@ def import_flashbax(
     block_bytes: int = BLOCK_BYTES,
     progress: Progress | None = None,
 ) -> Vault:
-    """A new vault at ``dest`` holding the Flashbax vault at ``source`` (the directory with
-    ``metadata.json``, i.e. ``<rel_dir>/<vault_name>/<vault_uid>``), read a block of about
-    ``block_bytes`` at a time; returns it opened read-only.
+    """Import a Flashbax (or og-marl) vault as a new vault.
 
-    ``done``/``truncated``/``reward``: leaf paths (``"done"``, ``"terminals/agent_0"``) that
-    turn on the episode index. ``progress(done_bytes, total_bytes)`` is called after every
-    block. Nothing is left at ``dest`` if the import fails or is interrupted.
+    Nothing is left at ``dest`` if the import fails or is interrupted.
+
+    Args:
+        source: the Flashbax vault's directory, the one with ``metadata.json``
+            (``<rel_dir>/<vault_name>/<vault_uid>``).
+        dest: the new vault's location; it must not exist.
+        done: the leaf path of episode-end flags (``"done"``, ``"terminals/agent_0"``);
+            turns on the episode index.
+        truncated: the leaf path of truncation flags (with ``done``).
+        reward: the leaf path of rewards (with ``done``).
+        codec: the new vault's codec, as in :meth:`vault.Vault.create`.
+        block_bytes: the raw bytes read at a time (memory stays about two blocks).
+        progress: called as ``progress(bytes imported, total bytes)`` after every block.
+
+    Returns:
+        The new vault, opened read-only.
+
+    Raises:
+        VaultNotFoundError: no Flashbax vault at ``source``.
+        VaultCorruptError: its metadata or arrays cannot be read.
+        VaultExistsError: something is at ``dest`` already.
+        VaultDependencyError: a missing optional dependency.
     """
     block_bytes = check_common(block_bytes, progress)
     root = _root(source)

@@ -23,9 +23,15 @@ imported.
 **Export.** The complete episodes of a vault with an episode index become a Minari dataset
 (``minari.load_dataset(dataset_id)`` opens it) in Minari's datasets directory
 (``MINARI_DATASETS_PATH``, else ``~/.minari/datasets``) or under ``root``, built under a hidden
-name and renamed into place. Spaces are the ones recorded by an import, else given, else
+name and renamed into place. Spaces are the ones given, else recorded by an import, else
 inferred (``Box`` of each leaf's shape and dtype, unbounded for floats; ``Dict``/``Tuple`` for
-nested leaves). Images are stored raw (Minari's lossy JPEG encoding is off).
+nested leaves). The dataset's metadata is what an import recorded (``env_spec``, so that
+``recover_environment()`` works, ``eval_env_spec``, ``algorithm_name``, ``author``,
+``author_email``, ``code_permalink``, ``description``, ``requirements``, reference scores and
+any other key), updated by the ``env_spec`` and ``metadata`` arguments; the keys that describe
+the new files (``dataset_id``, ``total_episodes``, ``total_steps``, ``dataset_size``,
+``data_format``, ``jpeg_encoding``, ``minari_version``, the spaces) are the export's own.
+Images are stored raw (Minari's lossy JPEG encoding is off).
 """
 
 from __future__ import annotations
@@ -70,11 +76,28 @@ def import_minari(
     block_bytes: int = BLOCK_BYTES,
     progress: Progress | None = None,
 ) -> Vault:
-    """A new vault at ``dest`` holding the Minari dataset ``source``: a dataset id
-    (``"cartpole/random-v0"``, looked up in Minari's datasets directory) or the path of a
-    dataset's directory (the one holding ``data/``). Episodes are read a few at a time (about
-    ``block_bytes``); returns the vault opened read-only. Nothing is left at ``dest`` if the
-    import fails or is interrupted."""
+    """Import a Minari dataset as a new one-row vault with an episode index.
+
+    Episodes are read a few at a time. Nothing is left at ``dest`` if the import fails or is
+    interrupted.
+
+    Args:
+        source: a dataset id (``"cartpole/random-v0"``, looked up in Minari's datasets
+            directory) or the path of a dataset's directory (the one holding ``data/``).
+        dest: the new vault's location; it must not exist.
+        codec: the new vault's codec, as in :meth:`vault.Vault.create`.
+        block_bytes: the raw bytes read at a time (memory stays about two blocks).
+        progress: called as ``progress(bytes imported, total bytes)`` after every block.
+
+    Returns:
+        The new vault, opened read-only.
+
+    Raises:
+        VaultNotFoundError: no such dataset.
+        VaultCorruptError: episodes Minari cannot read, or of different structures.
+        VaultDependencyError: minari is missing (``pip install "rlvault[minari]"``).
+        VaultExistsError: something is at ``dest`` already.
+    """
     block_bytes = check_common(block_bytes, progress)
     require("minari", "minari", "minari")
     from minari.dataset.minari_storage import MinariStorage
@@ -152,7 +175,7 @@ def _data_path(source: str | os.PathLike[str]) -> Path:
 
 
 def datasets_root() -> Path:
-    """Minari's datasets directory: ``MINARI_DATASETS_PATH``, else ``~/.minari/datasets``."""
+    """Returns Minari's datasets directory: ``MINARI_DATASETS_PATH`` or ``~/.minari/datasets``."""
     env = os.environ.get("MINARI_DATASETS_PATH")
     return Path(env) if env else Path.home() / ".minari" / "datasets"
 
@@ -230,17 +253,48 @@ def export_minari(
     truncations: str | None = None,
     observation_space: Any = None,
     action_space: Any = None,
+    env_spec: Any = None,
+    metadata: dict[str, Any] | None = None,
     block_bytes: int = BLOCK_BYTES,
     progress: Progress | None = None,
 ) -> Path:
-    """Write the complete episodes of ``source`` (a vault with an episode index) as the Minari
-    dataset ``dataset_id`` under ``root`` (default: Minari's datasets directory); returns the
-    dataset's directory. ``data_format``: ``"hdf5"`` or ``"arrow"``.
+    """Export the complete episodes of a vault as a Minari dataset.
 
-    The leaf paths (or subtrees, for Dict/Tuple spaces) of each Minari field default to the
-    names an import gives them; ``rewards``, ``terminations`` and ``truncations`` default to
-    the vault's episode leaves (no truncated leaf: all false). The dataset appears whole or
-    not at all."""
+    The dataset appears whole or not at all. Each Minari field is a leaf path (or a
+    subtree, for Dict/Tuple spaces); the defaults are the names an import gives them.
+
+    Args:
+        source: a vault with an episode index, or its location.
+        dataset_id: the Minari dataset id (``"namespace/name-v0"``).
+        root: the datasets directory (default: Minari's, see :func:`datasets_root`).
+        data_format: ``"hdf5"`` or ``"arrow"``.
+        observations: the observations' leaf path.
+        next_observations: the next observations' leaf path, where the vault has one.
+        actions: the actions' leaf path.
+        rewards: the rewards' leaf path (default: the vault's reward leaf).
+        terminations: the terminations' leaf path (default: the vault's done leaf).
+        truncations: the truncations' leaf path (default: the vault's truncated leaf; none:
+            all false).
+        observation_space: the Gymnasium observation space (default: the one recorded at
+            import, else one inferred from the leaves).
+        action_space: the Gymnasium action space (likewise).
+        env_spec: a Gymnasium ``EnvSpec``, its JSON, or an environment id; replaces the one an
+            import recorded (so that ``recover_environment()`` works).
+        metadata: Minari metadata keys (``algorithm_name``, ``author``, ...); replace what an
+            import recorded.
+        block_bytes: the raw bytes read at a time.
+        progress: called as ``progress(bytes exported, total bytes)``.
+
+    Returns:
+        The new dataset's directory.
+
+    Raises:
+        VaultArgumentError: an unknown ``data_format`` or a malformed ``dataset_id``.
+        VaultReadError: a vault without an episode index, or without complete episodes.
+        VaultStructureError: leaves the Minari fields need that the vault lacks.
+        VaultExistsError: the dataset exists already.
+        VaultDependencyError: minari is missing (``pip install "rlvault[minari]"``).
+    """
     block_bytes = check_common(block_bytes, progress)
     if data_format not in FORMATS:
         raise VaultArgumentError(f"data_format must be one of {list(FORMATS)}, got {data_format!r}")
@@ -276,6 +330,7 @@ def export_minari(
         ]
         if missing:
             raise VaultStructureError(f"{vault.location}: cannot export as Minari", missing)
+        info = _export_metadata(vault, env_spec, metadata)
         obs_space = observation_space or _recorded(vault, "observation_space")
         act_space = action_space or _recorded(vault, "action_space")
         obs_space = obs_space or _space_of(_subtree(example, observations))
@@ -291,15 +346,13 @@ def export_minari(
                 tmp / DATA_DIR,
                 observation_space=obs_space,
                 action_space=act_space,
+                env_spec=info.pop("env_spec"),
                 data_format=data_format,
                 jpeg_encoding=False,
             )
+            info.setdefault("description", f"exported by rlvault from {vault.location}")
             storage.update_metadata(
-                {
-                    "dataset_id": dataset_id,
-                    "minari_version": minari.__version__,
-                    "description": f"exported by rlvault from {vault.location}",
-                }
+                {**info, "dataset_id": dataset_id, "minari_version": minari.__version__}
             )
             total = int(table.length.sum()) * step
             done, batch, size = 0, [], 0
@@ -380,6 +433,57 @@ def _recorded(vault: Vault, key: str) -> Any:
     from minari.serialization import deserialize_space
 
     return deserialize_space(origin[key])
+
+
+# the keys of Minari's metadata that describe the files themselves: an export writes its own
+OWN_KEYS = frozenset(
+    {
+        "dataset_id", "total_episodes", "total_steps", "dataset_size", "data_format",
+        "jpeg_encoding", "minari_version", "observation_space", "action_space",
+    }
+)  # fmt: skip
+AUTHOR_KEYS = ("author", "author_email")  # sets in Minari's metadata
+
+
+def _export_metadata(vault: Vault, env_spec: Any, given: dict[str, Any] | None) -> dict[str, Any]:
+    """The Minari metadata of an export: what an import recorded, updated by ``given`` and
+    ``env_spec``; ``env_spec`` as an ``EnvSpec`` (or None), authors as sets."""
+    from gymnasium.envs.registration import EnvSpec
+
+    origin = vault.metadata.get("imported_from")
+    recorded = (
+        origin.get("metadata", {})
+        if isinstance(origin, dict) and origin.get("format") == "minari"
+        else {}
+    )
+    if given is not None and not isinstance(given, dict):
+        raise VaultArgumentError(f"metadata must be a dict of Minari metadata, got {given!r}")
+    info = {k: v for k, v in {**recorded, **(given or {})}.items() if k not in OWN_KEYS}
+    spec = info.pop("env_spec", None) if env_spec is None else env_spec
+    for key in AUTHOR_KEYS:
+        value = info.get(key)
+        if isinstance(value, (list, tuple, set, frozenset)):
+            info[key] = {str(v) for v in value}
+        elif value is not None:
+            info[key] = {str(value)}
+    if isinstance(spec, str):
+        try:
+            spec = EnvSpec.from_json(spec) if spec.lstrip().startswith("{") else spec
+        except (ValueError, TypeError, KeyError) as err:
+            raise VaultArgumentError(f"env_spec: not a Gymnasium EnvSpec JSON ({err})") from None
+    if isinstance(spec, str):
+        import gymnasium as gym
+
+        try:
+            spec = gym.spec(spec)
+        except gym.error.Error as err:
+            raise VaultArgumentError(f"env_spec: {err}") from None
+    if spec is not None and not isinstance(spec, EnvSpec):
+        raise VaultArgumentError(
+            f"env_spec must be a gymnasium EnvSpec, its JSON or an environment id, got {spec!r}"
+        )
+    info["env_spec"] = spec
+    return info
 
 
 def _space_of(tree: Any) -> Any:

@@ -65,7 +65,7 @@ def new_vault(
 ) -> Iterator[Vault]:
     """A new vault shaped like ``example`` (one timestep) at the staging of ``dest``; it
     appears at ``dest`` when the block ends without an error, else nothing is left there."""
-    target = parse_location(dest)
+    target = parse_location(dest, argument="dest")
     roles = {role: episodes.get(role) for role in ("done", "truncated", "reward")}
     manifest = plan_manifest(
         example, rows=rows, codec=codec, level=None, chunk=None, metadata=metadata, episodes=roles
@@ -115,6 +115,38 @@ def pump(
             ahead.cancel()
             raise
     _log.debug("imported %d blocks (%d bytes) into %s", len(reads), total, vault.location)
+
+
+def pump_stream(
+    vault: Vault,
+    blocks: Iterator[tuple[Any, int]],
+    total: int,
+    progress: Progress | None,
+    done: int = 0,
+) -> int:
+    """:func:`pump` for a source read as a stream whose block sizes are known only once read:
+    ``blocks`` yields (a tree of ``[rows, n, ...]`` arrays, its size in ``total``'s units);
+    the next one is read on a helper thread while this one is appended. ``done`` starts the
+    count (several streams, one progress); returns the count at the end."""
+    sentinel = object()
+    with ThreadPoolExecutor(1, thread_name_prefix="vault-import") as pool:
+        ahead = pool.submit(next, blocks, sentinel)
+        try:
+            while True:
+                item: Any = ahead.result()
+                if item is sentinel:
+                    break
+                ahead = pool.submit(next, blocks, sentinel)
+                data, size = item
+                vault.append(data)
+                del data, item
+                done += size
+                if progress:
+                    progress(done, total)
+        except BaseException:
+            ahead.cancel()
+            raise
+    return done
 
 
 def time_blocks(

@@ -27,7 +27,7 @@ import re
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from vault._errors import (
@@ -42,6 +42,7 @@ from vault._errors import (
 from vault.commits._pins import check_tag_name
 from vault.dataset import _catalog as catalog_io
 from vault.dataset import _shards as shards_io
+from vault.dataset._reading import DatasetReadMethods
 from vault.dataset._shards import SHARDS, ManifestCache, Shard
 from vault.facade._vault import Vault, vault_of_writer
 from vault.format._episodes import EpisodeTable
@@ -69,7 +70,15 @@ _COMMIT_ID = re.compile(r"\d+(-[0-9a-f]{4,64})?")
 
 
 def is_dataset(location: LocationLike, storage: dict[str, Any] | None = None) -> bool:
-    """Whether a dataset's root is at ``location``."""
+    """Whether a dataset's root is at ``location`` (rather than a vault, or nothing).
+
+    Args:
+        location: a path or URL.
+        storage: object-store settings, as in :meth:`Vault.create`.
+
+    Returns:
+        True for a dataset's root (an unreadable root is not a dataset to open).
+    """
     where = parse_location(location, storage)
     try:
         return _read_root(where) is not None
@@ -135,8 +144,23 @@ def default_shard_name() -> str:
     return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-class Dataset:
-    """A dataset of shards: open one with :meth:`open` (reading) or :meth:`create`."""
+class Dataset(DatasetReadMethods):
+    """A dataset of shards: one vault per writer, read as one.
+
+    Create it (or join it) with :meth:`create`, write a shard with :meth:`shard`, read it with
+    :meth:`open`.
+
+    Examples:
+        >>> import numpy as np
+        >>> from vault import Dataset
+        >>> dataset = Dataset.create("runs/doc-ds", {"x": np.float32(0)}, rows=2, exist_ok=True)
+        >>> with dataset.shard("actor-0") as writer:
+        ...     writer.append({"x": np.zeros((2, 5), np.float32)})
+        5
+        >>> reader = Dataset.open("runs/doc-ds")
+        >>> reader.shards, reader.timesteps
+        (['actor-0'], 10)
+    """
 
     def __init__(self, location: Location, template: Manifest) -> None:
         self._where = location
@@ -169,11 +193,30 @@ class Dataset:
         exist_ok: bool = False,
         storage: dict[str, Any] | None = None,
     ) -> Dataset:
-        """Create a dataset at ``location`` whose shards are shaped like
-        ``structure_or_state`` (the arguments are :meth:`Vault.create`'s; ``rows`` is each
-        shard's default). With ``exist_ok``, a dataset already there with the same structure
-        is opened instead (every actor can call this at start; exactly one creates it), and
-        one with a different structure is :class:`VaultStructureError`."""
+        """Create a dataset whose shards are shaped like a buffer state (or join it).
+
+        Args:
+            location: as in :meth:`Vault.create`.
+            structure_or_state: as in :meth:`Vault.create`.
+            rows: each shard's default rows.
+            codec: as in :meth:`Vault.create`.
+            level: as in :meth:`Vault.create`.
+            chunk: as in :meth:`Vault.create`.
+            metadata: as in :meth:`Vault.create`.
+            done_leaf: as in :meth:`Vault.create`.
+            truncated_leaf: as in :meth:`Vault.create`.
+            reward_leaf: as in :meth:`Vault.create`.
+            exist_ok: open a dataset already there with the same structure instead (every
+                actor can call this at start; exactly one creates it).
+            storage: as in :meth:`Vault.create`.
+
+        Returns:
+            The dataset (no shard is written yet).
+
+        Raises:
+            VaultExistsError: a dataset is there (without ``exist_ok``), or something else.
+            VaultStructureError: with ``exist_ok``, the dataset there has another structure.
+        """
         where = parse_location(location, storage)
         episodes = {"done": done_leaf, "truncated": truncated_leaf, "reward": reward_leaf}
         template = plan_manifest(
@@ -218,19 +261,27 @@ class Dataset:
         storage: dict[str, Any] | None = None,
         write_catalog: bool = True,
     ) -> Dataset:
-        """The dataset at ``location``, with every shard's committed data as of now.
+        """Open the dataset at ``location``, with every shard's committed data as of now.
 
-        ``write_catalog``: whether this reader may write the dataset's catalog, a cache at the
-        root that lets later readers of a dataset of many shards open it and build its episode
-        table without reading every shard's records (written when there are at least
-        ``CATALOG_MIN_SHARDS`` shards and a quarter of them are new to it; never trusted
-        beyond the exact commit records it was made from). A catalog there is always used.
-        The ``vault`` command only reads it.
+        Args:
+            location: the dataset's root, as in :meth:`Vault.open`.
+            at: a tag set by :meth:`tag` (``vault tag DATASET NAME``): the dataset as it was
+                tagged, i.e. every shard that has the tag, each pinned to its tagged commit
+                (shards added later, which lack it, are left out); :meth:`refresh` then
+                changes nothing.
+            storage: as in :meth:`Vault.open`.
+            write_catalog: whether this reader may write the dataset's catalog, a cache at the
+                root that lets later readers of many shards open them and build the episode
+                table without reading every shard's records (never trusted beyond the exact
+                commit records it was made from). A catalog there is always used.
 
-        ``at``: a tag set by :meth:`tag` (``vault tag DATASET NAME``): the dataset as it was
-        tagged, i.e. every shard that has the tag, each pinned to its tagged commit (shards
-        added later, which lack it, are left out); :meth:`refresh` then changes nothing.
-        :class:`VaultPinError` when no shard has the tag."""
+        Returns:
+            The dataset, for reading.
+
+        Raises:
+            VaultNotFoundError: no dataset there.
+            VaultPinError: no shard has the tag ``at``.
+        """
         where = parse_location(location, storage)
         raw, raw_catalog = where.read_many([MANIFEST_KEY, catalog_io.CATALOG_KEY])
         doc = _root_doc(where, raw)
@@ -284,11 +335,22 @@ class Dataset:
         return self._tag
 
     def tag(self, name: str) -> dict[str, str]:
-        """Name every shard's current commit ``name`` (as :meth:`Vault.tag`, shard by
-        shard), so that ``Dataset.open(location, at=name)`` reads exactly this data later.
-        Every shard is checked first: if one already has the tag on another commit
-        (tags never move) nothing is tagged (:class:`VaultExistsError` naming the shards).
-        Returns shard -> commit id."""
+        """Name every shard's current commit, for ``Dataset.open(location, at=name)``.
+
+        As :meth:`Vault.tag`, shard by shard; every shard is checked first, so that nothing is
+        tagged when one cannot be.
+
+        Args:
+            name: the tag, as in :meth:`Vault.tag`.
+
+        Returns:
+            Shard name -> the tagged commit's id.
+
+        Raises:
+            VaultExistsError: a shard has the tag on another commit already (tags never move;
+                the shards are named).
+            VaultNotFoundError: the dataset has no shard yet.
+        """
         if not self._shards:
             raise VaultNotFoundError(f"{self._where}: the dataset has no shard to tag yet")
         taken = []
@@ -306,11 +368,26 @@ class Dataset:
 
     # ------------------------------------------------------------------------- writing
     def shard(self, name: str | None = None, *, rows: int | None = None) -> Vault:
-        """A writer (a :class:`Vault` in mode ``"a"``) for this process's shard ``name``
-        (default: host, process id and a random part). A new shard is created with the
-        dataset's structure (``rows`` overrides the template's); an existing one is opened
-        for appending when its structure matches (its writer lock keeps it to one writer).
-        When it closes, the shard's entry goes into the dataset's catalog."""
+        """A writer for this process's shard: a :class:`Vault` in mode ``"a"``.
+
+        A new shard is created with the dataset's structure; an existing one is opened for
+        appending when its structure matches (its writer lock keeps it to one writer). When
+        it closes, the shard's entry goes into the dataset's catalog.
+
+        Args:
+            name: the shard's name (default: host, process id and a random part).
+            rows: the shard's rows (default: the dataset's).
+
+        Returns:
+            The shard's vault, open for appending.
+
+        Raises:
+            VaultArgumentError: a name that is not 1 to 128 letters, digits, ``.``, ``_`` or
+                ``-``.
+            VaultStructureError: an existing shard of another structure.
+            VaultLockedError: another writer holds the shard.
+            VaultModeError: the dataset was opened at a tag.
+        """
         if self._tag is not None:
             raise VaultModeError(
                 f"{self._where} was opened at tag {self._tag!r}, for reading; open it without "
@@ -356,8 +433,11 @@ class Dataset:
 
     # ------------------------------------------------------------------------- reading
     def refresh(self) -> int:
-        """See new shards and new commits; returns how many timesteps (all rows) became
-        visible. A dataset opened at a tag stays as tagged (returns 0)."""
+        """See new shards and new commits; a dataset opened at a tag stays as tagged.
+
+        Returns:
+            How many timesteps (all rows) became visible.
+        """
         if self._tag is not None:
             return 0
         before = self.timesteps
@@ -386,115 +466,30 @@ class Dataset:
         names = self._where.child(SHARDS).child_names()
         return [name for name in names if _NAME.fullmatch(name)]
 
-    @property
-    def location(self) -> str:
-        return str(self._where)
-
-    @property
-    def template(self) -> Manifest:
-        """The structure every shard has (a manifest; ``rows`` is the default)."""
-        return self._template
-
-    @property
-    def manifest(self) -> Manifest:
-        return self._template
-
-    @property
-    def shards(self) -> list[str]:
-        """The visible shards' names, sorted."""
-        return list(self._shards)
-
-    def vault(self, shard: str) -> Vault:
-        """The read-only vault of ``shard``."""
-        try:
-            return self._shards[shard].opened()
-        except KeyError:
-            raise VaultArgumentError(
-                f"{self._where}: no shard {shard!r}; the dataset has {self.shards}"
-            ) from None
-
-    def vaults(self) -> Iterator[tuple[str, Vault]]:
-        """Every shard as a read-only vault (each opened on first use)."""
-        return iter([(name, self.vault(name)) for name in self._shards])
-
-    @property
-    def snapshots(self) -> list[Any]:
-        """Every shard's current snapshot, in shard order."""
-        return [s.opened().snapshot for s in self._shards.values()]
-
-    @property
-    def committed_lengths(self) -> dict[str, int]:
-        return {name: s.length for name, s in self._shards.items()}
-
-    @property
-    def commit_ids(self) -> dict[str, str]:
-        return {name: s.commit_id for name, s in self._shards.items()}
-
-    @property
-    def timesteps(self) -> int:
-        """Committed timesteps of every row of every shard."""
-        return sum(s.rows * s.length for s in self._shards.values())
-
-    @property
-    def leaf_names(self) -> list[str]:
-        return self._template.leaf_names
-
-    @property
-    def has_episodes(self) -> bool:
-        """Whether the shards keep an episode index (as :attr:`Vault.has_episodes`)."""
-        return self._template.episodes is not None
-
-    def read_numpy(self, shard: str, **options: Any) -> Any:
-        """:meth:`Vault.read_numpy` of one shard."""
-        return self.vault(shard).read_numpy(**options)
-
-    def read(self, shard: str, **options: Any) -> Any:
-        """:meth:`Vault.read` of one shard."""
-        return self.vault(shard).read(**options)
-
     def episodes(self, include_open: bool = False) -> EpisodeTable:
-        """Every shard's episodes in one table, shard by shard, with a ``shard`` column (the
-        shards' indexes read in one batch, checked as each shard's own read checks them)."""
+        """Every shard's episodes in one table, shard by shard, with a ``shard`` column.
+
+        The shards' indexes are read in one batch, checked as each shard's own read checks
+        them.
+
+        Args:
+            include_open: also every row's open episode, as in :meth:`Vault.episodes`.
+
+        Returns:
+            The table.
+
+        Raises:
+            VaultReadError: the shards keep no episode index.
+        """
         if self._template.episodes is None and self._shards:
             return self.vault(self.shards[0]).episodes()  # the vault's own error
         table = shards_io.episodes(self._where, list(self._shards.values()), include_open)
         self._save_catalog()
         return table
 
-    def leaf_stats(self, **options: Any) -> Any:
-        """:func:`vault.leaf_stats` over every shard's committed data."""
-        from vault.facade._stats import leaf_stats
-
-        return leaf_stats(self, **options)
-
-    def to_xarray(self, *, leaves: Sequence[str] | None = None, episodes: bool = True) -> Any:
-        """Every shard as a lazy, dask-backed ``xarray.Dataset`` in one ``xarray.DataTree``
-        (``shards/<name>``): see :func:`vault.to_xarray`."""
-        from vault.read._xarray import to_xarray
-
-        return to_xarray(self, leaves=leaves, episodes=episodes)
-
-    def as_dataset(self, sample_batch_size: int, sequence_length: int, **options: Any) -> Any:
-        """:meth:`Vault.as_dataset` over every shard: an epoch visits every valid start of
-        every shard exactly once (``StreamBatch.source`` indexes :attr:`shards`)."""
-        from vault.stream._stream import as_dataset
-
-        self._check_open()
-        return as_dataset(self.snapshots, sample_batch_size, sequence_length, **options)
-
-    def iter_windows(self, window: int, **options: Any) -> Any:
-        """:meth:`Vault.iter_windows` over every shard."""
-        from vault.stream._windows import iter_windows
-
-        self._check_open()
-        return iter_windows(self.snapshots, window, **options)
-
-    def _check_open(self) -> None:
-        if not self._shards:
-            raise VaultNotFoundError(f"{self._where}: the dataset has no shard with data yet")
-
     # ------------------------------------------------------------------------ lifecycle
     def close(self) -> None:
+        """Close every shard this object opened (writers wait for their pending writes)."""
         for shard in self._shards.values():
             if shard.vault is not None:
                 shard.vault.close()
@@ -509,16 +504,19 @@ class Dataset:
         return f"Dataset({self._where}, shards={len(self._shards)})"
 
     def check_catalog(self) -> dict[str, Any]:
-        """For ``vault verify``: the catalog found at open (``state``: ``"absent"``,
-        ``"damaged"`` (so ignored) or ``"valid"``), the shards it served (``used``), and
-        ``problems``: each of those whose entry disagrees with the shard's own commit record
-        or index (readers would get the catalog's version: delete the catalog)."""
+        """Check the catalog found at open against the shards it served (``vault verify``).
+
+        Returns:
+            ``state`` (``"absent"``, ``"damaged"``, so ignored, or ``"valid"``), ``used`` (the
+            shards it served) and ``problems``: each of those whose entry disagrees with the
+            shard's own commit record or index (readers would get the catalog's version:
+            delete the catalog).
+        """
         used, problems = shards_io.audit_catalog(list(self._shards.values()))
         return {"state": self._catalog_found, "used": used, "problems": problems}
 
     def describe(self) -> dict[str, Any]:
-        """A JSON-ready summary: location, shards with their rows, committed length and
-        commit id, and totals."""
+        """Returns a JSON-ready summary: shards with rows, committed length and commit id."""
         return {
             "path": self.location,
             "kind": "dataset",

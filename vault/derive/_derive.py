@@ -98,12 +98,39 @@ def derive_slice(
     """A new vault holding ``rows`` x ``[start, stop)`` of ``source`` (opened read-only).
 
     The episode index is rebuilt: an episode already running at ``start`` is marked as of
-    unknown start, one still running at ``stop`` stays open; seams are kept.
+    unknown start, one still running at ``stop`` stays open; seams are kept. The destination
+    is complete or absent (built under a hidden name where the location can stage it).
 
-    ``source`` may be a :class:`~vault.Dataset` of shards: the result is then a new dataset
-    (same structure) of every shard sliced alike (``rows`` and ``[start, stop)`` of each
-    shard, under the same shard names), or, with ``spans`` (``{shard: (start, stop)}``
-    instead of ``start``/``stop``), of the named shards, each with its own time range.
+    Args:
+        source: a vault, its location, or a :class:`~vault.Dataset` of shards: the result is
+            then a new dataset (same structure) of every shard sliced alike, under the same
+            shard names.
+        dest: the new vault's (or dataset's) location; it must not exist.
+        rows: row indices (default: every row).
+        start: first timestep (default 0).
+        stop: timestep after the last (default: the committed length).
+        spans: for a dataset, ``{shard: (start, stop)}`` instead of ``start``/``stop``: only
+            the named shards, each with its own time range.
+        codec: the new vault's codec, as in :meth:`Vault.create`.
+        progress: called as ``progress(timesteps copied, total)``.
+
+    Returns:
+        The new vault, open read-only (a :class:`~vault.Dataset` for a dataset source).
+
+    Raises:
+        VaultReadError: rows or a time range that select nothing or lie outside the data.
+        VaultExistsError: something is at ``dest`` already.
+        VaultLocationError: ``dest`` lies inside the source.
+
+    Examples:
+        >>> import numpy as np
+        >>> from vault import Vault, derive_slice
+        >>> with Vault.create("runs/doc", {"x": np.float32(0)}, rows=3) as v:
+        ...     v.append({"x": np.zeros((3, 10), np.float32)})
+        10
+        >>> part = derive_slice("runs/doc", "runs/doc-part", rows=[0, 2], start=6)
+        >>> part.rows, part.committed_length
+        (2, 4)
     """
     callable_arg("progress", progress)
     if isinstance(source, Dataset):
@@ -190,12 +217,30 @@ def derive_episodes(
     codec: str | None = "auto",
     progress: Progress | None = None,
 ) -> Vault:
-    """A one-row vault of the given complete episodes of ``source``, back to back in order of
-    their start time (row, then start), with its episode index rebuilt (same episodes).
+    """A one-row vault of the given complete episodes of ``source``, back to back.
 
-    ``source`` may be a :class:`~vault.Dataset` of shards, with ``episodes`` from its
-    :meth:`~vault.Dataset.episodes` (their ``shard`` column says where each is): the new vault
-    holds them shard by shard, in the dataset's shard order."""
+    In order of their start time (row, then start), with the episode index rebuilt (the same
+    episodes).
+
+    Args:
+        source: a vault with an episode index, its location, or a :class:`~vault.Dataset` of
+            shards (with ``episodes`` from its :meth:`~vault.Dataset.episodes`, whose
+            ``shard`` column says where each is: the new vault holds them shard by shard, in
+            the dataset's shard order).
+        dest: the new vault's location; it must not exist.
+        episodes: complete episodes of ``source``, e.g. ``source.episodes().select(...)``.
+        codec: the new vault's codec, as in :meth:`Vault.create`.
+        progress: called as ``progress(timesteps copied, total)``.
+
+    Returns:
+        The new vault, open read-only.
+
+    Raises:
+        VaultArgumentError: ``episodes`` is not an :class:`~vault.EpisodeTable`.
+        VaultReadError: an open episode, one outside the data, or a source without an
+            episode index.
+        VaultExistsError: something is at ``dest`` already.
+    """
     callable_arg("progress", progress)
     if not isinstance(episodes, EpisodeTable):
         raise VaultArgumentError(f"episodes must be an EpisodeTable, got {type(episodes).__name__}")
@@ -308,9 +353,27 @@ def combine(
     codec: str | None = "auto",
     progress: Progress | None = None,
 ) -> Vault:
-    """One vault of several with the same structure and rows, concatenated along time (each
-    may have its own length). Episodes never run across a seam: the open episodes at the end
-    of a source are dropped from the index and the next source's rows start afresh."""
+    """One vault of several with the same structure and rows, concatenated along time.
+
+    Each source may have its own length. Each joint is a seam: the open episodes at the end
+    of a source are dropped from the index and the next source's rows start afresh.
+
+    Args:
+        sources: vaults or their locations, in order.
+        dest: the new vault's location; it must not exist.
+        codec: the new vault's codec, as in :meth:`Vault.create`.
+        progress: called as ``progress(timesteps copied, total)``.
+
+    Returns:
+        The new vault, open read-only.
+
+    Raises:
+        VaultArgumentError: ``sources`` is not a list.
+        VaultReadError: no source.
+        VaultStructureError: sources that differ in structure or rows (every difference
+            listed).
+        VaultExistsError: something is at ``dest`` already.
+    """
     if isinstance(sources, (str, bytes, os.PathLike, Vault, dict)) or not isinstance(
         sources, Sequence
     ):
@@ -375,7 +438,7 @@ def _opened(source: Source) -> Iterator[Snapshot]:
     if isinstance(source, Vault):
         yield source.snapshot
         return
-    src = Vault.open(source if isinstance(source, (dict, Location)) else os.fspath(source))
+    src = Vault.open(parse_location(source, argument="source"))
     try:
         yield src.snapshot
     finally:
@@ -385,7 +448,7 @@ def _opened(source: Source) -> Iterator[Snapshot]:
 def _destination(dest: LocationLike, sources: Sequence[Snapshot]) -> Location:
     """The destination's location, refused (before anything is written) where it lies inside
     a source: the copy would be written into what it copies."""
-    target = parse_location(dest)
+    target = parse_location(dest, argument="dest")
     for src in sources:
         if src.location.contains(target):
             raise VaultLocationError(

@@ -10,7 +10,7 @@ from typing import Any
 
 from vault._errors import VaultNotFoundError, VaultStructureError
 from vault.format._records import MANIFEST_KEY
-from vault.storage._kinds import parse_location
+from vault.storage._kinds import check_name, parse_location
 from vault.storage._location import Location
 
 
@@ -37,7 +37,10 @@ def reference_target(
 ) -> ReferenceTarget:
     """Where ``Vault(vault_name, experience_structure, rel_dir, vault_uid, compression)``
     goes, and whether it creates."""
-    base = parse_location(rel_dir).child(vault_name)
+    for argument, name in (("vault_name", vault_name), ("vault_uid", vault_uid)):
+        if isinstance(name, str):
+            check_name(argument, name)
+    base = parse_location(rel_dir, argument="rel_dir").child(vault_name)
     if vault_uid is None and experience_structure is None:
         existing = sorted(str(loc) for loc, broken in base.find_vaults() if broken is None)
         vault_uid = existing[-1].rstrip("/").rsplit("/", 1)[-1] if existing else None

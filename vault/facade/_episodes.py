@@ -38,18 +38,46 @@ class EpisodeMethods:
     def episodes(self, include_open: bool = False) -> EpisodeTable:
         """The committed episode index (loaded from the index arrays, no scan of the data).
 
-        Complete episodes in the order they were committed (by write, then row, then time);
-        with ``include_open`` the unfinished last episode of every row is appended
-        (``complete`` false, its length and return so far).
+        Args:
+            include_open: also the unfinished last episode of every row, appended after the
+                complete ones (``complete`` false, its length and return so far).
+
+        Returns:
+            Complete episodes in the order they were committed (by write, then row, then
+            time); empty for a vault without an episode index.
+
+        Raises:
+            VaultCorruptError: the index arrays failed validation.
+
+        Examples:
+            >>> import numpy as np
+            >>> from vault import Vault
+            >>> example = {"r": np.float32(0), "done": np.bool_(False)}
+            >>> with Vault.create("runs/doc", example, rows=1, done_leaf="done",
+            ...                   reward_leaf="r") as v:
+            ...     v.append({"r": np.ones((1, 6), np.float32),
+            ...               "done": np.array([[0, 0, 1, 0, 1, 0]], bool)})
+            6
+            >>> table = Vault.open("runs/doc").episodes()
+            >>> table.length.tolist(), table.returns.tolist()
+            ([3, 2], [3.0, 2.0])
         """
         return _read.episode_table(self.snapshot, bool_arg("include_open", include_open))
 
     def read_episode(
         self, episode: int | EpisodeTable, *, leaves: Sequence[str] | None = None
     ) -> Any:
-        """One episode's timesteps: the vault's structure with leaves ``[length, ...]``.
+        """One episode's timesteps.
 
-        ``episode`` is a position in :meth:`episodes` or a one-row :class:`EpisodeTable`.
+        Args:
+            episode: a position in :meth:`episodes`, or a one-row :class:`EpisodeTable`.
+            leaves: leaf paths to read (default: every leaf; a subset gives a dict).
+
+        Returns:
+            The vault's structure with leaves ``[length, ...]``.
+
+        Raises:
+            VaultReadError: no such episode, or a table of more than one episode.
         """
         snap = self.snapshot
         one = _read.one_episode(snap, episode)
@@ -58,8 +86,21 @@ class EpisodeMethods:
     def iter_episodes(
         self, table: EpisodeTable | None = None, *, leaves: Sequence[str] | None = None
     ) -> Iterator[Any]:
-        """Yield every episode of ``table`` (default: all complete ones) as ``read_episode``.
-        The arguments are checked at the call, not at the first ``next()``."""
+        """Every episode of ``table``, one after the other, as :meth:`read_episode` reads it.
+
+        The arguments are checked at the call, not at the first ``next()``.
+
+        Args:
+            table: the episodes (default: every complete one).
+            leaves: leaf paths to read (default: every leaf).
+
+        Returns:
+            An iterator of episodes (leaves ``[length, ...]``).
+
+        Raises:
+            VaultArgumentError: ``table`` is not an :class:`EpisodeTable`.
+            VaultReadError: leaves that the vault does not have.
+        """
         snap = self.snapshot
         if table is not None and not isinstance(table, EpisodeTable):
             raise VaultArgumentError(

@@ -33,9 +33,20 @@ SLICE_ELEMENTS = 1 << 20
 class LeafStats:
     """Statistics of one leaf over every committed timestep of every row.
 
-    ``count`` counts values (timesteps x rows x item elements); ``min``/``max``/``mean``/``std``
-    are over the finite values (``None`` when there are none); ``nan`` and ``inf`` count the
-    others (``inf`` counts both signs). Booleans count as 0/1.
+    Booleans count as 0/1.
+
+    Attributes:
+        name: the leaf's path.
+        dtype: its dtype's name.
+        shape: its item shape (per row and timestep).
+        count: values counted (timesteps x rows x item elements).
+        finite: finite values among them.
+        nan: NaN values.
+        inf: infinite values (both signs).
+        min: the least finite value (None when there is none).
+        max: the greatest finite value (None when there is none).
+        mean: the mean of the finite values (None when there is none).
+        std: their standard deviation (None when there is none).
     """
 
     name: str
@@ -51,6 +62,11 @@ class LeafStats:
     std: float | None
 
     def to_dict(self) -> dict[str, Any]:
+        """The statistics as a JSON-ready dict (``shape`` a list), as ``vault stats --json``.
+
+        Returns:
+            Field name -> value.
+        """
         out = dataclasses.asdict(self)
         out["shape"] = list(self.shape)
         return out
@@ -121,8 +137,26 @@ class _Accumulator:
 
 
 def time_blocks(length: int, chunk_time: int, step_bytes: int, block_bytes: int) -> list[int]:
-    """Block edges ``[0, b, 2b, ..., length]`` along time: ``b`` is a whole number of time
-    chunks (at least one) whose data (all rows) fits in ``block_bytes``."""
+    """Block edges along time for reading a leaf in bounded memory.
+
+    Args:
+        length: timesteps to cover.
+        chunk_time: timesteps per stored chunk.
+        step_bytes: bytes of one timestep of every row.
+        block_bytes: the memory one block may take.
+
+    Returns:
+        ``[0, b, 2b, ..., length]``: ``b`` is a whole number of time chunks (at least one)
+        whose data fits in ``block_bytes``.
+
+    Raises:
+        VaultArgumentError: an argument that is not an integer, or out of range.
+
+    Examples:
+        >>> import vault
+        >>> vault.time_blocks(10, chunk_time=4, step_bytes=100, block_bytes=900)
+        [0, 8, 10]
+    """
     length = int_arg("length", length, 0)
     chunk_time = int_arg("chunk_time", chunk_time, 1)
     step_bytes = int_arg("step_bytes", step_bytes, 0)
@@ -139,11 +173,32 @@ def leaf_stats(
     block_bytes: int = BLOCK_BYTES,
     progress: Progress | None = None,
 ) -> list[LeafStats]:
-    """Statistics of every leaf (or of ``leaves``, by path) over the committed timesteps.
+    """Statistics of every leaf over the committed timesteps, streamed chunk by chunk.
 
-    ``vault`` is an open :class:`Vault` (its current snapshot is read) or a
-    :class:`~vault.Dataset` (every shard's). Memory is bounded by ``block_bytes`` (raised to
-    one time-chunk of all rows when a chunk is larger).
+    Args:
+        vault: an open :class:`Vault` (its current snapshot is read) or a
+            :class:`~vault.Dataset` (every shard's).
+        leaves: leaf paths (default: every leaf).
+        block_bytes: the memory a block of data may take (raised to one time-chunk of all
+            rows when a chunk is larger).
+        progress: called as ``progress(bytes read, total)``.
+
+    Returns:
+        One :class:`LeafStats` per leaf, in leaf order.
+
+    Raises:
+        VaultArgumentError: ``vault`` is not an open Vault or Dataset.
+        VaultReadError: leaves that the vault does not have.
+
+    Examples:
+        >>> import numpy as np
+        >>> from vault import Vault, leaf_stats
+        >>> with Vault.create("runs/doc", {"x": np.float32(0)}, rows=2) as v:
+        ...     v.append({"x": np.arange(8, dtype=np.float32).reshape(2, 4)})
+        4
+        >>> stats = leaf_stats(Vault.open("runs/doc"))[0]
+        >>> stats.count, stats.min, stats.max, stats.mean
+        (8, 0.0, 7.0, 3.5)
     """
     if isinstance(vault, Vault):
         snaps = [vault.snapshot]
@@ -180,8 +235,19 @@ def leaf_stats(
 
 
 def episode_stats(table: Any) -> dict[str, Any]:
-    """Return and length statistics of an :class:`EpisodeTable`'s complete episodes, and the
-    counts of all, complete, truncated and open episodes."""
+    """Return and length statistics of the complete episodes of an :class:`EpisodeTable`.
+
+    Args:
+        table: an episode table, e.g. ``vault.episodes(include_open=True)``.
+
+    Returns:
+        ``{"episodes", "complete", "open", "truncated"}`` counts, and ``"return"`` and
+        ``"length"``: ``{"min", "max", "mean", "std"}`` over the complete episodes (None when
+        there are none; non-finite returns left out).
+
+    Raises:
+        VaultArgumentError: ``table`` is not an :class:`EpisodeTable`.
+    """
     if not isinstance(table, EpisodeTable):
         raise VaultArgumentError(
             f"episode_stats takes an EpisodeTable (from vault.episodes()), got {kind(table)}"

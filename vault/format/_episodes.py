@@ -32,12 +32,20 @@ FLAG_START_UNKNOWN = 2  # begins right after a recorded gap or at a slice start 
 class EpisodeTable:
     """Episodes as numpy columns of equal length (one entry per episode).
 
-    ``start`` is a time index in the vault; ``returns`` is the sum of the reward leaf over the
-    episode (NaN when the vault has no reward leaf); ``truncated`` tells how a complete
-    episode ended; ``complete`` is false for the open (unfinished) last episode of a row
-    (included only with ``vault.episodes(include_open=True)``); ``start_known`` is false for an
-    episode whose beginning was lost (it starts at a recorded gap). ``shard`` names the shard
-    of a :class:`~vault.Dataset` each episode is in (None for a single vault's table).
+    Indexing with an int, a slice, a mask or indices gives a table of those episodes;
+    iterating gives :meth:`to_records`'s dicts.
+
+    Attributes:
+        row: each episode's row.
+        start: its first timestep (a time index in the vault).
+        length: its timesteps.
+        returns: the sum of the reward leaf over it (NaN when the vault has no reward leaf).
+        truncated: whether a complete episode ended by truncation.
+        complete: false for the open (unfinished) last episode of a row (included only with
+            ``vault.episodes(include_open=True)``).
+        start_known: false for an episode whose beginning was lost (it starts at a seam).
+        shard: the shard of a :class:`~vault.Dataset` each episode is in (None for a single
+            vault's table).
     """
 
     row: np.ndarray
@@ -67,7 +75,7 @@ class EpisodeTable:
         return int(self.length.sum())
 
     def to_records(self) -> list[dict[str, Any]]:
-        """One dict per episode (JSON-ready; a missing return is ``None``)."""
+        """Returns one JSON-ready dict per episode (a missing return is ``None``)."""
         return [
             {
                 **({} if self.shard is None else {"shard": str(self.shard[i])}),
@@ -83,7 +91,18 @@ class EpisodeTable:
         ]
 
     def sort(self, by: str = "return", descending: bool = True) -> EpisodeTable:
-        """Sorted by ``return``, ``length``, ``row`` or ``start`` (stable; NaN last)."""
+        """The episodes sorted by one column (a stable sort; NaN last).
+
+        Args:
+            by: ``"return"``, ``"length"``, ``"row"`` or ``"start"``.
+            descending: largest first.
+
+        Returns:
+            A new table.
+
+        Raises:
+            VaultArgumentError: another column.
+        """
         columns = {"return": self.returns, "length": self.length, "row": self.row}
         columns["start"] = self.start
         if by not in columns:
@@ -106,9 +125,31 @@ class EpisodeTable:
     ) -> EpisodeTable:
         """Complete episodes with a known start that pass every given filter, in index order.
 
-        ``top_k`` keeps the k highest returns; ``transitions`` then draws episodes uniformly
-        at random (seeded) until their lengths add up to at least that many timesteps (or
-        every episode is taken).
+        Args:
+            min_return: keep returns at least this.
+            max_return: keep returns at most this.
+            min_length: keep lengths at least this.
+            max_length: keep lengths at most this.
+            top_k: then keep the ``top_k`` highest returns.
+            transitions: then draw episodes uniformly at random (seeded) until their lengths
+                add up to at least that many timesteps (or every episode is taken).
+            seed: the seed of that draw.
+
+        Returns:
+            A new table.
+
+        Raises:
+            VaultArgumentError: a bound that is not a finite number, or a count below 0.
+
+        Examples:
+            >>> import numpy as np
+            >>> from vault import EpisodeTable
+            >>> bounds = np.array([[0, 0, 3, 0], [0, 3, 5, 0], [1, 0, 2, 0]])
+            >>> table = EpisodeTable.from_bounds(bounds, np.array([1.0, 4.0, 2.0]), True)
+            >>> table.select(min_length=3).returns.tolist()
+            [1.0, 4.0]
+            >>> table.select(top_k=1).start.tolist()
+            [3]
         """
         keep = self.complete & self.start_known
         bounds = {
@@ -144,6 +185,7 @@ class EpisodeTable:
 
     @classmethod
     def empty(cls) -> EpisodeTable:
+        """Returns a table of no episodes."""
         return cls.from_bounds(np.zeros((0, 4), np.int64), np.zeros(0), has_reward=True)
 
     @classmethod
@@ -154,6 +196,18 @@ class EpisodeTable:
         has_reward: bool,
         complete: np.ndarray | None = None,
     ) -> EpisodeTable:
+        """A table from the episode index's stored columns.
+
+        Args:
+            bounds: ``[k, 4]`` ints per episode: row, start, length, flags (bit 0: truncated,
+                bit 1: start unknown).
+            returns: ``[k]`` returns.
+            has_reward: whether the returns mean anything (else they are NaN).
+            complete: ``[k]`` bools (default: every episode is complete).
+
+        Returns:
+            The table.
+        """
         flags = bounds[:, 3]
         n = bounds.shape[0]
         return cls(
@@ -168,7 +222,11 @@ class EpisodeTable:
 
     @classmethod
     def concat(cls, tables: Sequence[EpisodeTable]) -> EpisodeTable:
-        """One table of ``tables`` in order (a shard column only when every one has it)."""
+        """Returns one table of several, in order.
+
+        Args:
+            tables: the tables (a shard column only when every one has it).
+        """
         columns: dict[str, Any] = {}
         for f in _FIELDS:
             parts = [getattr(t, f.name) for t in tables]

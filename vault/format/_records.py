@@ -29,10 +29,10 @@ import numpy as np
 from vault._errors import VaultCorruptError, VaultNotFoundError, VaultVersionError
 from vault.format import _structure
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """2: optional episode index (episodes/); 3: digests on the manifest and the commit record,
-checksums bound to chunk places (tags/, the commit record's edges). Versions 1 and 2 still
-open (without those protections)."""
+checksums bound to chunk places (tags/, the commit record's edges); 4: every item chunk bound
+(``vault/format/_tags.py``). Versions 1 and 2 still open (without those protections)."""
 DIGESTS_SINCE = 3
 
 # ------------------------------------------------------------------------------- key names
@@ -134,7 +134,15 @@ def parse_json(raw: bytes, where: str) -> dict[str, Any]:
 # --------------------------------------------------------------------------------- records
 @dataclasses.dataclass(frozen=True)
 class LeafSpec:
-    """One leaf: its path, per-timestep shape and dtype, chunk shape and codec chain."""
+    """One leaf of a vault, as its manifest records it.
+
+    Attributes:
+        name: the leaf's path (``"obs"``, ``"info/x"``).
+        shape: its item shape (per row and timestep).
+        dtype: its dtype's name.
+        chunk: the chunk shape ``[rows, time, *shape]``.
+        codecs: the Zarr v3 codec chain (ending with ``crc32c``).
+    """
 
     name: str
     shape: tuple[int, ...]
@@ -149,9 +157,16 @@ class LeafSpec:
 
     @property
     def chunk_time(self) -> int:
+        """Timesteps per chunk."""
         return self.chunk[1]
 
+    @property
+    def item_chunks(self) -> tuple[int, ...]:
+        """Chunks along each item axis (all 1 when a chunk holds whole items)."""
+        return tuple(-(-n // c) for n, c in zip(self.shape, self.chunk[2:], strict=True))
+
     def to_json(self) -> dict[str, Any]:
+        """Returns the leaf as the manifest stores it (lists, not tuples)."""
         return {
             "name": self.name,
             "shape": list(self.shape),
@@ -162,6 +177,11 @@ class LeafSpec:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> LeafSpec:
+        """Returns the leaf of a manifest's entry (validated with the manifest).
+
+        Args:
+            doc: the entry, as :meth:`to_json` writes it.
+        """
         return cls(
             name=doc["name"],
             shape=tuple(doc["shape"]),
@@ -173,22 +193,45 @@ class LeafSpec:
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeLeaves:
-    """The leaves that delimit episodes (``done`` is required to keep an index)."""
+    """The leaves that delimit episodes, for a vault that keeps an episode index.
+
+    Attributes:
+        done: the path of the episode-end flags (required to keep an index).
+        truncated: the path of the truncation flags, or None.
+        reward: the path of the rewards (for episode returns), or None.
+    """
 
     done: str
     truncated: str | None = None
     reward: str | None = None
 
     def to_json(self) -> dict[str, Any]:
+        """Returns ``{"done", "truncated", "reward"}`` -> path or None, as stored."""
         return {"done": self.done, "truncated": self.truncated, "reward": self.reward}
 
     def as_dict(self) -> dict[str, str | None]:
+        """Returns ``{"done", "truncated", "reward"}`` -> path or None."""
         return self.to_json()
 
 
 @dataclasses.dataclass(frozen=True)
 class Manifest:
-    """What a vault holds: written once, by ``Vault.create``."""
+    """What a vault holds: written once, by ``Vault.create``, validated on every open.
+
+    Attributes:
+        rows: rows of every leaf.
+        structure: the pytree's containers (dict keys, named fields, tuple and list
+            indices), to rebuild the state a read returns.
+        leaves: every leaf, sorted by path.
+        created: when the vault was created (ISO 8601, UTC).
+        rlvault_version: the rlvault that created it.
+        user_metadata: the metadata given at creation.
+        episodes: the episode leaves, or None (no episode index).
+        fill_chunks_stored: every chunk is stored, even one of fill values (a missing chunk
+            is then an error, never the fill value).
+        dimension_names: the arrays carry dimension names, checked on open.
+        format_version: the on-disk format version.
+    """
 
     rows: int
     structure: dict[str, Any]
@@ -203,9 +246,18 @@ class Manifest:
 
     @property
     def leaf_names(self) -> list[str]:
+        """Every leaf's path, sorted."""
         return [leaf.name for leaf in self.leaves]
 
     def leaf(self, name: str) -> LeafSpec:
+        """Returns the leaf at a path.
+
+        Args:
+            name: the leaf's path.
+
+        Raises:
+            KeyError: no leaf at that path.
+        """
         for leaf in self.leaves:
             if leaf.name == name:
                 return leaf
@@ -217,6 +269,7 @@ class Manifest:
         return sum(leaf.step_bytes for leaf in self.leaves)
 
     def to_json(self) -> dict[str, Any]:
+        """Returns the manifest as the root ``zarr.json`` stores it, with its digest."""
         doc: dict[str, Any] = {
             "format_version": self.format_version,
             "rlvault_version": self.rlvault_version,
@@ -237,8 +290,19 @@ class Manifest:
 
     @classmethod
     def from_json(cls, doc: Any, where: str) -> Manifest:
-        """A validated manifest; VaultVersionError for a newer format, VaultCorruptError
-        listing every problem for a malformed one."""
+        """A validated manifest.
+
+        Args:
+            doc: the manifest's JSON object.
+            where: the vault's location, for messages.
+
+        Returns:
+            The manifest.
+
+        Raises:
+            VaultVersionError: a newer format than this rlvault reads.
+            VaultCorruptError: a malformed manifest (every problem listed).
+        """
         version = doc.get("format_version") if isinstance(doc, dict) else None
         if is_int(version, 1) and version > FORMAT_VERSION:
             raise VaultVersionError(
@@ -274,14 +338,19 @@ class Manifest:
 
 @dataclasses.dataclass(frozen=True)
 class Seam:
-    """The timesteps at ``at - 1`` and ``at`` are not consecutive: ``lost`` timesteps per row
-    were lost there (``on_overrun="save_surviving"``), or none (a restart: ``append(...,
-    continues=False)``, the seams of ``combine``)."""
+    """A place where the timesteps at ``at - 1`` and ``at`` are not consecutive.
+
+    Attributes:
+        at: the first timestep after the seam.
+        lost: timesteps per row lost there (``on_overrun="save_surviving"``), or 0 for a
+            restart (``append(..., continues=False)``, the seams of ``combine``).
+    """
 
     at: int
     lost: int = 0
 
     def to_json(self) -> dict[str, int]:
+        """Returns ``{"at", "lost"}``, as the commit record stores it."""
         return {"at": self.at, "lost": self.lost}
 
 
@@ -346,7 +415,19 @@ class Edge:
 
 @dataclasses.dataclass(frozen=True)
 class CommitRecord:
-    """The truth about what is committed: replaced atomically after the data is written."""
+    """The truth about what is committed: replaced atomically after the data is written.
+
+    Attributes:
+        committed_length: committed timesteps per row; readers never look past it.
+        source_counter: the buffer's write counter at the last ``write``, or None.
+        seq: commits so far (the commit's number).
+        seams: every seam of the committed data.
+        episodes: the episode index's committed count and each row's open episode, or None.
+        edges: per array, the stored checksums of its partly written last chunk (None in a
+            format without them).
+        fence: the token of the writer that fenced the record (object stores), or None.
+        uid: random per commit (None: written before commits had ids).
+    """
 
     committed_length: int
     source_counter: int | None = None  # the buffer's write counter at the last write()
@@ -358,6 +439,7 @@ class CommitRecord:
     uid: str | None = None  # random per commit (None: written before commits had ids)
 
     def to_json(self) -> dict[str, Any]:
+        """Returns the record as ``commit/zarr.json`` stores it, with its digest."""
         doc: dict[str, Any] = {
             "committed_length": self.committed_length,
             "source_counter": self.source_counter,
@@ -376,10 +458,24 @@ class CommitRecord:
         return doc
 
     def to_bytes(self) -> bytes:
+        """Returns ``commit/zarr.json``: a Zarr group whose attributes hold the record."""
         return group_json({COMMIT_ATTR: self.to_json()})
 
     @classmethod
     def from_json(cls, doc: Any, where: str, manifest: Manifest) -> CommitRecord:
+        """A validated commit record.
+
+        Args:
+            doc: the record's JSON object.
+            where: the vault's location, for messages.
+            manifest: the vault's manifest (what the record must agree with).
+
+        Returns:
+            The record.
+
+        Raises:
+            VaultCorruptError: a malformed record (every problem listed).
+        """
         problems = commit_problems(doc, manifest)
         if not problems:
             problems = digest_problems(doc, manifest.format_version >= DIGESTS_SINCE)

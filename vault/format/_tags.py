@@ -2,12 +2,12 @@
 
 Every chunk carries a crc32c (its last four bytes), which proves its bytes intact but not that
 they are the chunk written *there*: a chunk moved or copied over another chunk of the same
-array decodes and passes its checksum. Two records bind data to places (format 3):
+array decodes and passes its checksum. Two records bind data to places (from format 3):
 
 * **tags**, for complete chunks (every timestep committed; never rewritten again): when an
   append completes a chunk, the writer records the chunk's stored crc32c in the tag array
-  ``tags/<array>`` (uint32 ``[row blocks, time chunks]``). A read compares each complete chunk
-  it touches with its tag (four bytes read per chunk, once per snapshot).
+  ``tags/<array>`` (uint32 ``[row blocks, time chunks x bound item chunks]``). A read compares
+  each complete chunk it touches with its tag (four bytes read per chunk, once per snapshot).
 * **edges**, for the partly filled chunk at the committed end (the next append rewrites it,
   so no stored checksum of it can stay valid across a crash): the commit record keeps, per
   row, the crc32 of the decoded bytes of its committed timesteps in that chunk. A read that
@@ -16,11 +16,21 @@ array decodes and passes its checksum. Two records bind data to places (format 3
 The tag array's own chunks have a crc32c; one moved to another place disagrees with the data
 chunks' checksums. The episode index (``episodes/bounds``, ``episodes/returns``) is covered
 the same way, with the episode axis as its time axis.
+
+A *place* is a (row block, time chunk). A leaf whose chunks cut its item axes (a user's
+``chunk=``) has several chunks per place, one per item chunk ``i`` (the flat index of its
+item-chunk indices, in C order). From format 4 (``ITEM_PLACES_SINCE``) every one of them is
+bound: the tag of item chunk ``i`` of time chunk ``k`` is at ``[b, k * n + i]`` (``n`` item
+chunks per place), an edge's tails list ``n`` per row block, and the fingerprint covers them
+all; with one item chunk per place that is format 3's layout. In format 3 only item chunk 0 was
+bound (``Grid.bound`` is 1): the others are protected by their own crc32c alone, and an edge's
+tails (item chunk 0 only) are not trusted, its committed part always checked by its crc.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -29,29 +39,72 @@ import numpy as np
 import tensorstore as ts
 
 from vault._errors import VaultCorruptError
-from vault.format._records import BOUNDS, RETURNS, TAGS, CommitRecord, Edge, Manifest, leaf_key
+from vault.format._records import (
+    BOUNDS,
+    RETURNS,
+    TAGS,
+    CommitRecord,
+    Edge,
+    LeafSpec,
+    Manifest,
+    leaf_key,
+)
 
-TAG_CHUNK = 1024  # time chunks per chunk of a tag array
+TAG_CHUNK = 1024  # tags per chunk of a tag array (time chunks x bound item chunks)
 PLACES_SINCE = 3  # the format version that keeps tags and edges
+ITEM_PLACES_SINCE = 4  # the format version that binds every item chunk of a place
+
+
+def version_for(leaves: Sequence[LeafSpec]) -> int:
+    """The format version a new vault of ``leaves`` is written in: ``ITEM_PLACES_SINCE`` when a
+    leaf's chunks cut its item axes (in version 3 only the first item chunk of each place would
+    be bound), else 3: the same bytes in either version, readable by rlvault 0.1.0, and its
+    fingerprints unchanged."""
+    cut = any(math.prod(leaf.item_chunks) > 1 for leaf in leaves)
+    return ITEM_PLACES_SINCE if cut else PLACES_SINCE
 
 
 @dataclasses.dataclass(frozen=True)
 class Grid:
-    """How an array is cut into chunks along its rows and its time (or episode) axis."""
+    """How an array is cut into chunks along its rows, its time (or episode) axis and its item
+    axes, and how many of the chunks at each place are bound to it."""
 
     key: str  # the array's key (``experience/obs``, ``episodes/bounds``)
     rows: int  # data rows (1 for the episode index, which has no row axis)
     row_block: int | None  # rows per chunk; None: no row axis
     step: int  # chunk length along time
-    item_zeros: int  # chunk-index zeros after the time axis
+    items: tuple[int, ...]  # chunks along each item axis (1 each: a chunk holds whole items)
+    bound: int = 1  # item chunks per place bound to it: all from format 4, the first before
 
     @property
     def row_blocks(self) -> int:
         return 1 if self.row_block is None else -(-self.rows // self.row_block)
 
-    def chunk(self, block: int, k: int) -> str:
-        parts = ([block] if self.row_block is not None else []) + [k] + [0] * self.item_zeros
+    @property
+    def partial(self) -> bool:
+        """Whether only some of the chunks at a place are bound to it (format 3 or older, a
+        leaf whose chunks cut its item axes)."""
+        return self.bound < math.prod(self.items)
+
+    def chunk(self, block: int, k: int, i: int = 0) -> str:
+        """The key of item chunk ``i`` (flat index, C order) of the place ``(block, k)``."""
+        at = []
+        for n in reversed(self.items):
+            i, inner = divmod(i, n)
+            at.append(inner)
+        parts = ([block] if self.row_block is not None else []) + [k] + at[::-1]
         return f"{self.key}/c/" + "/".join(map(str, parts))
+
+    def item_index(self, at: Sequence[int]) -> int:
+        """The flat index (C order) of the item-chunk indices ``at``."""
+        i = 0
+        for a, n in zip(at, self.items, strict=True):
+            i = i * n + int(a)
+        return i
+
+    def bound_chunks(self, block: int, k: int) -> list[str]:
+        """The keys of the chunks bound to the place ``(block, k)``, in item order."""
+        return [self.chunk(block, k, i) for i in range(self.bound)]
 
     def blocks_of(self, rows: Iterable[int] | None) -> list[int]:
         if rows is None or self.row_block is None:
@@ -66,15 +119,16 @@ def enabled(manifest: Manifest) -> bool:
 def grids(manifest: Manifest) -> dict[str, Grid]:
     from vault.format._episodes import INDEX_CHUNK
 
-    out = {
-        leaf_key(leaf.name): Grid(
-            leaf_key(leaf.name), manifest.rows, leaf.chunk[0], leaf.chunk[1], len(leaf.shape)
-        )
-        for leaf in manifest.leaves
-    }
+    every = manifest.format_version >= ITEM_PLACES_SINCE
+    out = {}
+    for leaf in manifest.leaves:
+        items = leaf.item_chunks
+        key = leaf_key(leaf.name)
+        bound = math.prod(items) if every else 1
+        out[key] = Grid(key, manifest.rows, leaf.chunk[0], leaf.chunk[1], items, bound)
     if manifest.episodes is not None:
-        out[BOUNDS] = Grid(BOUNDS, 1, None, INDEX_CHUNK, 1)
-        out[RETURNS] = Grid(RETURNS, 1, None, INDEX_CHUNK, 0)
+        out[BOUNDS] = Grid(BOUNDS, 1, None, INDEX_CHUNK, (1,))
+        out[RETURNS] = Grid(RETURNS, 1, None, INDEX_CHUNK, ())
     return out
 
 
@@ -127,8 +181,14 @@ def tag_array(snap: Any, grid: Grid, at_least: int, create: bool = False) -> Any
 
 # ------------------------------------------------------------------------------- writing
 def tag_keys(grid: Grid, k0: int, k1: int) -> list[str]:
-    """The chunk keys of time chunks ``[k0, k1)`` of every row block."""
-    return [grid.chunk(b, k) for b in range(grid.row_blocks) for k in range(k0, k1)]
+    """The keys of the chunks bound to time chunks ``[k0, k1)`` of every row block, in the
+    order of their tags (row block, then time chunk, then item chunk)."""
+    return [
+        chunk
+        for b in range(grid.row_blocks)
+        for k in range(k0, k1)
+        for chunk in grid.bound_chunks(b, k)
+    ]
 
 
 def write_tags(
@@ -140,21 +200,22 @@ def write_tags(
     if k1 <= k0:
         return None
     values = tag_values_of(snap, grid, k0, k1, tails)
+    e0, e1 = k0 * grid.bound, k1 * grid.bound  # where their tags are
     handle = tag_array(snap, grid, 0, create=True)
-    if handle.shape[1] < k1:
-        target = -(-max(k1, handle.shape[1] * 5 // 4) // TAG_CHUNK) * TAG_CHUNK
+    if handle.shape[1] < e1:
+        target = -(-max(e1, handle.shape[1] * 5 // 4) // TAG_CHUNK) * TAG_CHUNK
         handle = handle.resize(
             exclusive_max=[None, target], expand_only=True, resize_metadata_only=True
         ).result()
         snap.cache[("tags", grid.key)] = handle
-    return handle[:, k0:k1].write(values)
+    return handle[:, e0:e1].write(values)
 
 
 def tag_values_of(
     snap: Any, grid: Grid, k0: int, k1: int, tails: Sequence[bytes | None]
 ) -> np.ndarray:
-    """The tags ``[row blocks, k1 - k0]`` of chunks ``[k0, k1)`` from their stored checksums
-    ``tails`` (for :func:`tag_keys`)."""
+    """The tags ``[row blocks, (k1 - k0) * bound]`` of chunks ``[k0, k1)`` from their stored
+    checksums ``tails`` (for :func:`tag_keys`)."""
     keys = tag_keys(grid, k0, k1)
     missing = [key for key, tail in zip(keys, tails, strict=True) if tail is None or len(tail) < 4]
     if missing:
@@ -167,14 +228,15 @@ def _tails(tails: Sequence[bytes | None]) -> list[int | None]:
 
 
 def edge_keys(grid: Grid, edge: Edge) -> list[str]:
-    """The chunk keys (one per row block) of the partly filled chunk ``edge`` is in."""
+    """The keys of the chunks bound to the partly filled place ``edge`` is in (by row block,
+    then item chunk): the order of the edge's tails."""
     k = edge.start // grid.step
-    return [grid.chunk(b, k) for b in range(grid.row_blocks)]
+    return [chunk for b in range(grid.row_blocks) for chunk in grid.bound_chunks(b, k)]
 
 
 def with_tails(edge: Edge, tails: Sequence[bytes | None]) -> Edge:
-    """``edge`` with the stored checksums of its chunk (just written; ``tails`` read for
-    :func:`edge_keys`), per row block."""
+    """``edge`` with the stored checksums of its chunks (just written; ``tails`` read for
+    :func:`edge_keys`)."""
     values = _tails(tails)
     if any(t is None for t in values):
         return edge  # not readable now: readers check the committed part instead
@@ -224,12 +286,12 @@ def check_chunks(
     if not todo:
         return
     tags = stored_tags(snap, grid, complete)
-    keys = [grid.chunk(b, k) for b, k in todo]
-    tails = snap.location.read_tails(keys)
+    chunks = [(b, k, i) for b, k in todo for i in range(grid.bound)]
+    tails = snap.location.read_tails([grid.chunk(b, k, i) for b, k, i in chunks])
     wrong = [
         problem
-        for (b, k), tail in zip(todo, tails, strict=True)
-        if (problem := place_problem(grid, b, k, tail, int(tags[b, k]))) is not None
+        for (b, k, i), tail in zip(chunks, tails, strict=True)
+        if (problem := place_problem(grid, b, k, tail, int(tags[b, k, i]), i)) is not None
     ]
     if wrong:
         raise place_error(snap, key, wrong)
@@ -237,8 +299,8 @@ def check_chunks(
 
 
 def stored_tags(snap: Any, grid: Grid, complete: int) -> np.ndarray:
-    """The tags of the first ``complete`` time chunks of ``grid``'s array (read once per
-    snapshot, :func:`read_tags`)."""
+    """The tags of the first ``complete`` time chunks of ``grid``'s array, ``[row blocks,
+    complete, bound]`` (read once per snapshot, :func:`read_tags`)."""
     tags = snap.cache.get(("tag values", grid.key))
     if tags is None or tags.shape[1] < complete:
         tags = read_tags(snap, grid, complete)
@@ -246,14 +308,16 @@ def stored_tags(snap: Any, grid: Grid, complete: int) -> np.ndarray:
     return tags
 
 
-def place_problem(grid: Grid, b: int, k: int, tail: bytes | None, tag: int) -> str | None:
-    """What is wrong with complete chunk ``(b, k)`` whose stored checksum is ``tail`` (None:
-    the chunk is absent) where ``tag`` was recorded; None when it is the chunk written
-    there."""
+def place_problem(
+    grid: Grid, b: int, k: int, tail: bytes | None, tag: int, i: int = 0
+) -> str | None:
+    """What is wrong with complete chunk ``(b, k)`` (item chunk ``i``) whose stored checksum
+    is ``tail`` (None: the chunk is absent) where ``tag`` was recorded; None when it is the
+    chunk written there."""
     if tail is None:
-        return missing(grid, b, k)
+        return missing(grid, b, k, grid.chunk(b, k, i))
     if len(tail) < 4 or int.from_bytes(tail[-4:], "little") != tag:
-        return f"{grid.chunk(b, k)}{_span(grid, k)} is not the chunk written there"
+        return f"{grid.chunk(b, k, i)}{_span(grid, k)} is not the chunk written there"
     return None
 
 
@@ -279,22 +343,27 @@ def place_error(snap: Any, key: str, wrong: Sequence[str]) -> VaultCorruptError:
 
 
 def read_tags(snap: Any, grid: Grid, complete: int) -> np.ndarray:
-    """The tags of time chunks ``[0, complete)``, ``[row blocks, complete]``.
+    """The tags of time chunks ``[0, complete)``, ``[row blocks, complete, bound]``.
 
     Read as the tag array's chunk files and decoded here (:func:`decode_tag_chunk`): for a
     small read, opening the array through TensorStore would cost more than the check."""
     keys = tag_chunk_keys(grid, complete)
     raws = snap.location.read_many(keys)
-    return np.concatenate(
-        [decode_tag_chunk(snap, grid, key, raw) for key, raw in zip(keys, raws, strict=True)],
-        axis=1,
-    )[:, :complete]
+    values = [decode_tag_chunk(snap, grid, key, raw) for key, raw in zip(keys, raws, strict=True)]
+    return by_place(grid, values, complete)
+
+
+def by_place(grid: Grid, values: Sequence[np.ndarray], complete: int) -> np.ndarray:
+    """The decoded tag chunks ``values`` (:func:`tag_chunk_keys`, in order) as the tags of the
+    first ``complete`` time chunks, ``[row blocks, complete, bound]``."""
+    flat = np.concatenate(values, axis=1)[:, : complete * grid.bound]
+    return flat.reshape(grid.row_blocks, complete, grid.bound)
 
 
 def tag_chunk_keys(grid: Grid, complete: int) -> list[str]:
     """The keys of the tag array's chunks that hold the tags of time chunks
     ``[0, complete)``."""
-    return [f"{TAGS}/{grid.key}/c/0/{j}" for j in range(-(-complete // TAG_CHUNK))]
+    return [f"{TAGS}/{grid.key}/c/0/{j}" for j in range(-(-complete * grid.bound // TAG_CHUNK))]
 
 
 def encode_tag_chunk(values: np.ndarray) -> bytes:
@@ -337,13 +406,14 @@ def check_edge(snap: Any, key: str, read: Any, data: np.ndarray | None = None) -
     done = ("edge", key, edge)
     if done in snap.cache:
         return
-    if edge.tails:  # the chunk as stored at the commit: four bytes per row block to compare
-        grid = snap.grids[key]
-        k = edge.start // grid.step
-        keys = [grid.chunk(b, k) for b in range(grid.row_blocks)]
-        if _tails(snap.location.read_tails(keys)) == list(edge.tails):
-            snap.cache[done] = True
-            return
+    grid = snap.grids[key]
+    if (  # the chunks as stored at the commit: four bytes each to compare
+        edge.tails
+        and not grid.partial
+        and _tails(snap.location.read_tails(edge_keys(grid, edge))) == list(edge.tails)
+    ):
+        snap.cache[done] = True
+        return
         # rewritten since (a writer appending, or one that died mid-append): what counts is
         # the committed part, checked below against its per-row checksums
     region = read(edge.start) if data is None else data
@@ -368,14 +438,15 @@ def edge_checked(snap: Any, key: str) -> bool:
 
 def note_edge_tails(snap: Any, key: str, tails: dict[int, bytes]) -> None:
     """Count the committed end's partly filled chunk of array ``key`` as checked when
-    ``tails`` (the stored checksums of that chunk by row block, from the very bytes a read is
-    decoding) are those the commit recorded for every row block."""
+    ``tails`` (the stored checksums of the chunks bound to that place, by their position in
+    :func:`edge_keys`, from the very bytes a read is decoding) are those the commit
+    recorded."""
     edge = (snap.commit.edges or {}).get(key)
-    if edge is None or not edge.tails or not enabled(snap.manifest):
+    if edge is None or not edge.tails or not enabled(snap.manifest) or snap.grids[key].partial:
         return
     if len(tails) == len(edge.tails) and all(
-        len(tails.get(b, b"")) >= 4 and int.from_bytes(tails[b][-4:], "little") == tag
-        for b, tag in enumerate(edge.tails)
+        len(tails.get(at, b"")) >= 4 and int.from_bytes(tails[at][-4:], "little") == tag
+        for at, tag in enumerate(edge.tails)
     ):
         snap.cache[("edge", key, edge)] = True
 

@@ -12,8 +12,13 @@ from vault.storage._location import LockHolder
 
 @dataclasses.dataclass(frozen=True)
 class FoundVault:
-    """A vault (or, with ``find_vaults(..., datasets=True)``, a dataset's root: ``kind``
-    ``"dataset"``) found under a prefix: its location, and why it looks broken (None: sound)."""
+    """A vault (or a dataset's root) found under a prefix by :func:`find_vaults`.
+
+    Attributes:
+        location: its location, as a path or URL.
+        problem: why it looks broken (its manifest cannot be read), or None: sound.
+        kind: ``"vault"``, or ``"dataset"`` for a dataset's root (with ``datasets=True``).
+    """
 
     location: str
     problem: str | None = None
@@ -21,35 +26,69 @@ class FoundVault:
 
 
 def find_vaults(prefix: LocationLike, *, datasets: bool = False) -> list[FoundVault]:
-    """Every vault under ``prefix`` (vaults are not searched inside; hidden folders are
-    skipped on a file system), sorted by location. Something with the layout of a vault whose
-    manifest cannot be read is listed with its problem. ``datasets``: list the roots of
-    datasets too (kind ``"dataset"``, even one with no shard yet); their shards are listed
-    as vaults either way."""
+    """Every vault under a folder or prefix, as ``vault ls`` lists them.
+
+    Vaults are not searched inside; hidden folders are skipped on a file system. Something
+    with the layout of a vault whose manifest cannot be read is listed with its problem.
+
+    Args:
+        prefix: a folder, or a location (``s3://bucket/prefix``).
+        datasets: list the roots of datasets too (kind ``"dataset"``, even one with no shard
+            yet); their shards are listed as vaults either way.
+
+    Returns:
+        What was found, sorted by location.
+
+    Raises:
+        VaultLocationError: a location that cannot list its keys.
+    """
     return [
         FoundVault(str(loc), why, kind)
-        for loc, kind, why in parse_location(prefix).find_roots()
+        for loc, kind, why in parse_location(prefix, argument="prefix").find_roots()
         if datasets or kind == "vault"
     ]
 
 
 def lock_holder(location: LocationLike) -> LockHolder | None:
-    """Who holds the writer lock of the vault at ``location`` (None: nobody, or the location
-    cannot tell)."""
+    """Who holds the writer lock of the vault at ``location``.
+
+    Args:
+        location: the vault's path or URL.
+
+    Returns:
+        The holder (process, host, since when), or None: nobody, or the location cannot tell.
+    """
     return parse_location(location).lock_holder()
 
 
 def disk_usage(location: LocationLike, leaf: str | None = None) -> int | None:
-    """Bytes the vault at ``location`` stores (of one leaf with ``leaf``); None where the
-    location cannot tell cheaply."""
+    """Bytes the vault at ``location`` stores.
+
+    Args:
+        location: the vault's path or URL.
+        leaf: one leaf's path, to count only its arrays.
+
+    Returns:
+        The bytes, or None where the location cannot tell cheaply.
+    """
     where = parse_location(location)
     return where.disk_usage("" if leaf is None else leaf_key(leaf))
 
 
 def break_lock(location: LocationLike) -> bool:
-    """Break the writer lock of the vault at ``location`` whoever holds it (a lease on an
-    object store, whose holder died or hangs); whether there was one. A writer that still runs
-    can no longer commit (its next commit raises ``VaultLockedError``). On a local file system
-    there is nothing to break (the kernel releases a dead writer's ``flock``):
-    ``VaultLocationError``."""
+    """Break the writer lock of the vault at ``location``, whoever holds it.
+
+    For a lease on an object store whose holder died or hangs. A writer that still runs can
+    no longer commit (its next commit raises ``VaultLockedError``).
+
+    Args:
+        location: the vault's URL.
+
+    Returns:
+        Whether there was a lock to break.
+
+    Raises:
+        VaultLocationError: a local file system: there is nothing to break (the kernel
+            releases a dead writer's ``flock``).
+    """
     return parse_location(location).break_lock()

@@ -22,6 +22,7 @@ import tensorstore as ts
 
 from vault._errors import VaultNotFoundError
 from vault.commits._pins import fingerprint_problem, snapshot_for_check
+from vault.commits._snapshot import storage_failure
 from vault.format import _tags
 from vault.format._episodes import EpisodeTable, index_expect
 from vault.format._records import (
@@ -48,6 +49,7 @@ from vault.format._records import (
     manifest_problems,
     seam_problems,
 )
+from vault.read._report import Problem, VerifyReport
 from vault.storage._arrays import expected_metadata
 from vault.storage._kinds import parse_location
 from vault.storage._location import Location
@@ -64,45 +66,6 @@ SCAN_BLOCK_BYTES = 64 << 20
 MAX_PER_KIND = 100  # episode mismatches listed one by one per kind; the rest are counted
 _MANIFEST = f"{MANIFEST_KEY} (manifest)"
 _COMMIT = f"{COMMIT_KEY} (commit record)"
-
-
-@dataclasses.dataclass(frozen=True)
-class Problem:
-    """One finding: ``place`` is a file, array, chunk or index entry; ``message`` says what."""
-
-    place: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.place}: {self.message}"
-
-
-@dataclasses.dataclass
-class VerifyReport:
-    """The outcome of :func:`verify`. ``ok`` is true when no problem was found; warnings
-    (leftover temp files, chunks that may legitimately be absent) do not make it unsound."""
-
-    location: str
-    problems: list[Problem] = dataclasses.field(default_factory=list)
-    warnings: list[Problem] = dataclasses.field(default_factory=list)
-    committed_length: int | None = None
-    chunks_checked: int = 0
-    episodes_checked: int | None = None
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "location": self.location,
-            "ok": self.ok,
-            "committed_length": self.committed_length,
-            "chunks_checked": self.chunks_checked,
-            "episodes_checked": self.episodes_checked,
-            "problems": [dataclasses.asdict(p) for p in self.problems],
-            "warnings": [dataclasses.asdict(p) for p in self.warnings],
-        }
 
 
 @dataclasses.dataclass
@@ -319,6 +282,18 @@ class _Checker:
         ]
         for key, message in _tags.verify_places(self.location, manifest, record, found):
             self.problem(key, _one_line(message))
+        if _tags.enabled(manifest):
+            for key, grid in _tags.grids(manifest).items():
+                if grid.partial:
+                    self.warn(
+                        key,
+                        f"format {manifest.format_version}: its chunks cut its item axes, and "
+                        "only the first item chunk of each place is bound to it (checked); the "
+                        "others are checked by their own crc32c only, so one copied over "
+                        "another place would read as data. Vaults created now bind every chunk "
+                        "(format 4): copy this one into a new vault (`vault slice VAULT -o NEW`) "
+                        "for that",
+                    )
 
     def trash(self) -> None:
         """Old versions of replaced files that a writer holds until it frees them."""
@@ -326,10 +301,12 @@ class _Checker:
         keys = self.kv.list(ts.KvStore.KeyRange(prefix, prefix[:-1] + "0")).result()
         held = [k for k in keys if bytes(k).decode() != f"{prefix}{ZARR_JSON}"]
         if held:
+            many = f"{len(held)} old versions of replaced files are"
+            what = "1 old version of a replaced file is" if len(held) == 1 else many
             self.warn(
                 TRASH_DIR,
-                f"{len(held)} old versions of replaced files are waiting to be freed (a writer "
-                "is running, or one died: the next writer frees them). They are not data",
+                f"{what} waiting to be freed (a writer is running, or one died: the next writer "
+                "frees them). They are not data",
             )
 
     def absent_warning(self, arr: _Array, absent: list[str]) -> None:
@@ -349,6 +326,9 @@ class _Checker:
             try:
                 future.result()
             except ValueError as err:
+                typed = storage_failure(self.location, err)
+                if typed is not None:  # not the data: the storage would not give it
+                    raise typed from err
                 self.problem(place, f"corrupt: {_one_line(err)}")
         self.report.chunks_checked += len(batch)
         self.tick(len(batch))
@@ -607,16 +587,27 @@ def verify(
     at: Pin | None = None,
     fingerprint: str | None = None,
 ) -> VerifyReport:
-    """Check the vault at a location (path or URL) or an open :class:`Vault`.
+    """Check a vault: manifest, commit record, every chunk's checksum, the episode index.
 
-    Returns a :class:`VerifyReport` listing every problem with its place; raises
-    :class:`VaultNotFoundError` when there is no vault there at all. Never modifies anything.
-    ``at``: check the data of that commit (its number, id or a tag; :class:`VaultPinError`
-    when the vault cannot serve it). ``fingerprint``: the data must have this content
-    fingerprint (from :meth:`Vault.fingerprint`); a difference is a problem, and the chunk
-    checks name the arrays and time ranges that differ from what was written.
-    Memory stays bounded: chunks are decoded a batch at a time (``READ_BATCH_BYTES``) and the
-    episode scan reads a block of time-chunks at a time (``SCAN_BLOCK_BYTES``).
+    Never modifies anything. Memory stays bounded: chunks are decoded a batch at a time and
+    the episode scan reads a block of time-chunks at a time.
+
+    Args:
+        location_or_vault: the vault's path or URL, or an open :class:`Vault`.
+        progress: called as ``progress(done, total)``: chunks, then blocks of the episode
+            scan.
+        at: check the data of that commit (its number, id or a tag).
+        fingerprint: the content fingerprint the data must have (:meth:`Vault.fingerprint`);
+            a difference is a problem, and the chunk checks name the arrays and time ranges
+            that differ from what was written. Without ``at``, growth is no difference: the
+            commit with that fingerprint is checked (a warning says so).
+
+    Returns:
+        A report listing every problem and warning with its place (``ok`` when none).
+
+    Raises:
+        VaultNotFoundError: no vault there at all.
+        VaultPinError: the vault cannot serve ``at``.
     """
     if hasattr(location_or_vault, "snapshot"):  # an open Vault
         location = location_or_vault.snapshot.location
@@ -629,7 +620,9 @@ def verify(
         return checker.report
     pinned = None
     if (at is not None or fingerprint is not None) and record is not None:
-        pinned, trouble = snapshot_for_check(location, manifest, at)  # VaultPinError
+        pinned, trouble, grown = snapshot_for_check(location, manifest, at, fingerprint)
+        if grown is not None:  # the vault has grown since the fingerprint
+            checker.warn("fingerprint", grown)
         if pinned is not None:
             record = pinned.commit.to_json()
             checker.report.committed_length = pinned.length
@@ -682,7 +675,7 @@ def verify(
     if scan is not None:
         scan.run()
     if fingerprint is not None:
-        differs = fingerprint_problem(pinned, fingerprint)
+        differs = fingerprint_problem(pinned, fingerprint, searched=at is None)
         if differs is not None:
             checker.problem("fingerprint", differs)
     return checker.report

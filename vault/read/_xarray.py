@@ -48,20 +48,38 @@ EPISODE_FIELDS = {  # variable -> EpisodeTable column
 def to_xarray(source: Any, *, leaves: Sequence[str] | None = None, episodes: bool = True) -> Any:
     """The committed data of ``source`` as lazily loaded, dask-backed xarray.
 
-    ``source`` is a :class:`~vault.Vault` (read at its current commit) or a
-    :class:`~vault.Snapshot`: an ``xarray.Dataset`` with one variable per leaf (its path with
-    ``/`` written ``.``; ``attrs["leaf"]`` keeps the path), dims ``row``, ``time`` and the
-    leaf's item axes ``<name>_0``, ... . Or a :class:`~vault.Dataset` of shards: an
-    ``xarray.DataTree`` with one such Dataset per shard at ``shards/<name>`` (shards differ in
-    rows and length, so they are not concatenated).
+    Nothing of the experience is read until a value is computed. ``attrs`` name the
+    ``location``, the ``commit_id`` read and the ``committed_length``.
 
-    ``leaves``: leaf paths to include (default every leaf). ``episodes``: add the complete
-    episodes of the index (``vault.episodes()``) as variables ``episode_row``,
-    ``episode_start``, ``episode_length``, ``episode_return`` (NaN without a reward leaf),
-    ``episode_truncated`` and ``episode_start_known`` on dimension ``episode`` (a vault
-    without an index adds none). ``attrs`` name the ``location``, the ``commit_id`` read and
-    the ``committed_length``. Nothing of the experience is read until a value is computed.
-    Needs ``pip install "rlvault[xarray]"`` (:class:`~vault.VaultDependencyError` otherwise).
+    Args:
+        source: a :class:`~vault.Vault` (read at its current commit) or a
+            :class:`~vault.Snapshot`; or a :class:`~vault.Dataset` of shards.
+        leaves: leaf paths to include (default: every leaf).
+        episodes: add the complete episodes of the index (``vault.episodes()``) as variables
+            ``episode_row``, ``episode_start``, ``episode_length``, ``episode_return`` (NaN
+            without a reward leaf), ``episode_truncated`` and ``episode_start_known`` on
+            dimension ``episode`` (a vault without an index adds none).
+
+    Returns:
+        For a vault, an ``xarray.Dataset`` with one variable per leaf (its path with ``/``
+        written ``.``; ``attrs["leaf"]`` keeps the path), dims ``row``, ``time`` and the
+        leaf's item axes ``<name>_0``, ... . For a dataset of shards, an ``xarray.DataTree``
+        with one such Dataset per shard at ``shards/<name>`` (shards differ in rows and
+        length, so they are not concatenated).
+
+    Raises:
+        VaultDependencyError: xarray or dask is missing (``pip install "rlvault[xarray]"``).
+        VaultReadError: leaves that the vault does not have.
+
+    Examples:
+        >>> import numpy as np
+        >>> from vault import Vault, to_xarray
+        >>> with Vault.create("runs/doc", {"obs": np.zeros(3, np.float32)}, rows=2) as v:
+        ...     v.append({"obs": np.ones((2, 5, 3), np.float32)})
+        5
+        >>> data = to_xarray(Vault.open("runs/doc"))
+        >>> dict(data["obs"].sizes), float(data["obs"].sum())
+        ({'row': 2, 'time': 5, 'obs_0': 3}, 30.0)
     """
     with_episodes = bool_arg("episodes", episodes)
     shards = getattr(source, "snapshots", None)

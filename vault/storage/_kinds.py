@@ -59,11 +59,30 @@ DRIVERS: dict[str, Callable[[dict[str, Any], Storage], Location]] = {
 }
 
 
-def parse_location(location: LocationLike, storage: Storage = None) -> Location:
-    """A :class:`Location` from a path, ``file://`` / ``memory://`` / ``s3://`` URL, kvstore
-    spec or a location; anything else is :class:`VaultLocationError`. ``storage``: settings
-    of an object-store location (endpoint, region, credentials, retries, ...) over the
-    environment's."""
+def parse_location(
+    location: LocationLike, storage: Storage = None, *, argument: str = "location"
+) -> Location:
+    """The :class:`Location` a path, URL or kvstore spec names.
+
+    Args:
+        location: a path, a ``file://`` / ``memory://`` / ``s3://`` URL, a TensorStore
+            kvstore spec (a dict), or a location (returned as it is).
+        storage: settings of an object-store location (``endpoint``, ``region``,
+            credentials, ``retries``, ...) over the environment's.
+        argument: the caller's name for ``location``, named in errors.
+
+    Returns:
+        The location, with its declared capabilities.
+
+    Raises:
+        VaultLocationError: anything else (a NUL byte included), or ``storage`` given with a
+            location; it names ``argument``.
+
+    Examples:
+        >>> import vault
+        >>> vault.parse_location("memory://demo").capabilities.persistent
+        False
+    """
     if isinstance(location, Location):
         if storage:
             raise VaultLocationError(
@@ -73,6 +92,9 @@ def parse_location(location: LocationLike, storage: Storage = None) -> Location:
     if storage is not None and not isinstance(storage, Mapping):
         raise VaultLocationError(f"storage must be a mapping, got {type(storage).__name__}")
     if isinstance(location, dict):
+        for key, value in location.items():
+            if isinstance(value, str):
+                check_name(f"{argument}[{key!r}]", value)
         driver = location.get("driver")
         factory = DRIVERS.get(str(driver))
         if factory is None:
@@ -87,6 +109,7 @@ def parse_location(location: LocationLike, storage: Storage = None) -> Location:
         raise VaultLocationError(
             f"a vault location is a path, a URL or a kvstore spec, got {type(location).__name__}"
         ) from None
+    check_name(argument, text)
     parsed = urlparse(text)
     scheme = parsed.scheme if len(parsed.scheme) > 1 else ""  # "C:" is a drive, not a scheme
     from_url = SCHEMES.get(scheme)
@@ -96,3 +119,14 @@ def parse_location(location: LocationLike, storage: Storage = None) -> Location:
             + ", ".join(f"{s}://" for s in sorted(SCHEMES) if s)
         )
     return from_url(text, storage)
+
+
+def check_name(argument: str, text: str) -> None:
+    """Refuse a path, URL or name that no storage can hold: one with a NUL byte
+    (:class:`VaultLocationError` naming ``argument``, where the byte is, and the fix)."""
+    at = text.find("\0")
+    if at >= 0:
+        raise VaultLocationError(
+            f"{argument} {text!r} holds a NUL byte (\\x00, at character {at}): no path, URL or "
+            "object key can hold one; remove it"
+        )

@@ -46,13 +46,16 @@ if TYPE_CHECKING:
 
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
-    """What a location can do.
+    """What a location can do; code asks these rather than the kind of location.
 
-    ``exclusive_lock``: a writer lock that excludes other writers (and is released when the
-    holder dies); ``hard_links``: old file versions can be held and freed off the write path;
-    ``atomic_rename``: a directory can be renamed into place (staging of derived vaults);
-    ``listing``: keys can be listed (discovery, verify's missing-chunk check);
-    ``conditional_writes``: compare-and-swap writes; ``persistent``: data outlives the process.
+    Attributes:
+        exclusive_lock: a writer lock that excludes other writers (and is released when the
+            holder dies).
+        hard_links: old file versions can be held and freed off the write path.
+        atomic_rename: a directory can be renamed into place (staging of derived vaults).
+        listing: keys can be listed (discovery, verify's missing-chunk check).
+        conditional_writes: compare-and-swap writes.
+        persistent: data outlives the process.
     """
 
     exclusive_lock: bool
@@ -65,7 +68,14 @@ class Capabilities:
 
 @dataclasses.dataclass(frozen=True)
 class LockHolder:
-    """Who holds a writer lock (as recorded by the holder)."""
+    """Who holds a writer lock, as recorded by the holder.
+
+    Attributes:
+        pid: the holder's process id.
+        host: the holder's host name.
+        since: when it took the lock (ISO 8601).
+        thread: the holder's thread, where recorded.
+    """
 
     pid: int | None
     host: str | None
@@ -77,6 +87,11 @@ class LockHolder:
 
     @classmethod
     def from_json(cls, doc: Any) -> LockHolder | None:
+        """Returns the holder a lock record names, or None for a record that is not an object.
+
+        Args:
+            doc: the lock record's JSON.
+        """
         if not isinstance(doc, dict):
             return None
         return cls(doc.get("pid"), doc.get("host"), doc.get("since"), doc.get("thread"))
@@ -123,10 +138,18 @@ class OsExclusiveLock:
 
 
 class Location(abc.ABC):
-    """A vault root: a directory-like prefix of a kvstore."""
+    """A vault root: a directory-like prefix of a kvstore (a folder, a memory store, S3).
+
+    Made by :func:`~vault.parse_location`. One subclass per storage kind; the read and write
+    paths ask its :attr:`capabilities`, never its kind.
+
+    Attributes:
+        capabilities: what this kind of location can do.
+        remote: each request is a network round trip (independent ones go out together).
+    """
 
     capabilities: Capabilities
-    remote = False  # each request is a network round trip: independent ones go out together
+    remote = False
 
     @property
     @abc.abstractmethod
@@ -139,11 +162,15 @@ class Location(abc.ABC):
 
     @abc.abstractmethod
     def context(self) -> ts.Context:
-        """The TensorStore context every handle of this location shares."""
+        """Returns the TensorStore context every handle of this location shares."""
 
     @abc.abstractmethod
     def child(self, name: str) -> Location:
-        """The location of ``name`` (a relative key) under this one."""
+        """Returns the location of a relative key under this one.
+
+        Args:
+            name: the relative key (``shards/a``).
+        """
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self)!r})"
@@ -155,13 +182,17 @@ class Location(abc.ABC):
         return hash((type(self).__name__, str(self)))
 
     def child_spec(self, name: str) -> dict[str, Any]:
-        """The kvstore spec of ``name`` (a relative key, no leading slash) under the root."""
+        """Returns the kvstore spec of a relative key under the root.
+
+        Args:
+            name: the relative key (no leading slash).
+        """
         spec = dict(self.spec)
         spec["path"] = f"{spec.get('path', '')}{name.strip('/')}/"
         return spec
 
     def kvstore(self) -> Any:
-        """The root as an open TensorStore ``KvStore``."""
+        """Returns the root as an open TensorStore ``KvStore`` (opened once)."""
         kv = self.__dict__.get("_kvstore")
         if kv is None:
             import tensorstore as ts
@@ -171,13 +202,24 @@ class Location(abc.ABC):
         return kv
 
     def read(self, key: str) -> bytes | None:
-        """The value of ``key`` under the root, or None when it is absent."""
+        """Returns the value of a key under the root, or None when it is absent.
+
+        Args:
+            key: the key (``zarr.json``).
+
+        Raises:
+            VaultStorageError: the storage failed (or another typed storage error).
+        """
         with self.failures("read the vault"):
             value = self.kvstore().read(key).result()
         return bytes(value.value) if value.state == "value" else None
 
     def read_many(self, keys: Sequence[str]) -> list[bytes | None]:
-        """The values of ``keys`` under the root (None where absent), read concurrently."""
+        """Returns the values of keys under the root (None where absent), read concurrently.
+
+        Args:
+            keys: the keys.
+        """
         if not keys:
             return []
         kv = self.kvstore()
@@ -187,9 +229,11 @@ class Location(abc.ABC):
         return [bytes(v.value) if v.state == "value" else None for v in values]
 
     def child_names(self) -> list[str]:
-        """The names of the folders directly under the root that hold a ``zarr.json``, sorted
-        (a kind that lists one level cheaply may name every folder: callers read the
-        ``zarr.json``). Generic: lists every key."""
+        """Returns the names of the folders under the root that hold a ``zarr.json``, sorted.
+
+        A kind that lists one level cheaply may name every folder: callers read the
+        ``zarr.json``. This default lists every key.
+        """
         with self.failures("list the location"):
             keys = self.kvstore().list().result()
         names = set()
@@ -200,10 +244,15 @@ class Location(abc.ABC):
         return sorted(names)
 
     def read_tails(self, keys: list[str], size: int = 4) -> list[bytes | None]:
-        """The last ``size`` bytes of each key's value (None where absent): a chunk's crc32c.
+        """Returns the last bytes of each key's value (None where absent): a chunk's crc32c.
 
         This default reads whole values (concurrently); a kind that can read a byte range
-        cheaply (a local file, an object store's ranged GET) overrides it."""
+        cheaply (a local file, an object store's ranged GET) overrides it.
+
+        Args:
+            keys: the keys.
+            size: bytes from the end.
+        """
         kv = self.kvstore()
         with self.failures("read the vault"):
             futures = [kv.read(key) for key in keys]
@@ -211,17 +260,29 @@ class Location(abc.ABC):
         return [bytes(v.value)[-size:] if v.state == "value" else None for v in values]
 
     def contains(self, other: Location) -> bool:
-        """Whether ``other`` is this location or lies inside it (the same store, a path under
-        this one's)."""
+        """Returns whether another location is this one or lies inside it.
+
+        Args:
+            other: the other location (the same store and a path under this one's is inside).
+        """
         mine, theirs = dict(self.spec), dict(other.spec)
         path, other_path = str(mine.pop("path", "")), str(theirs.pop("path", ""))
         return type(other) is type(self) and mine == theirs and other_path.startswith(path)
 
     @contextlib.contextmanager
     def failures(self, doing: str, remedy: str | None = None) -> Iterator[None]:
-        """Storage failures inside (an ``OSError``, or a TensorStore error the OS caused) as
-        typed errors naming this location and what it was ``doing`` (see
-        :func:`storage_error`); every other error passes unchanged."""
+        """A context in which storage failures become typed errors naming this location.
+
+        An ``OSError``, or a TensorStore error the OS caused, is raised as
+        :func:`~vault.storage_error` types it; every other error passes unchanged.
+
+        Args:
+            doing: what is being done, for the message (``"read the vault"``).
+            remedy: what to do (default: the remedy of the cause).
+
+        Yields:
+            Nothing: the block runs inside.
+        """
         try:
             yield
         except (OSError, ValueError) as err:
@@ -233,42 +294,70 @@ class Location(abc.ABC):
     def typed_failure(
         self, err: BaseException, doing: str | None, remedy: str | None = None
     ) -> VaultError | None:
-        """``err`` as a typed error naming this location if the storage caused it (see
-        :func:`storage_error`), else None."""
+        """Returns ``err`` as a typed error naming this location if the storage caused it.
+
+        See :func:`~vault.storage_error`; None when the storage did not cause ``err``.
+
+        Args:
+            err: the exception caught.
+            doing: what was being done.
+            remedy: what to do.
+        """
         return storage_error(err, str(self), doing, remedy)
 
     def prepare(self) -> None:  # noqa: B027 (optional hook: most stores need nothing)
         """Make the root exist before a vault is created there."""
 
     def writer_lock(self) -> WriterLock:
-        """Take the writer lock (VaultLockedError when another writer holds it)."""
+        """Take the writer lock.
+
+        Returns:
+            The lock held (release it with ``release()``).
+
+        Raises:
+            VaultLockedError: another writer holds it.
+            VaultLocationError: this kind of location offers no writer lock.
+        """
         raise VaultLocationError(
             f"{self}: this kind of location offers no writer lock, so it can only be read"
         )
 
     def lock_holder(self) -> LockHolder | None:
-        """Who holds the writer lock now (None: nobody, or the location cannot tell)."""
+        """Returns who holds the writer lock now (None: nobody, or the location cannot tell)."""
         return None
 
     def break_lock(self) -> bool:
-        """Remove the writer lock whoever holds it; whether there was one. Only where a lock
-        can outlive its holder (a lease)."""
+        """Remove the writer lock whoever holds it, where a lock can outlive its holder (a lease).
+
+        Returns:
+            Whether there was one.
+
+        Raises:
+            VaultLocationError: a lock that ends with its holder's process (nothing to break).
+        """
         raise VaultLocationError(
             f"{self}: its writer lock is released when the writer's process ends, so there is "
             "no lock to break; if a writer is still running, stop it"
         )
 
     def reclaimer(self) -> Reclaimer | None:
-        """Frees replaced files off the write path, where the location can (hard links)."""
+        """Returns what frees replaced files off the write path, where the location can."""
         return None
 
     def recover(self) -> int:
-        """Clean up after a writer that died (called with the writer lock held); returns how
-        many leftovers were removed."""
+        """Clean up after a writer that died (called with the writer lock held).
+
+        Returns:
+            How many leftovers were removed.
+        """
         return 0
 
     def disk_usage(self, prefix: str = "") -> int | None:
-        """Bytes stored under ``prefix`` (None when the location cannot tell cheaply)."""
+        """Returns the bytes stored under a prefix (None when the location cannot tell cheaply).
+
+        Args:
+            prefix: a relative key prefix (default: the whole root).
+        """
         return None
 
     @contextlib.contextmanager
@@ -279,7 +368,14 @@ class Location(abc.ABC):
         builder writes the manifest (the root ``zarr.json``) last, so an interrupted build is
         never opened or listed as a vault. What a failed build wrote is removed; one that
         was killed leaves data without a manifest (:meth:`abandoned_build`), which the next
-        build there removes first."""
+        build there removes first.
+
+        Yields:
+            The location to build in.
+
+        Raises:
+            VaultExistsError: something other than an abandoned build is there.
+        """
         if self.read(MANIFEST_KEY) is not None:
             raise VaultExistsError(f"{self} already exists; choose a new destination")
         if not self.is_empty():
@@ -296,8 +392,10 @@ class Location(abc.ABC):
                     self.clear()
 
     def abandoned_build(self) -> bool:
-        """Whether this holds what an interrupted build of a vault left: a commit record
-        without a manifest, and no writer at work."""
+        """Returns whether this holds what an interrupted build of a vault left.
+
+        That is a commit record without a manifest, and no writer at work.
+        """
         return (
             self.read(COMMIT_KEY) is not None
             and self.read(MANIFEST_KEY) is None
@@ -305,28 +403,35 @@ class Location(abc.ABC):
         )
 
     def clear(self) -> None:
-        """Remove everything stored under the root: what a create that failed half-way left
-        (it is called only where the root was empty before)."""
+        """Remove everything stored under the root: what a create that failed half-way left.
+
+        It is called only where the root was empty before.
+        """
         import tensorstore as ts
 
         with self.failures("remove a half-made vault"):
             self.kvstore().delete_range(ts.KvStore.KeyRange("", "")).result()
 
     def is_empty(self) -> bool:
-        """Whether nothing is stored under the root."""
+        """Returns whether nothing is stored under the root."""
         with self.failures("list the location"):
             keys = self.kvstore().list().result()
         return not keys
 
     def find_vaults(self) -> list[tuple[Location, str | None]]:
-        """Every vault under this location (not searched inside), sorted, each with None or
-        why it looks broken."""
+        """Returns every vault under this location (not searched inside), sorted.
+
+        Each comes with None, or why it looks broken.
+        """
         return [(where, why) for where, kind, why in self.find_roots() if kind == "vault"]
 
     def find_roots(self) -> list[tuple[Location, str, str | None]]:
-        """Every vault (kind ``"vault"``, not searched inside) and dataset root (``"dataset"``,
-        searched inside: its shards are vaults) under this location, sorted, each with None or
-        why it looks broken. Generic: lists every ``zarr.json`` key."""
+        """Returns every vault and dataset root under this location, sorted.
+
+        Vaults (kind ``"vault"``) are not searched inside; dataset roots (``"dataset"``) are
+        (their shards are vaults). Each comes with None, or why it looks broken. This default
+        lists every ``zarr.json`` key.
+        """
         with self.failures("list the location"):
             keys = sorted(bytes(k).decode() for k in self.kvstore().list().result())
         roots = sorted(
@@ -412,11 +517,22 @@ def failed_os_call(err: BaseException) -> tuple[int, str | None] | None:
 def storage_error(
     err: BaseException, where: str | None, doing: str | None, remedy: str | None = None
 ) -> VaultError | None:
-    """``err`` as a typed error if it is a storage failure (:func:`failed_os_call`), else None.
+    """A storage failure (an OS error, or TensorStore's report of one) as a typed error.
 
-    The message names ``where`` (the location), what it was ``doing``, the cause, the path
-    that failed and the ``remedy`` (by default :func:`remedy_of` the cause); the type is
-    :func:`os_failure`'s.
+    The message names the location, what it was doing, the cause, the path that failed and
+    the remedy.
+
+    Args:
+        err: the exception caught.
+        where: the location, to name first.
+        doing: what was being done (``"write the tag"``).
+        remedy: what to do (default: the remedy of the cause, e.g. free space for ENOSPC).
+
+    Returns:
+        :class:`VaultAccessError` (no permission, a read-only file system),
+        :class:`VaultNotFoundError` (a path that leads nowhere) or
+        :class:`VaultStorageError` (a full disk, an I/O error), with ``errno`` set; None
+        when ``err`` is not a storage failure.
     """
     found = failed_os_call(err)
     if found is None:

@@ -86,19 +86,14 @@ Chunk = tuple[int, int, str, tuple[int, ...]]  # row block, time chunk, key, ite
 def column_chunks(snap: Any, key: str) -> list[tuple[str, tuple[int, ...]]]:
     """The chunks of array ``key`` at one row block and time chunk: for each, its key's
     suffix after the time index and its chunk indices along the item axes (one chunk, unless
-    the leaf's chunks cut its item axes; ``vault.format._tags.Grid.chunk`` is the first). Cached on
-    the snapshot."""
+    the leaf's chunks cut its item axes), in the order of their flat item index
+    (``vault.format._tags.Grid.chunk``). Cached on the snapshot."""
     cached = snap.cache.get(("column chunks", key))
     if cached is None:
-        grid = snap.grids[key]
-        if grid.row_block is None:
-            cached = [("/0" * grid.item_zeros, (0,) * grid.item_zeros)]
-        else:
-            leaf = snap.manifest.leaf(key.split("/", 1)[1])
-            counts = [-(-n // c) for n, c in zip(leaf.shape, leaf.chunk[2:], strict=True)]
-            cached = [
-                ("".join(f"/{i}" for i in at), at) for at in itertools.product(*map(range, counts))
-            ]
+        counts = snap.grids[key].items
+        cached = [
+            ("".join(f"/{i}" for i in at), at) for at in itertools.product(*map(range, counts))
+        ]
         snap.cache[("column chunks", key)] = cached
     return cached
 
@@ -297,11 +292,10 @@ class _Read:
             _, mem = memory()
             skip = len(self.key) + 1
             wrong: list[str] = []
-            for (b, k, chunk, _), get in zip(chunks, gets, strict=True):
+            for (b, k, chunk, at), get in zip(chunks, gets, strict=True):
                 got = get.result()
                 raw = bytes(got.value) if got.state == "value" else None
-                tagged = chunk == grid.chunk(b, k)  # the chunk a tag or edge binds
-                if not self._placed(b, k, chunk, tagged, raw, tags, wrong):
+                if not self._placed(b, k, chunk, at, raw, tags, wrong):
                     continue
                 mem.write(self.prefix + chunk[skip:], raw)
             if wrong:
@@ -324,26 +318,29 @@ class _Read:
         b: int,
         k: int,
         chunk: str,
-        tagged: bool,
+        at: tuple[int, ...],
         raw: Any,
         tags: np.ndarray | None,
         wrong: list[str],
     ) -> bool:
-        """Whether the fetched chunk ``raw`` may be decoded: it is there and, when its tag is
-        known (``tags``), it is the chunk written at its place; otherwise why not is added to
-        ``wrong``. Keeps the stored checksum of the edge chunk (``tagged``: the chunk a tag or
-        edge binds)."""
+        """Whether the fetched chunk ``raw`` (item-chunk indices ``at``) may be decoded: it is
+        there and, when its tag is known (``tags``) and it is bound to its place, it is the
+        chunk written there; otherwise why not is added to ``wrong``. Keeps the stored
+        checksums of the edge's bound chunks."""
         if raw is None:
             wrong.append(_tags.missing(self.grid, b, k, chunk))
             return False
-        if tags is not None and tagged and k < self.complete:
-            problem = _tags.place_problem(self.grid, b, k, raw, int(tags[b, k]))
+        i = self.grid.item_index(at)
+        if i >= self.grid.bound:  # format 3: its own crc32c only
+            return True
+        if tags is not None and k < self.complete:
+            problem = _tags.place_problem(self.grid, b, k, raw, int(tags[b, k, i]), i)
             if problem is not None:
                 wrong.append(problem)
                 return False
-        if tagged and k == self.complete:
+        if k == self.complete:
             with self.guard:
-                self.edge[b] = raw[-4:]
+                self.edge[b * self.grid.bound + i] = raw[-4:]
         return True
 
     def _arrived_direct(self, chunks: list[Chunk], gets: list[Any]) -> None:
@@ -359,8 +356,7 @@ class _Read:
             for (b, k, chunk, at), get in zip(chunks, gets, strict=True):
                 got = get.result()
                 raw = got.value if got.state == "value" else None
-                tagged = not any(at)  # the chunk a tag or edge binds
-                if not self._placed(b, k, chunk, tagged, raw, tags, wrong):
+                if not self._placed(b, k, chunk, at, raw, tags, wrong):
                     continue
                 assert raw is not None  # _placed: it is there
                 problem = self._place(codec, b, k, at, raw)
@@ -441,7 +437,7 @@ class _Read:
         if self.errors:
             self.promise.set_exception(self.errors[0])
             return
-        if len(self.edge) == self.grid.row_blocks:
+        if len(self.edge) == self.grid.row_blocks * self.grid.bound:
             _tags.note_edge_tails(self.snap, self.key, self.edge)
         self.promise.set_result(None)
 
@@ -476,6 +472,6 @@ def tag_values(snap: Any, grid: Any, complete: int, keys: list[str], gets: list[
         got = get.result()
         raw = bytes(got.value) if got.state == "value" else None
         values.append(_tags.decode_tag_chunk(snap, grid, key, raw))
-    tags = np.concatenate(values, axis=1)[:, :complete]
+    tags = _tags.by_place(grid, values, complete)
     snap.cache[("tag values", grid.key)] = tags
     return tags

@@ -145,8 +145,9 @@ class WriteRelay:
                             if chunk not in self._resident:
                                 edges.append((chunk, kv.read(chunk)))
                 if _tags.enabled(snap.manifest):
-                    j = k // _tags.TAG_CHUNK
-                    tag_chunk = kv.read(f"{TAGS}/{key}/c/0/{j}") if k % _tags.TAG_CHUNK else None
+                    e = k * grid.bound  # where the next tag goes
+                    j = e // _tags.TAG_CHUNK
+                    tag_chunk = kv.read(f"{TAGS}/{key}/c/0/{j}") if e % _tags.TAG_CHUNK else None
                     tags.append((key, j, tag_chunk, kv.read(meta_key(f"{TAGS}/{key}"))))
             _, mem = _relay.memory()
             for chunk, future in edges:
@@ -253,23 +254,24 @@ class WriteRelay:
         if k1 <= k0:
             return
         values = _tags.tag_values_of(snap, grid, k0, k1, tails)
+        e0, e1 = k0 * grid.bound, k1 * grid.bound  # where their tags are
         kv = snap.location.kvstore()
         size = _tags.TAG_CHUNK
         futures = []
         with snap.location.failures("write the vault"):
-            for j in range(k0 // size, (k1 - 1) // size + 1):
+            for j in range(e0 // size, (e1 - 1) // size + 1):
                 held = self._tag_chunks.get(grid.key)
                 chunk = held[1] if held is not None and held[0] == j else None
                 if chunk is None:  # a tag chunk not begun yet
                     chunk = np.zeros((grid.row_blocks, size), np.uint32)
-                lo, hi = max(k0, j * size), min(k1, (j + 1) * size)
-                chunk[:, lo - j * size : hi - j * size] = values[:, lo - k0 : hi - k0]
+                lo, hi = max(e0, j * size), min(e1, (j + 1) * size)
+                chunk[:, lo - j * size : hi - j * size] = values[:, lo - e0 : hi - e0]
                 encoded = _tags.encode_tag_chunk(chunk)
                 futures.append(kv.write(f"{TAGS}/{grid.key}/c/0/{j}", encoded))
                 self._tag_chunks[grid.key] = (j, chunk)
             length = self._tag_lengths.get(grid.key, 0)
-            if k1 > length:
-                target = grown(k1, length, size)
+            if e1 > length:
+                target = grown(e1, length, size)
                 doc = {
                     **_tags.tag_metadata(grid),
                     "shape": [grid.row_blocks, target],

@@ -8,12 +8,12 @@ arrays ``[sequence_length, ...]``. The records are the valid starts of the strea
 ``episode_aware`` no episode end before its last step), numbered source by source, row by row,
 in time order. It needs no Grain to exist: Grain's samplers, ``MapDataset`` and
 ``DataLoader`` take it as it is (``pip install grain``: no extra of rlvault brings it, see the
-README's Grain benchmark).
+Grain benchmark (docs: Benchmarks)).
 
 A record costs a read of the chunks it touches; decoded chunks are kept in a
 least-recently-used cache of ``cache_bytes`` (shared by Grain's reading threads), so records
 read in index order, or several from one chunk, decode each chunk once. Random access over a
-vault larger than the cache decodes about one chunk per record: see the README's Grain
+vault larger than the cache decodes about one chunk per record: see the Grain
 benchmark for what that costs against :meth:`Vault.as_dataset`.
 
 The source pickles as its sources' locations and pinned commit ids (and ``storage``), so
@@ -43,7 +43,7 @@ DEFAULT_CACHE_BYTES = 256 << 20
 
 
 class VaultWindows:
-    """Grain's random-access data source over vaults (see :func:`grain_source`)."""
+    """A Grain random-access data source over vaults, made by :func:`grain_source`."""
 
     def __init__(
         self,
@@ -96,7 +96,14 @@ class VaultWindows:
         return self._len
 
     def where(self, index: int) -> tuple[int, int, int]:
-        """``(source, row, start)`` of record ``index``."""
+        """Returns ``(source, row, start)`` of a record.
+
+        Args:
+            index: the record, in ``[0, len(self))``.
+
+        Raises:
+            IndexError: an index outside ``[0, len(self))``.
+        """
         if isinstance(index, bool) or not isinstance(index, (int, np.integer)):
             raise VaultArgumentError(f"a record index is an int, got {kind(index)}")
         i = int(index)
@@ -207,20 +214,35 @@ def grain_source(
     cache_bytes: int = DEFAULT_CACHE_BYTES,
     storage: dict[str, Any] | None = None,
 ) -> VaultWindows:
-    """A Grain random-access data source over ``vaults`` (a :class:`Vault`, a
-    :class:`Snapshot`, a sequence of them of one structure, or a dataset of shards; each
-    read at the commit it shows now): record ``i`` is one window of ``sequence_length``
-    timesteps, as the vault's structure of numpy arrays ``[sequence_length, ...]`` (a dict
-    ``{path: array}`` with ``leaves``); ``len()`` is the number of valid starts (as
-    :meth:`Vault.as_dataset` yields per epoch: ``stride``, seams, ``episode_aware``),
-    numbered source by source, row by row, in time order; ``source.where(i)`` says
-    ``(source, row, start)``; an index outside ``[0, len)`` is ``IndexError`` (the sequence
-    protocol).
+    """A Grain random-access data source of sequence windows over vaults.
 
-    ``cache_bytes``: decoded chunks kept for later records (least recently used first out).
-    ``storage``: the settings the vaults were opened with, for Grain's worker processes,
-    which reopen the same commits (a pickled source holds locations and commit ids).
-    ``episode_aware`` reads the done/truncated leaves of the selected rows once, here.
+    Record ``i`` is one window of ``sequence_length`` timesteps, as the vault's structure of
+    numpy arrays ``[sequence_length, ...]`` (a dict ``{path: array}`` with ``leaves``);
+    ``len()`` is the number of valid starts (as :meth:`Vault.as_dataset` yields per epoch:
+    ``stride``, seams, ``episode_aware``), numbered source by source, row by row, in time
+    order; ``source.where(i)`` says ``(source, row, start)``; an index outside ``[0, len)``
+    is ``IndexError`` (the sequence protocol).
+
+    Args:
+        vaults: a :class:`Vault`, a :class:`Snapshot`, a sequence of them of one structure,
+            or a dataset of shards; each read at the commit it shows now.
+        sequence_length: timesteps per record.
+        stride: only starts ``t`` with ``t % stride == 0``.
+        rows: row indices or a slice, in every source (default: every row).
+        leaves: leaf paths (default: every leaf).
+        episode_aware: no window across an episode end (reads the done/truncated leaves of
+            the selected rows once, here).
+        cache_bytes: decoded chunks kept for later records (least recently used first out).
+        storage: the settings the vaults were opened with, for Grain's worker processes,
+            which reopen the same commits (a pickled source holds locations and commit ids).
+
+    Returns:
+        The data source, for ``grain.MapDataset.source(...)`` or a ``grain.DataLoader``.
+
+    Raises:
+        VaultReadError: no window of ``sequence_length`` in the sources, or an argument out
+            of range.
+        VaultStructureError: sources of different structures.
     """
     if hasattr(vaults, "snapshots"):  # a dataset of shards: every shard
         listed = list(vaults.snapshots)

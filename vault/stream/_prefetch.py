@@ -143,6 +143,7 @@ class Stream(Generic[T]):
 
     @property
     def closed(self) -> bool:
+        """Whether :meth:`close` was called (or the items ran out)."""
         return self._closed
 
     def __enter__(self) -> Stream[T]:

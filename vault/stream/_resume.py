@@ -17,14 +17,41 @@ def resume_stream(
     sharding: Any = None,
     process_index: int | None = None,
 ) -> DatasetStream:
-    """The stream ``state`` (from :meth:`DatasetStream.state`, e.g. read back from a JSON
-    checkpoint) continued exactly where it stopped, every source at its pinned commit.
+    """A checkpointed stream, continued exactly where it stopped.
 
-    ``storage``: as in :meth:`Vault.open` (settings are never saved in a state). A stream
-    shared by several processes resumes in each of them from the same state, with the same
-    number of processes: ``process_index`` is JAX's when ``jax.distributed`` is initialised
-    (else give it); ``sharding`` as in ``as_dataset`` (not saved: it names this run's
-    devices)."""
+    Every source is read at the commit the stream was pinned to. A stream shared by several
+    processes resumes in each of them from the same state, with the same number of processes.
+
+    Args:
+        state: what :meth:`DatasetStream.state` returned (e.g. read back from a JSON
+            checkpoint).
+        storage: as in :meth:`Vault.open` (settings are never saved in a state).
+        sharding: as in :meth:`Vault.as_dataset` (not saved: it names this run's devices).
+        process_index: this process (default: JAX's when ``jax.distributed`` is initialised).
+
+    Returns:
+        The stream; its next batch is the one after the checkpoint.
+
+    Raises:
+        VaultArgumentError: a state that is not a stream state, or a run with another
+            number of processes.
+        VaultPinError: a source can no longer serve its pinned commit.
+
+    Examples:
+        >>> import numpy as np
+        >>> from vault import Vault, resume_stream
+        >>> with Vault.create("runs/doc", {"x": np.float32(0)}, rows=2) as v:
+        ...     v.append({"x": np.arange(40, dtype=np.float32).reshape(2, 20)})
+        20
+        >>> stream = Vault.open("runs/doc").as_dataset(4, 4, seed=1)
+        >>> it = iter(stream)
+        >>> first = next(it)
+        >>> saved = stream.state()  # e.g. json.dumps(saved) into a checkpoint
+        >>> expected = next(it).experience["x"]
+        >>> again = next(iter(resume_stream(saved))).experience["x"]
+        >>> bool((again == expected).all())
+        True
+    """
     saved = read_state(state)
     count = saved.process_count
     if process_index is not None:

@@ -63,15 +63,20 @@ def _identity() -> Callable[[Any], Any]:
 
 
 class StreamBatch(NamedTuple):
-    """One batch from :func:`as_dataset`.
+    """One batch of a stream (:meth:`Vault.as_dataset`).
 
-    ``experience``: the vault's structure (or ``{path: array}`` when ``leaves`` was given) with
-    leaves ``[batch, sequence_length, ...]``. ``source``, ``row`` and ``start`` (int64 numpy,
-    ``[batch]``) say where each sequence comes from: source ``source[i]`` (an index into the
-    stream's snapshots; 0 for a single vault), ``read_numpy(rows=[row[i]], start=start[i],
-    stop=start[i] + sequence_length)``. With a ``sharding`` the leaves are global
+    Sequence ``i`` is ``read_numpy(rows=[row[i]], start=start[i], stop=start[i] +
+    sequence_length)`` of source ``source[i]``. With a ``sharding`` the leaves are global
     ``jax.Array`` s and ``source``/``row``/``start`` describe this process's part of them.
-    ``epoch`` counts from 0.
+
+    Attributes:
+        experience: the vault's structure (or ``{path: array}`` when ``leaves`` was given)
+            with leaves ``[batch, sequence_length, ...]``.
+        row: each sequence's row (int64 numpy, ``[batch]``).
+        start: each sequence's first timestep (int64 numpy, ``[batch]``).
+        epoch: the epoch, counted from 0.
+        source: each sequence's source, an index into the stream's snapshots (0 for a
+            single vault).
     """
 
     experience: Any
@@ -474,12 +479,22 @@ class _Plan:
 
 
 class DatasetStream(Stream[StreamBatch]):
-    """The iterator :func:`as_dataset` returns, with the layout it chose (ints, for memory
-    planning): ``block_timesteps``, ``block_rows``, ``block_bytes`` (raw bytes of one block
-    of the selected leaves), ``run_blocks``, ``interleave``, ``prefetch``, ``length`` (the
-    committed timesteps per row it streams, summed over its sources), ``sources`` (how many),
-    ``process_index``, ``process_count`` and ``local_batch_size`` (the sequences of each
-    batch this process reads: ``sample_batch_size / process_count``)."""
+    """The iterator :meth:`Vault.as_dataset` returns, with the layout it chose (ints).
+
+    Attributes:
+        block_timesteps: timesteps of one block.
+        block_rows: rows of one block.
+        block_bytes: raw bytes of one block of the selected leaves.
+        run_blocks: consecutive blocks read in a row.
+        interleave: blocks resident together.
+        prefetch: groups of blocks read ahead.
+        length: the committed timesteps per row it streams, summed over its sources.
+        sources: how many sources it reads.
+        process_index: this process.
+        process_count: the processes that share each epoch.
+        local_batch_size: the sequences of each batch this process reads
+            (``sample_batch_size / process_count``).
+    """
 
     def __init__(self, plan: _Plan, args: dict[str, Any] | None = None) -> None:
         super().__init__(plan.batches(), plan.queue_depth if plan.prefetch else 0, packed=True)
@@ -504,11 +519,15 @@ class DatasetStream(Stream[StreamBatch]):
         return batch
 
     def state(self) -> dict[str, Any]:
-        """The position as a small JSON-serialisable dict (every source's location and
-        pinned commit, the arguments, epoch and batch): :func:`vault.resume_stream` goes on
-        exactly there, in any process. Every process of a multi-process stream is at the same
-        position after the same number of batches, so one state (any process's) resumes
-        them all."""
+        """The stream's position, to checkpoint and resume with :func:`vault.resume_stream`.
+
+        Every process of a multi-process stream is at the same position after the same
+        number of batches, so one state (any process's) resumes them all.
+
+        Returns:
+            A small JSON-serialisable dict: every source's location and pinned commit, the
+            arguments, the epoch and batch.
+        """
         return state_of(self._pins, self._args, self._position)
 
 
@@ -576,7 +595,7 @@ def as_dataset(
             numpy arrays, which JAX functions take as they are. ``None``
             (default): ``True`` when JAX's default backend is an accelerator, ``False`` on
             CPU, where a JAX array made ahead buys no overlap and costs about 4 us per leaf
-            (the README's streaming benchmark). Ignored with a ``sharding``.
+            (the streaming benchmark, docs: Benchmarks). Ignored with a ``sharding``.
         sharding: a ``jax.sharding.Sharding`` of the global batch that splits its first axis
             evenly over the processes' devices (e.g. ``NamedSharding(Mesh(jax.devices(),
             ("data",)), PartitionSpec("data"))``), applied to every leaf: the leaves are then

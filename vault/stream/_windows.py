@@ -16,8 +16,11 @@ from vault.stream._prefetch import Stream
 
 
 class WindowStream(Stream[Any]):
-    """The iterator :func:`iter_windows` returns; :meth:`ranges` and :meth:`windows` tell
-    which window is which."""
+    """The iterator :meth:`Vault.iter_windows` returns.
+
+    Its items are ``buffers.TrajectoryBufferState`` s; :meth:`ranges` and :meth:`windows`
+    tell which window is which.
+    """
 
     def __init__(
         self,
@@ -29,12 +32,21 @@ class WindowStream(Stream[Any]):
         self._windows = windows
 
     def windows(self, epoch: int = 0) -> list[tuple[int, int, int]]:
-        """``(source, start, stop)`` of epoch ``epoch``'s windows, in yield order (``source``:
-        an index into the stream's snapshots, 0 for a single vault)."""
+        """Returns ``(source, start, stop)`` of an epoch's windows, in yield order.
+
+        ``source`` is an index into the stream's snapshots (0 for a single vault).
+
+        Args:
+            epoch: the epoch, from 0.
+        """
         return self._windows(int_arg("epoch", epoch, 0))
 
     def ranges(self, epoch: int = 0) -> list[tuple[int, int]]:
-        """The ``(start, stop)`` time ranges of epoch ``epoch``'s windows, in yield order."""
+        """Returns the ``(start, stop)`` time ranges of an epoch's windows, in yield order.
+
+        Args:
+            epoch: the epoch, from 0.
+        """
         return [(lo, hi) for _, lo, hi in self.windows(epoch)]
 
 

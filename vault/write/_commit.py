@@ -367,20 +367,15 @@ def grow(snap: Snapshot, length: int) -> tuple[Any, ...]:
         return snap.arrays
 
     def resize() -> tuple[Any, ...]:
-        futures = []
+        wanted: list[tuple[int, str, Any, int]] = []
         for i, (arr, leaf) in enumerate(zip(arrays, snap.manifest.leaves, strict=True)):
             if arr.shape[1] < length:
                 step = leaf.chunk_time
-                wanted = max(length, arr.shape[1] + arr.shape[1] // 4)  # grow >= 25 %
-                target = -(-wanted // step) * step
-                grown = arr.resize(
-                    exclusive_max=[None, target] + [None] * (arr.rank - 2),
-                    expand_only=True,
-                    resize_metadata_only=True,
-                )
-                futures.append((i, grown))
-        for i, future in futures:
-            arrays[i] = future.result()
+                wanted_length = max(length, arr.shape[1] + arr.shape[1] // 4)  # grow >= 25 %
+                wanted.append((i, leaf_key(leaf.name), arr, -(-wanted_length // step) * step))
+        grown = _grow_each([(key, arr, 1, target) for _, key, arr, target in wanted])
+        for (i, *_), handle in zip(wanted, grown, strict=True):
+            arrays[i] = handle
         return tuple(arrays)
 
     shapes = {name: int(a.shape[1]) for name, a in zip(snap.names, arrays, strict=True)}
@@ -457,21 +452,48 @@ def _shrunk(arr: Any, axis: int, size: int) -> Any:
 
 
 def grow_index(snap: Snapshot, count: int) -> tuple[Any, ...]:
-    """The episode-index arrays holding at least ``count`` episodes (25 % headroom)."""
-    index = snap.index
-    if index[0].shape[0] >= count:
-        return index
-    wanted = max(count, index[0].shape[0] * 5 // 4)
-    target = -(-wanted // INDEX_CHUNK) * INDEX_CHUNK
-    futures = [
-        arr.resize(
-            exclusive_max=[target] + [None] * (arr.rank - 1),
-            expand_only=True,
-            resize_metadata_only=True,
-        )
-        for arr in index
-    ]
-    return tuple(f.result() for f in futures)
+    """The episode-index arrays holding at least ``count`` episodes (25 % headroom).
+
+    Each array is measured on its own: an append that failed part-way (a full disk) may have
+    grown one and not the other."""
+    index = list(snap.index)
+    short = [i for i, arr in enumerate(index) if arr.shape[0] < count]
+    jobs = []
+    for i in short:
+        wanted = max(count, index[i].shape[0] * 5 // 4)
+        jobs.append(((BOUNDS, RETURNS)[i], index[i], 0, -(-wanted // INDEX_CHUNK) * INDEX_CHUNK))
+    for i, handle in zip(short, _grow_each(jobs), strict=True):
+        index[i] = handle
+    return tuple(index)
+
+
+def _grow_each(jobs: list[tuple[str, Any, int, int]]) -> list[Any]:
+    """Grow arrays ``(key, handle, axis, size)`` along ``axis`` to ``size`` (metadata only),
+    in parallel, each started as fault point ``"grow"``; their new handles. Whether one
+    fails to start or to finish, every one started is awaited before the first failure is
+    raised, so that what is stored is settled when the append reports it."""
+    started: list[Any] = []
+    failure: BaseException | None = None
+    try:
+        for key, arr, axis, size in jobs:
+            bounds: list[int | None] = [None] * arr.rank
+            bounds[axis] = size
+
+            def start(arr: Any = arr, bounds: list[int | None] = bounds) -> Any:
+                return arr.resize(exclusive_max=bounds, expand_only=True, resize_metadata_only=True)
+
+            started.append(run_point("grow", {"key": key, "size": size}, start))
+    except BaseException as err:
+        failure = err
+    grown = []
+    for future in started:
+        try:
+            grown.append(future.result())
+        except BaseException as err:
+            failure = failure or err
+    if failure is not None:
+        raise failure
+    return grown
 
 
 def replaced_by_append(snap: Snapshot, begin: int, end: int) -> Iterator[str]:
@@ -491,8 +513,8 @@ def replaced_by_append(snap: Snapshot, begin: int, end: int) -> Iterator[str]:
 
 def replaced_in_index(snap: Snapshot, count: int, new_count: int) -> Iterator[str]:
     """Keys that adding episodes ``[count, new_count)`` replaces."""
-    for key, item in ((BOUNDS, "/0"), (RETURNS, "")):
-        if snap.index[0].shape[0] < new_count:
+    for key, item, arr in zip((BOUNDS, RETURNS), ("/0", ""), snap.index, strict=True):
+        if arr.shape[0] < new_count:
             yield f"{key}/{ZARR_JSON}"
         if count % INDEX_CHUNK:
             yield f"{key}/c/{count // INDEX_CHUNK}{item}"

@@ -47,6 +47,7 @@ from vault.format._records import (
     group_json,
     leaf_key,
 )
+from vault.format._tags import version_for
 from vault.storage._arrays import (
     CODECS,
     array_metadata,
@@ -135,6 +136,7 @@ def plan_manifest(
         rlvault_version=_version(),
         user_metadata=user,
         episodes=episode_leaves,
+        format_version=version_for(leaves),
     )
 
 

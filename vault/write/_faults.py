@@ -11,6 +11,11 @@ Points, in the order an append runs them:
 * ``"append"``: the whole append job; ``info = {"begin", "end"}``.
 * ``"resize"``: growing the arrays' time axis, only when at least one array must grow;
   ``info = {"length": needed length, "shapes": {leaf: current time length}}``.
+* ``"grow"``: inside ``"resize"`` (and inside ``"index"`` for the episode-index arrays), once
+  per array that must grow, starting that array's resize; ``info = {"key": its key,
+  "size": the new length}``. A failure here leaves some arrays grown and others not, as a
+  full disk can; the arrays already started are awaited before the failure propagates. (On a remote
+  location every array's metadata is written together, at ``"resize"``.)
 * ``"index"``: writing episode-index entries; ``info = {"count", "new_count"}``.
 * ``"commit"``: replacing the commit record; ``info = {"length": new committed length}``.
 * ``"trim"``: as a writer closes, cutting the arrays' shapes down to the committed length
@@ -27,14 +32,45 @@ from typing import Any, TypeVar
 
 R = TypeVar("R")
 FaultHook = Callable[[str, dict[str, Any], Callable[[], Any]], Any]
-FAULT_POINTS = ("append", "resize", "index", "commit", "trim", "fence")
+"""The type of a fault hook: ``hook(point, info, step)``, see :func:`set_fault_hook`."""
+FAULT_POINTS = ("append", "resize", "grow", "index", "commit", "trim", "fence")
+"""The fault points, in the order an append runs them.
+
+``"append"`` (the whole append job), ``"resize"`` (growing the arrays' time axis),
+``"grow"`` (each array that must grow, on a local file system), ``"index"`` (writing
+episode-index entries), ``"commit"`` (replacing the commit record), ``"trim"`` (a closing
+writer cutting shapes to the committed length), ``"fence"`` (a new holder of a lease
+rewriting the commit record).
+"""
 
 _hook: FaultHook | None = None
 
 
 def set_fault_hook(hook: FaultHook | None) -> FaultHook | None:
-    """Install ``hook`` for every vault of this process (``None`` removes it); returns the
-    previous hook."""
+    """Install a fault hook for every vault of this process (crash and durability tests).
+
+    The commit protocol runs each of its steps (:data:`FAULT_POINTS`) through the hook, which
+    is called as ``hook(point, info, step)`` and must call ``step()`` exactly once and return
+    its result; around it, it may print markers, start a timer that kills the process while
+    the step is in flight, or raise to simulate a failed step.
+
+    Args:
+        hook: the hook, or ``None`` to remove it.
+
+    Returns:
+        The previous hook (``None`` if there was none).
+
+    Examples:
+        >>> import vault
+        >>> seen = []
+        >>> def hook(point, info, step):
+        ...     seen.append(point)
+        ...     return step()
+        >>> vault.set_fault_hook(hook) is None
+        True
+        >>> vault.set_fault_hook(None) is hook
+        True
+    """
     global _hook
     previous, _hook = _hook, hook
     return previous

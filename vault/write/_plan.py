@@ -10,6 +10,7 @@ every bad leaf.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import sys
@@ -89,6 +90,13 @@ class BufferView:
     """What a write needs from a buffer state: experience, position, counter, stacking."""
 
     def __init__(self, state: Any) -> None:
+        if not hasattr(state, "write_counter"):
+            # a state in the reference's shape (a Flashbax state, or one restored from an
+            # orbax checkpoint of a Flashbax run): its counter is derived as the buffers do
+            from buffers import BufferError, from_flashbax_state
+
+            with contextlib.suppress(BufferError):  # not a buffer state: refused below
+                state = from_flashbax_state(state)
         if not hasattr(state, "experience") or not hasattr(state, "write_counter"):
             raise VaultStructureError(
                 f"write() takes a buffer state from `buffers` (with `experience` and "
@@ -291,6 +299,7 @@ def plan_write(
     source = tip.source_counter
     seams = tip.seams
     lost = 0
+    restart = None
     if source is None or fresh:
         unsaved = view.stored
         # a buffer written for the first time that has wrapped: what it overwrote before this
@@ -298,6 +307,11 @@ def plan_write(
         lost = view.counter - view.stored
         if lost > 0:
             seams = _with_seam(seams, tip.length, lost)
+        elif fresh and tip.length:
+            # another buffer than the one before (a new run): its rows do not continue
+            # the vault's, so no episode or sequence runs across; where they start is unknown
+            seams = _with_seam(seams, tip.length, 0)
+            restart = np.zeros(view.rows, bool)
     else:
         if view.counter < source:
             raise VaultStructureError(
@@ -331,7 +345,7 @@ def plan_write(
             pieces.append([data[:, start:stop]])
         else:  # the ring wrapped: the oldest part at the end, the newest at the start
             pieces.append([data[:, start:], data[:, : stop - view.time_len]])
-    job = AppendJob(tip.length, tip.length + unsaved, (), view.counter, seams, lost_before=lost > 0)
+    job = AppendJob(tip.length, tip.length + unsaved, (), view.counter, seams, lost > 0, restart)
     return _with_parts(job, tip, pieces, chunks, copy, empty)
 
 

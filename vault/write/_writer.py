@@ -18,7 +18,13 @@ import numpy as np
 
 from vault._errors import VaultError, VaultModeError, VaultStructureError
 from vault.commits._snapshot import Snapshot
-from vault.storage._location import WriterLock
+from vault.storage._location import (
+    WriterLock,
+    failed_os_call,
+    os_failure,
+    reason_of,
+    remedy_of,
+)
 from vault.storage._reclaim import Reclaimer
 from vault.storage._relay_write import WriteRelay
 from vault.write import _commit
@@ -109,7 +115,7 @@ class Writer:
 
     def _chunks(self) -> tuple[int, ...] | None:
         """The chunk time per leaf, to stage appends in whole chunks
-        (:class:`~vault.write._plan.Staged`); None on a remote location, whose relay keeps
+        (:class:`~vault.write._stage.Staged`); None on a remote location, whose relay keeps
         the partly filled chunks itself (``vault/storage/_relay_write.py``)."""
         if self._relay is not None:
             return None
@@ -126,6 +132,9 @@ class Writer:
         does not, it is another buffer: with ``new_buffer=True`` or a writer that adopts
         buffers (the reference-style constructor, which tracks buffers per Vault object)
         everything it holds is appended; otherwise the write is refused, never silently short.
+        A buffer that no longer holds that timestep, further on than the one this writer
+        wrote last, is that buffer overrun, not another one, unless ``new_buffer=True`` says
+        so: the overrun policy applies (by default :class:`UnsavedDataLostError`).
         """
         tip = self.tip
         if not tip.source_counter:  # no buffer written yet (or one with nothing in it)
@@ -138,6 +147,8 @@ class Writer:
             same = same_buffer(tip, view, values, self._last_timestep())
         if same is True:
             return False
+        if same is None and tip.known_source and not new_buffer:
+            return False  # the buffer this writer wrote, overrun: plan_write tells the loss
         if new_buffer or self.adopt_buffers:
             return True
         if same is None:
@@ -188,11 +199,7 @@ class Writer:
         except BaseException as err:
             self._back_to_commit()
             if isinstance(err, Exception) and not isinstance(err, VaultError):
-                raise VaultError(
-                    f"{self.where}: the write failed ({type(err).__name__}: {err}); the vault "
-                    f"is at its last commit ({self.snapshot.length} timesteps). Writing the "
-                    "same buffer again appends what is missing."
-                ) from err
+                raise self._failure("the write failed", err) from err
             raise
         self.tip = job.tip_after(self.tip)
 
@@ -240,11 +247,30 @@ class Writer:
         if err is None:
             return
         self._back_to_commit()
-        raise VaultError(
-            f"{self.where}: a background write failed ({type(err).__name__}: {err}); the vault "
-            f"is at its last commit ({self.snapshot.length} timesteps). Writing the same "
-            "buffer again appends what is missing."
-        ) from err
+        if isinstance(err, VaultError):  # typed already (a lost lock): keep its type
+            err.add_note(
+                f"(raised by a background write; the vault is at its last commit "
+                f"({self.snapshot.length} timesteps))"
+            )
+            raise err
+        raise self._failure("a background write failed", err) from err
+
+    def _failure(self, what: str, err: BaseException) -> VaultError:
+        """The error of a failed append (``what`` says which): one the storage caused (a full
+        disk, no permission) is typed by its cause (:func:`~vault.storage._location.os_failure`)
+        and names the file and the fix; any other is a :class:`VaultError` quoting it."""
+        tail = (
+            f"the vault is at its last commit ({self.snapshot.length} timesteps). Writing the "
+            "same buffer again appends what is missing."
+        )
+        found = failed_os_call(err)
+        if found is None:
+            return VaultError(f"{self.where}: {what} ({type(err).__name__}: {err}); {tail}")
+        code, path = found
+        place = f" at {path}" if path else ""
+        return os_failure(
+            code, f"{self.where}: {what} ({reason_of(code)}{place}; {remedy_of(code)}); {tail}"
+        )
 
     def _trim(self) -> None:
         """:func:`vault.write._commit.trim`; a failure leaves the data as committed (arrays merely

@@ -70,13 +70,61 @@ def _flashbax(root: Path, name: str, n: int) -> Path:
     return root / name / "uid"
 
 
-@pytest.mark.parametrize("fmt", ["d4rl", "flashbax"])
+def _ogbench(path: Path, n: int) -> None:
+    """An OGBench-layout .npz (deflated members), written a block at a time."""
+    import zipfile
+
+    rng = np.random.default_rng(2)
+    terminals = np.zeros(n, bool)
+    terminals[100::101] = True
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
+        with zf.open("observations.npy", "w", force_zip64=True) as member:
+            header = {"descr": "<f4", "fortran_order": False, "shape": (n, WIDTH)}
+            np.lib.format.write_array_header_1_0(member, header)
+            for t0 in range(0, n, 4096):
+                t1 = min(n, t0 + 4096)
+                member.write(rng.normal(size=(t1 - t0, WIDTH)).astype(np.float32).tobytes())
+        for key, value in [("actions", rng.normal(size=(n, 2)).astype(np.float32)),
+                           ("terminals", terminals)]:  # fmt: skip
+            with zf.open(f"{key}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, value)
+
+
+def _rlds(root: Path, n: int) -> Path:
+    """An RLDS dataset built by TFDS (array_record files) of episodes of 256 steps."""
+    import tensorflow_datasets as tfds
+    from _convert_sources import write_rlds
+
+    per = 256
+    features = {
+        "observation": tfds.features.Tensor(shape=(WIDTH,), dtype=np.float32),
+        "is_first": tfds.features.Scalar(dtype=np.bool_),
+        "is_last": tfds.features.Scalar(dtype=np.bool_),
+    }
+
+    def steps(seed: int, e: int, length: int) -> dict[str, object]:
+        obs = np.random.default_rng([seed, e]).normal(size=(length, WIDTH)).astype(np.float32)
+        flags = np.arange(length)
+        return {"steps": {"observation": obs, "is_first": flags == 0,
+                          "is_last": flags == length - 1}}  # fmt: skip
+
+    return write_rlds(root, {"train": [min(per, n)] * max(1, n // per)}, steps_of=steps,
+                      features=features)  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", ["d4rl", "flashbax", "ogbench", "rlds"])
 def test_import_memory_is_bounded_by_a_block(tmp_path: Path, fmt: str) -> None:
     n = RAW // (WIDTH * 4)
     if fmt == "d4rl":
         small, big = tmp_path / "small.hdf5", tmp_path / "big.hdf5"
         _d4rl(small, 400)
         _d4rl(big, n)
+    elif fmt == "rlds":
+        small, big = _rlds(tmp_path / "small", 400), _rlds(tmp_path / "big", n)
+    elif fmt == "ogbench":
+        small, big = tmp_path / "small.npz", tmp_path / "big.npz"
+        _ogbench(small, 400)
+        _ogbench(big, n)
     else:
         small, big = _flashbax(tmp_path, "small", 400), _flashbax(tmp_path, "big", n)
     script = tmp_path / "child.py"
@@ -90,7 +138,7 @@ def test_import_memory_is_bounded_by_a_block(tmp_path: Path, fmt: str) -> None:
     )
     assert run.returncode == 0, run.stderr
     doc = json.loads(run.stdout.strip().splitlines()[-1])
-    rows = 1 if fmt == "d4rl" else 4
+    rows = 4 if fmt == "flashbax" else 1
     assert doc["length"] == n // rows
     assert doc["growth"] < BUDGET, (
         f"peak RSS grew {doc['growth'] / 2**20:.1f} MiB for {RAW >> 20} MiB"

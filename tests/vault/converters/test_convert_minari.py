@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 from _convert_sources import TOY_ID, write_minari
 
-from vault import Vault, VaultExistsError, VaultNotFoundError, VaultReadError, VaultStructureError
+from vault import (
+    Vault,
+    VaultArgumentError,
+    VaultExistsError,
+    VaultNotFoundError,
+    VaultReadError,
+    VaultStructureError,
+)
 from vault.converters import export_minari, import_minari
 
 
@@ -101,6 +108,49 @@ def test_cartpole_by_path(minari_root: Path, tmp_path: Path) -> None:
     assert vault.committed_length == source.total_steps
     first = next(source.iterate_episodes())
     np.testing.assert_array_equal(vault.read_episode(0)["actions"], first.actions)
+
+
+def test_metadata_round_trip_and_recover_environment(minari_root: Path, tmp_path: Path) -> None:
+    # made as a new user would: Minari's own API, CartPole, an algorithm and an author
+    source = write_minari("cartpole/meta-v0", "hdf5", env_id="CartPole-v1", steps=50, seed=3,
+                          algorithm_name="PPO", author="Ada Lovelace",
+                          author_email="ada@example.org", code_permalink="https://example.org/c",
+                          description="CartPole with PPO")  # fmt: skip
+    vault = import_minari("cartpole/meta-v0", tmp_path / "v")
+    export_minari(vault, "cartpole/meta-back-v0", data_format="arrow")
+    back = minari.load_dataset("cartpole/meta-back-v0")
+    assert back.spec.env_spec == source.spec.env_spec
+    assert back.spec.env_spec is not None
+    theirs, ours = source.storage.metadata, back.storage.metadata
+    for key in ("algorithm_name", "author", "author_email", "code_permalink", "description"):
+        assert ours[key] == theirs[key], key
+    assert ours["author"] == {"Ada Lovelace"}
+    assert ours["dataset_id"] == "cartpole/meta-back-v0"
+    assert ours["data_format"] == "arrow"
+    assert ours["total_steps"] == theirs["total_steps"] == 50
+    assert (back.total_episodes, back.total_steps) == (source.total_episodes, 50)
+    env = back.recover_environment()
+    assert env.spec is not None
+    assert env.spec.id == "CartPole-v1"
+    assert env.spec.max_episode_steps == 500
+    env.close()
+    # a recorded vault (nothing imported) gets its environment and metadata from the caller
+    data = {"obs": np.zeros((1, 4, 4), np.float32), "next_obs": np.ones((1, 4, 4), np.float32),
+            "act": np.zeros((1, 4), np.int64), "rew": np.ones((1, 4), np.float32),
+            "done": np.array([[False, True, False, True]])}  # fmt: skip
+    example = {k: np.zeros(v.shape[2:], v.dtype) for k, v in data.items()}
+    with Vault.create(tmp_path / "rec", example, rows=1, done_leaf="done", reward_leaf="rew") as v:
+        v.append(data)
+    export_minari(tmp_path / "rec", "cartpole/rec-v0", observations="obs",
+                  next_observations="next_obs", actions="act", env_spec="CartPole-v1",
+                  metadata={"algorithm_name": "DQN", "author": "Grace"})  # fmt: skip
+    rec = minari.load_dataset("cartpole/rec-v0")
+    assert rec.storage.metadata["algorithm_name"] == "DQN"
+    assert rec.storage.metadata["author"] == {"Grace"}
+    assert rec.recover_environment().spec.id == "CartPole-v1"
+    names = {"observations": "obs", "next_observations": "next_obs", "actions": "act"}
+    with pytest.raises(VaultArgumentError, match="env_spec: "):
+        export_minari(tmp_path / "rec", "cartpole/bad-v0", env_spec="NoSuchEnv-v9", **names)
 
 
 def test_a_recorded_vault_exports_with_inferred_spaces(minari_root: Path, tmp_path: Path) -> None:

@@ -1,0 +1,700 @@
+"""A reader of rlvault vaults and datasets written from the format specification alone.
+
+It knows ``docs/format.md`` and nothing else of rlvault: zarr-python (arrays and the store's raw
+keys), ``json``, ``hashlib``, ``zlib`` and numpy; it never imports ``vault`` or ``buffers``. The
+tests compare it with rlvault on vaults of every kind: the proof that the specification is
+complete (what it needed and the specification did not say was added to the specification).
+
+It refuses what a reader must refuse (section 10 of the specification), reads every leaf up to
+the committed length, the episode table and any commit by number, id or tag, and computes a
+commit's content fingerprint. Usage::
+
+    python tools/spec_reader.py PATH_OR_URL [--at PIN] [--episodes]
+
+``s3://bucket/prefix`` takes the endpoint, region and keys from the AWS environment variables,
+or s3fs ``storage_options`` given to :func:`open_vault`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import re
+import sys
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import zarr
+import zarr.api.asynchronous
+from zarr.abc.store import SuffixByteRequest
+from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
+
+FORMAT = 4  # the newest format version this reader knows (§9)
+DATASET_FORMAT = 1
+INDEX_CHUNK = 8192  # episodes per chunk of the episode index (§4.4)
+TAG_CHUNK = 1024  # tags per chunk of a tag array (§4.5)
+_COMMIT_ID = re.compile(r"^(\d+)(?:-([0-9a-f]{4,64}))?$")
+_TAG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]{0,99}$")
+_SHARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+class SpecError(Exception):
+    """The stored objects break the specification: a reader must refuse them (§10)."""
+
+
+class VersionError(SpecError):
+    """A format version this reader does not know (newer)."""
+
+
+# ----------------------------------------------------------------------------- the store
+class Store:
+    """Raw keys of a location through a zarr-python store (local directory or s3fs)."""
+
+    def __init__(self, url: str, storage_options: dict[str, Any] | None = None) -> None:
+        self.url, self.prefix = url.rstrip("/"), ""
+        if url.startswith("s3://"):
+            options = storage_options if storage_options is not None else _aws_options()
+            self.zarr = zarr.storage.FsspecStore.from_url(
+                self.url, storage_options=options, read_only=True
+            )
+        else:
+            path = url[len("file://") :] if url.startswith("file://") else url
+            self.zarr = zarr.storage.LocalStore(path, read_only=True)
+
+    def child(self, name: str) -> Store:
+        """The location ``name`` under this one (the same store, a longer prefix)."""
+        out = Store.__new__(Store)
+        out.url, out.zarr = f"{self.url}/{name.strip('/')}", self.zarr
+        out.prefix = f"{self.prefix}{name.strip('/')}/"
+        return out
+
+    async def fetch(self, key: str, suffix: int | None = None) -> bytes | None:
+        """The value of ``key`` (its last ``suffix`` bytes only, when given); None if absent."""
+        request = None if suffix is None else SuffixByteRequest(suffix)
+        got = await self.zarr.get(
+            self.prefix + key, prototype=default_buffer_prototype(), byte_range=request
+        )
+        return None if got is None else got.to_bytes()
+
+    async def fetch_many(self, keys: Sequence[str], suffix: int | None = None) -> list[Any]:
+        return list(await asyncio.gather(*(self.fetch(k, suffix) for k in keys)))
+
+    def get_many(self, keys: Sequence[str], suffix: int | None = None) -> list[bytes | None]:
+        """:meth:`fetch` of every key, concurrently (one round trip)."""
+        return sync(self.fetch_many(keys, suffix)) if keys else []
+
+    def get(self, key: str) -> bytes | None:
+        return self.get_many([key])[0]
+
+    def listing(self, prefix: str, one_level: bool = False) -> list[str]:
+        """The keys under ``prefix`` (``one_level``: the names of its children)."""
+
+        async def every() -> list[str]:
+            found = self.zarr.list_dir if one_level else self.zarr.list_prefix
+            return [k async for k in found(self.prefix + prefix)]
+
+        keys = sync(every())
+        return sorted(keys if one_level else [k[len(self.prefix) :] for k in keys])
+
+    async def read_array(self, key: str, selection: Any) -> np.ndarray:
+        """``selection`` of the Zarr v3 array ``key``, decoded by zarr-python."""
+        array = await zarr.api.asynchronous.open_array(
+            store=self.zarr, path=self.prefix + key, mode="r", zarr_format=3
+        )
+        return np.asarray(await array.getitem(selection))
+
+    def gather(self, *work: Any) -> list[Any]:
+        """Run coroutines concurrently; their results in order."""
+
+        async def every() -> list[Any]:
+            return list(await asyncio.gather(*work))
+
+        return sync(every())
+
+
+def _aws_options() -> dict[str, Any]:
+    env = os.environ
+    endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
+    kwargs: dict[str, Any] = {"region_name": region}
+    if endpoint:
+        kwargs["endpoint_url"] = endpoint
+    options: dict[str, Any] = {"client_kwargs": kwargs}
+    if env.get("AWS_ACCESS_KEY_ID"):
+        options.update(key=env["AWS_ACCESS_KEY_ID"], secret=env.get("AWS_SECRET_ACCESS_KEY"))
+    return options
+
+
+# ------------------------------------------------------------------------ JSON and digests
+def parse_object(raw: bytes | None, where: str) -> dict[str, Any]:
+    if raw is None:
+        raise SpecError(f"{where} is missing")
+    try:
+        doc = json.loads(raw)
+    except ValueError as err:
+        raise SpecError(f"{where} is not JSON: {err}") from None
+    if not isinstance(doc, dict):
+        raise SpecError(f"{where} is not a JSON object")
+    return doc
+
+
+def canonical_digest(doc: dict[str, Any]) -> str:
+    """§6.2: SHA-256 of the canonical JSON of every key but ``digest``, 32 hex digits."""
+    body = {k: v for k, v in doc.items() if k != "digest"}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()[:32]
+
+
+def check_digest(doc: dict[str, Any], version: int, where: str) -> None:
+    """§6.2: a digest that is there must match; formats 3 and later require one."""
+    if "digest" not in doc and version < 3:
+        return  # §9: versions 1 and 2 were written without
+    if doc.get("digest") != canonical_digest(doc):
+        raise SpecError(f"{where}: the content does not match its digest")
+
+
+def attributes(group: dict[str, Any], name: str, where: str) -> dict[str, Any]:
+    attrs = group.get("attributes")
+    value = attrs.get(name) if isinstance(attrs, dict) else None
+    if not isinstance(value, dict):
+        raise SpecError(f"{where}: no {name!r} attributes")
+    return value
+
+
+def check_manifest(doc: dict[str, Any], where: str) -> dict[str, Any]:
+    version = doc.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise SpecError(f"{where}: format_version {version!r} is not a version")
+    if version > FORMAT:
+        raise VersionError(f"{where}: format version {version}; this reader knows 1..{FORMAT}")
+    check_digest(doc, version, f"{where} (manifest)")
+    names = leaf_names(doc["structure"])
+    if [leaf["name"] for leaf in doc["leaves"]] != names:
+        raise SpecError(f"{where}: the leaves do not match the structure")
+    return doc
+
+
+# ----------------------------------------------------------------------------- structure
+def node_names(node: dict[str, Any]) -> list[str]:
+    """§4.1.2: the node names of a container's children."""
+    kind = node["kind"]
+    if kind == "dict":
+        return [escape(k) for k in node["keys"]]
+    if kind in ("namedtuple", "dataclass"):
+        return list(node["fields"])
+    return [str(i) for i in range(len(node.get("children", [])))]
+
+
+def escape(key: str) -> str:
+    """§4.1.2: the node name of a dict key."""
+    if key == "":
+        return "%-"
+    out = "".join(
+        ch if (ch.isascii() and (ch.isalnum() or ch in "_.-~")) else _percent(ch) for ch in key
+    )
+    if out.startswith("."):
+        out = "%2E" + out[1:]
+    elif out.startswith("__"):
+        out = "%5F" + out[1:]
+    if out.lower() == "zarr.json":
+        out = f"%{ord(out[0]):02X}" + out[1:]
+    if out.lower().endswith(".__lock"):
+        out = out[: -len(".__lock")] + "%2E__lock"
+    return out
+
+
+def _percent(ch: str) -> str:
+    return "".join(f"%{b:02X}" for b in ch.encode("utf-8"))
+
+
+def leaf_names(node: dict[str, Any], prefix: str = "") -> list[str]:
+    if node["kind"] == "leaf":
+        return [prefix]
+    out: list[str] = []
+    for name, child in zip(node_names(node), node.get("children", []), strict=True):
+        out += leaf_names(child, f"{prefix}/{name}" if prefix else name)
+    return out
+
+
+def build_tree(node: dict[str, Any], values: list[Any]) -> Any:
+    """The leaves ``values`` (in leaf order) in the structure's containers (named tuples and
+    dataclasses as dicts of their fields)."""
+    it = iter(values)
+
+    def build(n: dict[str, Any]) -> Any:
+        kind = n["kind"]
+        if kind == "leaf":
+            return next(it)
+        if kind == "none":
+            return None
+        children = [build(c) for c in n["children"]]
+        if kind == "tuple":
+            return tuple(children)
+        if kind == "list":
+            return children
+        labels = n["keys"] if kind == "dict" else n["fields"]
+        return dict(zip(labels, children, strict=True))
+
+    return build(node)
+
+
+# ----------------------------------------------------------------------------- arrays
+def dimension_names(leaf: str, rank: int) -> list[str]:
+    """§4.2: ``row``, ``time``, then ``<variable>_<i>`` per item axis."""
+    variable = ".".join(part.replace(".", "%2E") for part in leaf.split("/"))
+    return ["row", "time", *[f"{variable}_{i}" for i in range(rank)]]
+
+
+def normal_codecs(codecs: list[dict[str, Any]], itemsize: int) -> list[dict[str, Any]]:
+    """§4.1.3: a codec chain as the array metadata states it (``bytes`` without configuration
+    for one-byte types, ``blosc`` with ``typesize``)."""
+    out = []
+    for codec in codecs:
+        codec = {k: v for k, v in codec.items() if not (k == "configuration" and v == {})}
+        if codec["name"] == "bytes" and itemsize == 1:
+            codec = {"name": "bytes"}
+        if codec["name"] == "blosc":
+            codec = {**codec, "configuration": {"typesize": itemsize, **codec["configuration"]}}
+        out.append(codec)
+    return out
+
+
+class Grid:
+    """How an array is cut along rows, time and item axes; ``bound``: the item chunks of each
+    place (row block, time chunk) bound to it, all in format 4, the first before (§4.5)."""
+
+    def __init__(self, key: str, rows: int, block: int | None, step: int, items: list[int]):
+        self.key, self.rows, self.row_block, self.step, self.items = key, rows, block, step, items
+        self.count = self.bound = int(np.prod(items, dtype=np.int64))
+
+    @property
+    def blocks(self) -> int:
+        return 1 if self.row_block is None else -(-self.rows // self.row_block)
+
+    def chunk(self, block: int, k: int, i: int = 0) -> str:
+        """The key of item chunk ``i`` (its flat index, C order) of place ``(block, k)``."""
+        parts = [block] if self.row_block is not None else []
+        at = np.unravel_index(i, self.items) if self.items else ()
+        return f"{self.key}/c/" + "/".join(map(str, [*parts, k, *map(int, at)]))
+
+    def bound_keys(self, k: int) -> list[str]:
+        """The chunks bound to time chunk ``k``'s places: by row block, then item chunk."""
+        return [self.chunk(b, k, i) for b in range(self.blocks) for i in range(self.bound)]
+
+
+def grids(manifest: dict[str, Any]) -> dict[str, Grid]:
+    """Every array of the vault by key: leaves in manifest order, then the episode index."""
+    out = {}
+    for leaf in manifest["leaves"]:
+        key, chunk = f"experience/{leaf['name']}", leaf["chunk"]
+        items = [-(-n // c) for n, c in zip(leaf["shape"], chunk[2:], strict=True)]
+        out[key] = Grid(key, manifest["rows"], chunk[0], chunk[1], items)
+        out[key].bound = out[key].bound if manifest["format_version"] >= 4 else 1
+    if manifest.get("episodes") is not None:
+        out["episodes/bounds"] = Grid("episodes/bounds", 1, None, INDEX_CHUNK, [1])
+        out["episodes/returns"] = Grid("episodes/returns", 1, None, INDEX_CHUNK, [])
+    return out
+
+
+def index_metadata(kind: str) -> dict[str, Any]:
+    codecs = [
+        {"configuration": {"endian": "little"}, "name": "bytes"},
+        {"configuration": {"checksum": False, "level": 3}, "name": "zstd"},
+        {"name": "crc32c"},
+    ]
+    bounds = kind == "bounds"
+    return {
+        "data_type": "int64" if bounds else "float64",
+        "chunk_shape": [INDEX_CHUNK, 4] if bounds else [INDEX_CHUNK],
+        "codecs": codecs,
+        "fill_value": 0,
+        "dimension_names": ["episode", "field"] if bounds else ["episode"],
+        "item": [4] if bounds else [],
+    }
+
+
+# ----------------------------------------------------------------------------- a vault
+class SpecVault:
+    """A vault at one commit, read as the specification says."""
+
+    def __init__(
+        self,
+        store: Store,
+        manifest: dict[str, Any] | None = None,
+        commit: dict[str, Any] | None = None,
+    ) -> None:
+        self.store = store
+        where = store.url
+        raw_commit = None
+        if manifest is None:
+            raw_root, raw_commit = store.get_many(["zarr.json", "commit/zarr.json"])
+            root = parse_object(raw_root, f"{where}/zarr.json")
+            manifest = check_manifest(attributes(root, "rlvault", where), where)
+        self.manifest = manifest
+        self.version = int(manifest["format_version"])
+        if commit is None:
+            raw_commit = raw_commit or store.get("commit/zarr.json")
+            commit = self._record(raw_commit, "commit/zarr.json")
+        self.commit = commit
+        self.grids = grids(manifest)
+        self._tails: dict[str, bytes | None] = {}
+
+    # -- records
+    def _record(self, raw: bytes | None, key: str) -> dict[str, Any]:
+        where = f"{self.store.url}/{key}"
+        record = attributes(parse_object(raw, where), "rlvault_commit", where)
+        length = record.get("committed_length")
+        if not isinstance(length, int) or isinstance(length, bool) or length < 0:
+            raise SpecError(f"{where}: committed_length {length!r}")
+        check_digest(record, self.version, f"{where} (commit record)")
+        return record
+
+    @property
+    def length(self) -> int:
+        return int(self.commit["committed_length"])
+
+    @property
+    def rows(self) -> int:
+        return int(self.manifest["rows"])
+
+    @property
+    def episode_count(self) -> int:
+        episodes = self.commit.get("episodes") if self.manifest.get("episodes") else None
+        return 0 if episodes is None else int(episodes["count"])
+
+    @property
+    def commit_id(self) -> str:
+        seq = int(self.commit.get("seq", 0))
+        uid = self.commit.get("uid")
+        return f"{seq}-{uid}" if uid else str(seq)
+
+    @property
+    def seams(self) -> list[dict[str, int]]:
+        return [{"at": s["at"], "lost": s["lost"]} for s in self.commit.get("gaps", [])]
+
+    # -- pins
+    def tags(self) -> dict[str, str]:
+        out = {}
+        for key in self.store.listing("refs/"):
+            name = key[len("refs/") :]
+            if _TAG_NAME.match(name) and name != "zarr.json":
+                out[name] = self._tag(name)
+        return out
+
+    def _tag(self, name: str) -> str:
+        doc = parse_object(self.store.get(f"refs/{name}"), f"{self.store.url}/refs/{name}")
+        return str(doc["commit"])
+
+    def at(self, pin: int | str) -> SpecVault:
+        """This vault at the commit ``pin`` names: its number, its id, or a tag."""
+        if isinstance(pin, int):
+            seq, uid = pin, None
+        else:
+            found = _COMMIT_ID.match(pin) or _COMMIT_ID.match(self._tag(pin))
+            if found is None:
+                raise SpecError(f"{self.store.url}: tag {pin!r} does not name a commit id")
+            seq, uid = int(found.group(1)), found.group(2)
+        latest = int(self.commit.get("seq", 0))
+        if seq == latest:
+            record = self.commit
+        elif seq > latest:
+            raise SpecError(f"{self.store.url}: no commit {seq} (latest {latest})")
+        else:
+            record = self._record(self.store.get(f"history/{seq}"), f"history/{seq}")
+            if int(record.get("seq", 0)) != seq:
+                raise SpecError(f"{self.store.url}: history/{seq} holds another commit")
+        if uid is not None and record.get("uid") != uid:
+            raise SpecError(f"{self.store.url}: commit {pin!r} is not this vault's")
+        if record["committed_length"] > self.length:
+            raise SpecError(f"{self.store.url}: a pinned commit longer than the latest")
+        return SpecVault(self.store, self.manifest, record)
+
+    # -- array metadata
+    def _expected(self, key: str) -> dict[str, Any]:
+        if key.startswith("episodes/"):
+            return index_metadata(key.split("/")[1])
+        leaf = next(x for x in self.manifest["leaves"] if f"experience/{x['name']}" == key)
+        dtype = np.dtype(leaf["dtype"])
+        return {
+            "data_type": dtype.name,
+            "chunk_shape": list(leaf["chunk"]),
+            "codecs": normal_codecs(leaf["codecs"], dtype.itemsize),
+            "fill_value": False if dtype == np.bool_ else 0,
+            "dimension_names": dimension_names(leaf["name"], len(leaf["shape"])),
+            "item": list(leaf["shape"]),
+        }
+
+    def _check_metadata(self, key: str, raw: bytes | None, length: int) -> dict[str, Any]:
+        """Array ``key``'s ``zarr.json`` checked against the manifest (§4.2, §7 step 3)."""
+        where = f"{self.store.url}/{key}/zarr.json"
+        meta = parse_object(raw, where)
+        want = self._expected(key)
+        grid = meta.get("chunk_grid", {})
+        problems = []
+        if meta.get("node_type") != "array" or meta.get("zarr_format") != 3:
+            problems.append("not a Zarr v3 array")
+        if meta.get("data_type") != want["data_type"]:
+            problems.append(f"data_type {meta.get('data_type')!r}")
+        chunk = grid.get("configuration", {}).get("chunk_shape")
+        if grid.get("name") != "regular" or chunk != want["chunk_shape"]:
+            problems.append(f"chunk grid {grid!r}")
+        if meta.get("codecs") != want["codecs"]:
+            problems.append(f"codecs {meta.get('codecs')!r}")
+        if meta.get("fill_value") != want["fill_value"]:
+            problems.append(f"fill_value {meta.get('fill_value')!r}")
+        encoding = meta.get("chunk_key_encoding", {})
+        separator = encoding.get("configuration", {}).get("separator", "/")
+        if encoding.get("name") != "default" or separator != "/":
+            problems.append(f"chunk_key_encoding {encoding!r}")
+        names = meta.get("dimension_names")
+        if self.manifest.get("dimension_names") is True and names != want["dimension_names"]:
+            problems.append(f"dimension_names {meta.get('dimension_names')!r}")
+        shape = meta.get("shape", [])
+        axis = 0 if key.startswith("episodes/") else 1
+        lead = [] if axis == 0 else [self.rows]
+        if shape[:axis] != lead or shape[axis + 1 :] != want["item"] or shape[axis] < length:
+            problems.append(f"shape {shape} (committed {length})")
+        if problems:
+            raise SpecError(f"{where} departs from the manifest: " + "; ".join(problems))
+        return meta
+
+    # -- integrity (§6.1, §7)
+    def _chunk_keys(self, key: str, length: int) -> list[tuple]:
+        """(key, row block, time chunk, item chunk) of every chunk holding ``[0, length)``."""
+        g, ks = self.grids[key], range(-(-length // self.grids[key].step))
+        return [
+            (g.chunk(b, k, i), b, k, i) for b in range(g.blocks) for k in ks for i in range(g.count)
+        ]
+
+    def _load(self, lengths: dict[str, int]) -> None:
+        """Check arrays ``{key: committed length}`` before reading them: their metadata
+        against the manifest, every chunk of the committed range present, every complete one
+        the chunk written at its place (§6.1). Three rounds of requests for all of them."""
+        keys = list(lengths)
+        raws = self.store.get_many([f"{key}/zarr.json" for key in keys])
+        for key, raw in zip(keys, raws, strict=True):
+            self._check_metadata(key, raw, lengths[key])
+        chunks = {key: self._chunk_keys(key, lengths[key]) for key in keys}
+        tagged = [k for k in keys if self.version >= 3 and lengths[k] >= self.grids[k].step]
+        flat = [c[0] for key in keys for c in chunks[key]]
+        tails, *tags = self.store.gather(
+            self.store.fetch_many(flat, suffix=4),
+            *(self._tags(key, lengths[key] // self.grids[key].step) for key in tagged),
+        )
+        self._tails = dict(zip(flat, tails, strict=True))
+        strict = self.manifest.get("fill_chunks_stored") is True
+        missing = [c for c in flat if self._tails[c] is None]
+        if missing and strict:
+            raise SpecError(f"{self.store.url}: chunk {missing[0]} is missing")
+        for key, values in zip(tagged, tags, strict=True):
+            grid = self.grids[key]
+            complete = lengths[key] // grid.step
+            for chunk, b, k, i in chunks[key]:  # tag of (b, k, i) at [b, k * bound + i]
+                tail, tag = self._tails[chunk], values[b, k * grid.bound + i : (k + 1) * grid.bound]
+                stored = None if tail is None else int.from_bytes(tail, "little")
+                if i < grid.bound and k < complete and stored not in (None, int(tag[0])):
+                    raise SpecError(f"{self.store.url}: {chunk} is not the chunk written there")
+
+    async def _tags(self, key: str, complete: int) -> np.ndarray:
+        """The place tags of the first ``complete`` time chunks of array ``key``."""
+        n, blocks = complete * self.grids[key].bound, self.grids[key].blocks
+        try:
+            values = await self.store.read_array(f"tags/{key}", (slice(None), slice(0, n)))
+        except Exception as err:  # absent or unreadable
+            raise SpecError(f"{self.store.url}: tags/{key} cannot be read ({err})") from None
+        if values.shape != (blocks, n):
+            raise SpecError(f"{self.store.url}: tags/{key} holds {values.shape} tags")
+        return values
+
+    def _check_edge(self, key: str, length: int, data: np.ndarray) -> None:
+        """The committed part of the partly filled last chunk is what the commit recorded
+        (§4.3 edges). ``data``: the array's committed values ``[rows, length, ...]`` (the
+        episode index: ``[1, count, ...]``)."""
+        edge = (self.commit.get("edges") or {}).get(key)
+        if self.version < 3 or edge is None:
+            return
+        grid = self.grids[key]
+        k = edge["from"] // grid.step
+        if edge.get("tail") and grid.bound == grid.count:  # format 3, items cut: crc only
+            stored = [self._tails.get(c) for c in grid.bound_keys(k)]
+            if [None if t is None else int.from_bytes(t, "little") for t in stored] == edge["tail"]:
+                return  # the chunk is still the one stored at this commit
+        region = data[:, edge["from"] : length]
+        little = region.astype(region.dtype.newbyteorder("<"))
+        got = [zlib.crc32(np.ascontiguousarray(row).tobytes()) for row in little]
+        if got != [int(c) for c in edge["crc"]]:
+            raise SpecError(
+                f"{self.store.url}: {key}: the committed timesteps from {edge['from']} differ "
+                "from the ones the commit recorded"
+            )
+
+    # -- reading
+    def read(self, tree: bool = False) -> Any:
+        """Every leaf's committed data ``[rows, committed length, ...]``: a dict by leaf path,
+        or (``tree``) the structure's containers."""
+        length = self.length
+        names = [leaf["name"] for leaf in self.manifest["leaves"]]
+        keys = [f"experience/{name}" for name in names]
+        self._load(dict.fromkeys(keys, length))
+        part = (slice(None), slice(0, length))
+        data = self.store.gather(*(self.store.read_array(key, part) for key in keys))
+        for key, values in zip(keys, data, strict=True):
+            self._check_edge(key, length, values)
+        if tree:
+            return build_tree(self.manifest["structure"], data)
+        return dict(zip(names, data, strict=True))
+
+    def episodes(self, include_open: bool = False) -> dict[str, np.ndarray]:
+        """The episode table (§4.4): columns ``row, start, length, returns, truncated,
+        complete, start_known``."""
+        cfg = self.manifest.get("episodes")
+        if cfg is None:
+            raise SpecError(f"{self.store.url} keeps no episode index")
+        count = self.episode_count
+        bounds = np.zeros((0, 4), np.int64)
+        returns = np.zeros(0, np.float64)
+        if count:
+            keys = ["episodes/bounds", "episodes/returns"]
+            self._load(dict.fromkeys(keys, count))
+            bounds, returns = self.store.gather(
+                *(self.store.read_array(key, slice(0, count)) for key in keys)
+            )
+            self._check_edge(keys[0], count, bounds[None])
+            self._check_edge(keys[1], count, returns[None])
+        complete = np.ones(count, bool)
+        if include_open:
+            state = self.commit["episodes"]["open"]
+            starts = np.asarray(state["start"], np.int64)
+            rows = np.flatnonzero(starts < self.length)
+            opened = np.stack(
+                [rows, starts[rows], self.length - starts[rows],
+                 np.asarray(state["flags"], np.int64)[rows]], axis=1,
+            ).reshape(-1, 4)  # fmt: skip
+            bounds = np.concatenate([bounds, opened.astype(np.int64)])
+            returns = np.concatenate([returns, np.asarray(state["return"], np.float64)[rows]])
+            complete = np.concatenate([complete, np.zeros(len(rows), bool)])
+        flags = bounds[:, 3]
+        return {
+            "row": bounds[:, 0],
+            "start": bounds[:, 1],
+            "length": bounds[:, 2],
+            "returns": returns if cfg.get("reward") else np.full(len(bounds), np.nan),
+            "truncated": (flags & 1) != 0,
+            "complete": complete,
+            "start_known": (flags & 2) == 0,
+        }
+
+    # -- fingerprint (§6.4)
+    def fingerprint(self) -> str:
+        """The content fingerprint of this commit (§6.4)."""
+        manifest = self.manifest
+        head = {
+            "rows": manifest["rows"],
+            "structure": manifest["structure"],
+            "leaves": [
+                [x["name"], np.dtype(x["dtype"]).name, x["shape"], x["chunk"], x["codecs"]]
+                for x in manifest["leaves"]
+            ],
+            "episodes": manifest.get("episodes"),
+            "committed_length": self.length,
+            "episode_count": self.episode_count,
+            "seams": [[s["at"], s["lost"]] for s in self.seams],
+        }
+        plans = []
+        for key, grid in self.grids.items():
+            index = key.startswith("episodes/")
+            length = self.episode_count if index else self.length
+            complete = length // grid.step
+            chunks = [c for k in range(complete) for c in grid.bound_keys(k)]
+            e0 = complete * grid.step
+            edge = None
+            if length % grid.step:
+                edge = (slice(e0, length),) if index else (slice(None), slice(e0, length))
+            plans.append((key, chunks, edge))
+        work = [self.store.fetch_many(chunks, suffix=4) for _, chunks, _ in plans]
+        work += [self.store.read_array(key, edge) for key, _, edge in plans if edge is not None]
+        results = self.store.gather(*work)
+        tails, edges = results[: len(plans)], iter(results[len(plans) :])
+        digest = hashlib.sha256(json.dumps(head, sort_keys=True).encode())
+        for (key, _chunks, edge), stored in zip(plans, tails, strict=True):
+            if any(t is None for t in stored):
+                raise SpecError(f"{self.store.url}: {key}: a complete chunk is missing")
+            digest.update(key.encode())
+            digest.update(b"".join(stored))
+            if edge is not None:
+                digest.update(np.ascontiguousarray(next(edges)).tobytes())
+        return f"sha256:{digest.hexdigest()}"
+
+
+def open_vault(url: str | Store, storage_options: dict[str, Any] | None = None) -> SpecVault:
+    """The vault at ``url`` at its latest commit (§7)."""
+    store = url if isinstance(url, Store) else Store(url, storage_options)
+    return SpecVault(store)
+
+
+# ----------------------------------------------------------------------------- datasets
+class SpecDataset:
+    """A dataset root (§5): its template and its shards."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        root = parse_object(store.get("zarr.json"), f"{store.url}/zarr.json")
+        doc = attributes(root, "rlvault_dataset", store.url)
+        if doc.get("format") != DATASET_FORMAT:
+            raise VersionError(f"{store.url}: dataset format {doc.get('format')!r}")
+        self.template = check_manifest(doc["template"], f"{store.url} (template)")
+
+    @property
+    def shards(self) -> list[str]:
+        """The shards: folders under ``shards/`` whose root ``zarr.json`` is there."""
+        names = [n.rstrip("/") for n in self.store.listing("shards/", one_level=True)]
+        names = [n for n in names if _SHARD_NAME.match(n)]
+        present = self.store.get_many([f"shards/{n}/zarr.json" for n in names])
+        return [n for n, raw in zip(names, present, strict=True) if raw is not None]
+
+    def shard(self, name: str) -> SpecVault:
+        """Shard ``name``, refused when its structure departs from the template (§5.2)."""
+        vault = SpecVault(self.store.child(f"shards/{name}"))
+
+        def shape(m: dict[str, Any]) -> Any:
+            leaves = [(x["name"], x["shape"], x["dtype"]) for x in m["leaves"]]
+            return m["structure"], m.get("episodes"), leaves
+
+        if shape(vault.manifest) != shape(self.template):
+            raise SpecError(f"{self.store.url}: shard {name!r} differs from the template")
+        return vault
+
+
+def open_dataset(url: str, storage_options: dict[str, Any] | None = None) -> SpecDataset:
+    return SpecDataset(Store(url, storage_options))
+
+
+# ----------------------------------------------------------------------------- command
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("location")
+    parser.add_argument("--at", help="a commit number, id or tag")
+    parser.add_argument("--episodes", action="store_true", help="print the episode table")
+    args = parser.parse_args(argv)
+    vault = open_vault(args.location)
+    if args.at is not None:
+        vault = vault.at(int(args.at) if args.at.isdigit() else args.at)
+    data = vault.read()
+    summary: dict[str, Any] = {"commit": vault.commit_id, "committed_length": vault.length}
+    summary["seams"] = vault.seams
+    summary["leaves"] = {k: [str(v.dtype), list(v.shape)] for k, v in data.items()}
+    summary["fingerprint"] = vault.fingerprint()
+    if args.episodes:
+        summary["episodes"] = {k: v.tolist() for k, v in vault.episodes(True).items()}
+    print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
