@@ -55,8 +55,13 @@ def make_prioritised_flat_buffer(
     add_batch_size: int | None = None,
     priority_exponent: float = 0.6,
     device: str = "cpu",
+    reference_exact: bool = False,
 ) -> PrioritisedTrajectoryBuffer:
-    """A prioritised flat buffer (same signature and semantics as the reference's)."""
+    """A prioritised flat buffer (same signature and semantics as the reference's).
+
+    ``reference_exact=True`` reproduces Flashbax 0.1.3's prioritised draws bit for bit (see
+    :func:`buffers.make_prioritised_trajectory_buffer` and ``docs/guides/reference-exact.md``).
+    """
     priority_exponent = check_priority_exponent(priority_exponent)
     core, add = make_sequence_view(
         max_length,
@@ -68,6 +73,7 @@ def make_prioritised_flat_buffer(
         make=make_prioritised_trajectory_buffer,
         priority_exponent=priority_exponent,
         device=check_device(device),
+        reference_exact=reference_exact,
     )
     return dataclasses.replace(
         core,

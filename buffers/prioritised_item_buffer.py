@@ -22,11 +22,13 @@ def make_prioritised_item_buffer(
     add_batches: bool = False,
     priority_exponent: float = 0.6,
     device: str = "cpu",
+    reference_exact: bool = False,
 ) -> PrioritisedTrajectoryBuffer:
     """A prioritised item buffer (same signature and semantics as the reference's).
 
     Samples are ``PrioritisedTrajectoryBufferSample(experience, indices, probabilities)`` with
-    ``[sample_batch_size, ...]`` leaves.
+    ``[sample_batch_size, ...]`` leaves. ``reference_exact=True`` reproduces Flashbax 0.1.3's
+    prioritised draws bit for bit (see :func:`buffers.make_prioritised_trajectory_buffer`).
     """
     item_layout_args(max_length, min_length, sample_batch_size)
     priority_exponent = check_priority_exponent(priority_exponent)
@@ -40,6 +42,7 @@ def make_prioritised_item_buffer(
         max_length,
         priority_exponent=priority_exponent,
         device=check_device(device),
+        reference_exact=reference_exact,
     )
     return dataclasses.replace(
         core,

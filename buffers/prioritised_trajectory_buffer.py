@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic
 import jax.numpy as jnp
 from jax import Array
 
-from buffers import _sum_tree
+from buffers import _reference_exact, _sum_tree
 from buffers._core import (
     RING_FIELDS,
     Experience,
@@ -43,6 +43,7 @@ from buffers._pytree import frozen_container, pytree_dataclass
 from buffers._sum_tree import SumTreeState
 from buffers._validation import (
     check,
+    check_bool,
     check_item_count,
     check_priorities,
     check_priority_exponent,
@@ -139,9 +140,11 @@ def _changed_items(
     With ``d`` the distance from the (new) end of data back to an item's start, an item is
     valid iff ``L <= d <= filled``. After appending ``n``: items with ``d_old > T - n`` lose their
     first timestep (invalid), items with ``L <= d_new < L + n`` gain their last one (valid).
+    Each is a half-open range of ``n`` distances, holding at most ``ceil(n / period)`` item
+    starts (``period`` apart): that many candidates per row are checked.
     """
     items_per_row = t_len // period
-    n_max = min(seq_len // period + 1, items_per_row)
+    n_max = min(-(-seq_len // period), items_per_row)
     k = jnp.arange(n_max, dtype=jnp.int32)
     cur = state.current_index
     filled_old = _filled(state.is_full, cur, t_len)
@@ -176,22 +179,44 @@ def prioritised_add(
     sample_sequence_length: int,
     period: int,
     device: str = "cpu",
+    reference_exact: bool = False,
 ) -> PrioritisedTrajectoryBufferState[Experience]:
-    """Append ``batch`` ``[B, L, ...]``; new items get the maximum priority recorded so far."""
+    """Append ``batch`` ``[B, L, ...]``; new items get the maximum priority recorded so far
+    (with ``reference_exact``, truncated to an integer as the reference does)."""
     check_prioritised_state(state, period, "add")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
     seq_len = tree_shape_prefix(batch, 2)[1]
+    if reference_exact:
+        tree = _reference_exact.append_tree(state, seq_len, sample_sequence_length, period, device)
+    else:
+        tree = _appended_tree(state, seq_len, sample_sequence_length, period, device)
+    experience = write_experience(state.experience, batch, state.current_index, t_len)
+    return state.replace(
+        experience=experience, sum_tree_state=tree, **advance_indices(state, seq_len, t_len)
+    )
+
+
+def _appended_tree(
+    state: Any, seq_len: int, sample_sequence_length: int, period: int, device: str
+) -> SumTreeState:
+    """The sum tree after appending ``seq_len`` timesteps: the items that stop being valid
+    set to 0, those that become valid to the recorded maximum."""
+    b_size, t_len = tree_shape_prefix(state.experience, 2)
     lost_idx, lost_mask, gained_idx, gained_mask = _changed_items(
         state, seq_len, sample_sequence_length, period, t_len, b_size
     )
     tree = state.sum_tree_state
-    tree = _sum_tree.set_batch(tree, lost_idx, jnp.zeros(lost_idx.shape), lost_mask, device)
+    # one update, the lost items first: an item both lost and gained ends with the new
+    # priority; no value set exceeds the recorded maximum, which therefore stays
     new_priority = jnp.broadcast_to(tree.max_recorded_priority, gained_idx.shape)
-    tree = _sum_tree.set_batch(tree, gained_idx, new_priority, gained_mask, device)
-    experience = write_experience(state.experience, batch, state.current_index, t_len)
-    return state.replace(
-        experience=experience, sum_tree_state=tree, **advance_indices(state, seq_len, t_len)
+    return _sum_tree.set_batch(
+        tree,
+        jnp.concatenate([lost_idx, gained_idx]),
+        jnp.concatenate([jnp.zeros(lost_idx.shape), new_priority]),
+        jnp.concatenate([lost_mask, gained_mask]),
+        device,
+        track_max=False,
     )
 
 
@@ -225,13 +250,19 @@ def prioritised_sample(
     sequence_length: int,
     period: int,
     min_length_time_axis: int = 1,
+    reference_exact: bool = False,
 ) -> PrioritisedTrajectoryBufferSample[Experience]:
-    """Sample sequences with probability ``p_i^alpha / sum_j p_j^alpha`` (stratified)."""
+    """Sample sequences with probability ``p_i^alpha / sum_j p_j^alpha`` (stratified).
+
+    With ``reference_exact`` the descent is the reference's, unguarded: rounding can then draw
+    a zero-priority item or a padding leaf, as the reference does (``valid`` is false there).
+    """
     check_prioritised_state(state, period, "sample")
     check_sample_args(state, rng_key, batch_size, sequence_length)
     ready = prioritised_can_sample(state, min_length_time_axis)
     valid = ready_mask(ready, batch_size, "sample")
-    indices, rows, times = sample_items(state, rng_key, batch_size, sequence_length, period)
+    draw = _reference_exact.sample_items if reference_exact else sample_items
+    indices, rows, times = draw(state, rng_key, batch_size, sequence_length, period)
     probs = _sum_tree.probabilities(state.sum_tree_state, indices)
     return PrioritisedTrajectoryBufferSample(
         experience=gather(state.experience, rows, times),
@@ -249,6 +280,7 @@ def set_priorities(
     device: str = "cpu",
     sample_sequence_length: int = 1,
     period: int = 1,
+    reference_exact: bool = False,
 ) -> PrioritisedTrajectoryBufferState[Experience]:
     """Set ``priorities`` (``p``, e.g. ``|td| + eps``) of sampled ``indices``.
 
@@ -261,8 +293,16 @@ def set_priorities(
     concrete (outside ``jit``), for NaN, infinite or negative priorities and for indices that
     name no item. Inside ``jit`` values cannot raise: such entries are ignored (those items
     keep their priorities), so one NaN loss cannot poison the sum tree.
+
+    With ``reference_exact``, priorities are set as the reference sets them: at any leaf of
+    the sum tree (an item no longer valid, or a padding leaf its sampler returned, included).
     """
     check_prioritised_state(state, period, "set_priorities")
+    if reference_exact:
+        tree = _reference_exact.priorities_tree(
+            state, indices, priorities, priority_exponent, device, period
+        )
+        return state.replace(sum_tree_state=tree)
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     indices, priorities = check_priorities(indices, priorities, b_size * (t_len // period))
     values = jnp.where(priorities == 0, 0.0, priorities**priority_exponent)
@@ -274,9 +314,14 @@ def set_priorities(
 
 @frozen_container
 class PrioritisedTrajectoryBuffer(TrajectoryBuffer, Generic[Experience]):
-    """A trajectory buffer with ``set_priorities(state, indices, priorities)``."""
+    """A trajectory buffer with ``set_priorities(state, indices, priorities)``.
+
+    ``reference_exact``: whether it was made in the reference-exact mode (Flashbax 0.1.3's
+    prioritised draws, bit for bit; see ``docs/guides/reference-exact.md``).
+    """
 
     set_priorities: Callable[..., Any] = dataclasses.field(kw_only=True)
+    reference_exact: bool = dataclasses.field(default=False, kw_only=True)
 
 
 def check_device(device: str) -> str:
@@ -311,6 +356,7 @@ def build_prioritised(
     t_len: int,
     priority_exponent: float,
     device: str,
+    reference_exact: bool = False,
 ) -> PrioritisedTrajectoryBuffer:
     """Bind a prioritised buffer from already validated, resolved arguments."""
     min_len = check_sequence_args(sample_sequence_length, period, min_length_time_axis, t_len)
@@ -320,6 +366,7 @@ def build_prioritised(
         f"add_batch_size ({add_batch_size}) x max_length_time_axis ({t_len}) // period ({period})",
     )
     seq: dict[str, Any] = {"sample_sequence_length": sample_sequence_length, "period": period}
+    exact: dict[str, Any] = {"reference_exact": True} if reference_exact else {}
     return PrioritisedTrajectoryBuffer(
         init=functools.partial(
             prioritised_init,
@@ -327,17 +374,18 @@ def build_prioritised(
             max_length_time_axis=t_len,
             period=period,
         ),
-        add=functools.partial(prioritised_add, device=device, **seq),
+        add=functools.partial(prioritised_add, device=device, **seq, **exact),
         sample=functools.partial(
             prioritised_sample,
             batch_size=sample_batch_size,
             sequence_length=sample_sequence_length,
             period=period,
             min_length_time_axis=min_len,
+            **exact,
         ),
         can_sample=functools.partial(prioritised_can_sample, min_length_time_axis=min_len),
         set_priorities=functools.partial(
-            set_priorities, priority_exponent=priority_exponent, device=device, **seq
+            set_priorities, priority_exponent=priority_exponent, device=device, **seq, **exact
         ),
         add_batch_size=add_batch_size,
         sample_batch_size=sample_batch_size,
@@ -345,6 +393,7 @@ def build_prioritised(
         min_length_time_axis=min_len,
         sample_sequence_length=sample_sequence_length,
         period=period,
+        reference_exact=reference_exact,
     )
 
 
@@ -358,6 +407,7 @@ def make_prioritised_trajectory_buffer(
     max_length_time_axis: int | None = None,
     priority_exponent: float = 0.6,
     device: str = "cpu",
+    reference_exact: bool = False,
 ) -> PrioritisedTrajectoryBuffer:
     """A prioritised trajectory buffer (same signature and semantics as the reference's).
 
@@ -366,12 +416,30 @@ def make_prioritised_trajectory_buffer(
     ``"gpu"``/``"tpu"`` level by level for the whole batch).
     ``max_length_time_axis`` is rounded down to a multiple of ``period`` with a warning that
     names the effective capacity.
+
+    ``reference_exact=True`` (opt-in) reproduces Flashbax 0.1.3's prioritised draws bit for
+    bit: new items get the recorded maximum priority truncated to an integer, the sums are
+    kept by deltas as the reference keeps them (``device`` picks which of its two update
+    paths), and the descent and ``set_priorities`` are unguarded as the reference's are. For a
+    run moved from Flashbax that must first reproduce its old curves; the default is the
+    correct behaviour (see ``docs/guides/reference-exact.md``).
+
+    Example:
+        >>> import buffers
+        >>> buf = buffers.make_prioritised_trajectory_buffer(
+        ...     1, 4, 2, 1, 2, max_length_time_axis=16, reference_exact=True
+        ... )
+        >>> buf.reference_exact
+        True
     """
     add_batch_size = positive_int("add_batch_size", add_batch_size)
     sample_batch_size = positive_int("sample_batch_size", sample_batch_size)
     period = positive_int("period", period)
     priority_exponent = check_priority_exponent(priority_exponent)
     device = check_device(device)
+    reference_exact = check_bool("reference_exact", reference_exact)
+    if reference_exact:
+        device = _reference_exact.resolve_device(device)
     t_len = resolve_time_axis(add_batch_size, max_size, max_length_time_axis, stacklevel=2)
     t_len = divisible_time_axis(t_len, period, add_batch_size, stacklevel=2)
     return build_prioritised(
@@ -383,6 +451,7 @@ def make_prioritised_trajectory_buffer(
         t_len,
         priority_exponent,
         device,
+        reference_exact,
     )
 
 
