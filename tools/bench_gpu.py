@@ -130,20 +130,32 @@ def read_and_sample(lib: str, cls: Any, where: Path, sample: Any, n: int) -> Non
 
 
 def stream_epoch(
-    cls: Any, where: Path, cfg: Config, batch: int | None = None, **kw: Any
+    cls: Any, where: Path, cfg: Config, batch: int | None = None, step: bool = True, **kw: Any
 ) -> tuple[int, int]:
-    """Stream an epoch through the jitted step; return the sequences and batches it yielded."""
+    """Stream an epoch through the jitted step (or, ``step=False``, only take the batches,
+    waiting for the last one's arrays); return the sequences and batches it yielded."""
     sequences = batches = 0
     out = None
     with cls.open(str(where), "r").as_dataset(
         batch or cfg.batch, 1, seed=0, epochs=1, device_put=True, **kw
     ) as stream:
         for item in stream:
-            out = _step(item.experience)
+            out = _step(item.experience) if step else item.experience
             sequences += int(jax.tree.leaves(item.experience)[0].shape[0])
             batches += 1
     jax.block_until_ready(out)
     return sequences, batches
+
+
+def step_alone(cls: Any, where: Path, batch: int, n: int) -> None:
+    """The jitted step ``n`` times on one batch already on the device: the floor of any
+    loop that runs one step per batch."""
+    with cls.open(str(where), "r").as_dataset(batch, 1, epochs=1, cut_on_device=True) as stream:
+        experience = next(stream).experience
+    out = None
+    for _ in range(n):
+        out = _step(experience)
+    jax.block_until_ready(out)
 
 
 STREAM_MODES = {"host": {}, "device": {"cut_on_device": True}}
@@ -179,8 +191,13 @@ def stream_rates(libs: dict[str, Any], paths: dict[str, Path], cfg: Config) -> d
         for lib, (module, cls) in libs.items():
             if lib == "rlvault":
                 for mode, kw in STREAM_MODES.items():
-                    secs, (_, got) = timed(partial(stream_epoch, cls, paths[lib], cfg, batch, **kw))
-                    r[f"rlvault_stream_{mode}"] = {"s": secs, "batches": got}
+                    for alone in (False, True):
+                        run = partial(stream_epoch, cls, paths[lib], cfg, batch, not alone, **kw)
+                        secs, (_, got) = timed(run)
+                        name = f"rlvault_stream_{mode}" + ("_alone" if alone else "")
+                        r[name] = {"s": secs, "batches": got}
+                secs, _ = timed(partial(step_alone, cls, paths[lib], batch, n))
+                r["step_alone"] = {"s": secs, "batches": n}
             sample = cached_sampler(lib, module, cfg, batch)
             secs, _ = timed(partial(read_and_sample, lib, cls, paths[lib], sample, n))
             r[f"{lib}_read_sample"] = {"s": secs, "batches": n}
@@ -275,6 +292,11 @@ def table(summary: dict[str, Any], cfg: Config) -> list[str]:
                      "batches/s", rates.get(f"rlvault_stream_{mode}"), fb_rate, True)  # fmt: skip
         rows.add("vector", f"read + sample {int(batch):,}, each library", "batches/s",
                  rates.get("rlvault_read_sample"), fb_rate, True)  # fmt: skip
+        for mode, how in (("host", "cut on the host"), ("device", "cut_on_device")):
+            rows.add("vector", f"stream {int(batch):,} ({how}), no step", "batches/s",
+                     rates.get(f"rlvault_stream_{mode}_alone"), None, True)  # fmt: skip
+        rows.add("vector", f"the jitted step alone, batches of {int(batch):,} (floor)",
+                 "batches/s", rates.get("step_alone"), None, True)  # fmt: skip
     return list(table_lines(rows.rows))
 
 
