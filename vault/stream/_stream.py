@@ -31,8 +31,6 @@ their order depend only on the arguments, never on thread timing.
 from __future__ import annotations
 
 import collections
-import itertools
-import math
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple
 
@@ -43,6 +41,7 @@ from vault.commits._snapshot import Snapshot
 from vault.format import _structure
 from vault.read import _read
 from vault.stream._args import bool_arg, check_memory, end_leaves_of, int_arg, sources_arg
+from vault.stream._buffers import BlockGroup, PartialBatch, batch_layout
 from vault.stream._device_cut import DeviceGroup, on_accelerator, rebuilder, to_device
 from vault.stream._hosts import check_sharding, local_batch_size, process_arg, to_global
 from vault.stream._layout import Layout, end_flags, end_free
@@ -79,51 +78,6 @@ class StreamBatch(NamedTuple):
 
 
 # ------------------------------------------------------------------------------- as_dataset
-class _BlockGroup:
-    """Blocks read side by side into one buffer per leaf ``[slots * block_rows, seg, ...]``:
-    slot ``j`` holds rows ``[j * block_rows, ...)``; in each row, ``head`` timesteps before the
-    block, then the block's timesteps. ``parts``: the blocks of which only the sequences
-    ``[begin, end)`` of their canonical order are this process's."""
-
-    def __init__(
-        self,
-        epoch: int,
-        index: int,
-        blocks: list[int],
-        parts: dict[int, tuple[int, int]],
-        last: bool,
-        buffers: list[np.ndarray],
-    ) -> None:
-        self.epoch = epoch
-        self.index = index  # position in the epoch's schedule
-        self.blocks = blocks
-        self.parts = parts
-        self.last = last  # the epoch's last group
-        self.buffers = buffers
-        self.futures: list[tuple[Snapshot, str, Any]] = []
-        self.carries: list[tuple[int, int]] = []  # (slot, block whose tail is its head)
-
-
-class _PartialBatch:
-    """A batch being filled (it may take sequences from several groups)."""
-
-    def __init__(self, arrays: list[np.ndarray], size: int) -> None:
-        self.arrays = arrays
-        self.row = np.empty(size, np.int64)
-        self.start = np.empty(size, np.int64)
-        self.source = np.empty(size, np.int64)
-        self.fill = 0
-
-
-def batch_layout(shapes: list[tuple[int, ...]], dtypes: list[np.dtype]) -> list[int]:
-    """Offsets of a batch's leaves in one buffer (each 64-byte aligned), then the total."""
-    sizes = [
-        -(-math.prod(shape) * dt.itemsize // 64) * 64
-        for shape, dt in zip(shapes, dtypes, strict=False)
-    ]
-    return [0, *itertools.accumulate(sizes)]
-
-
 def check_stream_memory(plan: _Plan) -> None:
     """Refuse, before anything is allocated, a stream that would hold more than the
     machine's memory: the groups of blocks read ahead plus the batches cut ahead."""
@@ -212,9 +166,7 @@ class _Plan:
         )
 
     # ------------------------------------------------------------------------- reading
-    def _read_into(
-        self, group: _BlockGroup, j: int, block: int, col: int, lo: int, hi: int
-    ) -> None:
+    def _read_into(self, group: BlockGroup, j: int, block: int, col: int, lo: int, hi: int) -> None:
         """Read timesteps ``[lo, hi)`` of the block's rows into slot ``j`` from column ``col``."""
         info = self.layout.block_of(block)
         snap = self.layout.sources[info.source].snap
@@ -236,14 +188,14 @@ class _Plan:
         blocks: list[int],
         parts: dict[int, tuple[int, int]],
         last: bool,
-    ) -> _BlockGroup:
+    ) -> BlockGroup:
         lay = self.layout
         buffers = [
             _read.aligned_empty((len(blocks) * lay.block_rows, lay.seg, *item), dt)
             for item, dt in zip(self.items, self.dtypes, strict=True)
         ]
         mine = {b: parts[b] for b in blocks if b in parts}
-        group = _BlockGroup(epoch, index, blocks, mine, last, buffers)
+        group = BlockGroup(epoch, index, blocks, mine, last, buffers)
         previous = set(self._issued_blocks)
         for j, b in enumerate(blocks):
             info = lay.block_of(b)
@@ -257,7 +209,7 @@ class _Plan:
         self._issued_blocks = list(blocks)
         return group
 
-    def _complete(self, group: _BlockGroup) -> None:
+    def _complete(self, group: BlockGroup) -> None:
         """Wait for the group's reads; fill the heads carried over; keep the new tails."""
         for snap, name, fut in group.futures:
             _read.result(snap, fut, name)
@@ -279,14 +231,14 @@ class _Plan:
         # Copies: the next group may need them after this group's buffers are released.
         self._tails = {b: [np.array(p) for p in parts] for b, parts in tails.items()}
 
-    def _cancel(self, groups: collections.deque[_BlockGroup]) -> None:
+    def _cancel(self, groups: collections.deque[BlockGroup]) -> None:
         for group in groups:
             for _, _, fut in group.futures:
                 fut.cancel()
         groups.clear()
 
     # ------------------------------------------------------------------------- sequences
-    def _starts(self, group: _BlockGroup) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _starts(self, group: BlockGroup) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Where each of the group's sequences starts: flat indices into its buffers (seen as
         ``[slots * block_rows * seg]``), with its source, vault row and start time; slot by
         slot in canonical order (every row at ``t``, then ``t + 1``), or permuted with
@@ -333,7 +285,7 @@ class _Plan:
             base, source, row, start = base[order], source[order], row[order], start[order]
         return base, source, row, start
 
-    def _new_batch(self) -> _PartialBatch:
+    def _new_batch(self) -> PartialBatch:
         """Output arrays of one pack of batches, carved 64-byte aligned out of one allocation
         (JAX adopts aligned buffers without a copy)."""
         raw = np.empty(self.batch_layout[-1] + 64, np.uint8)
@@ -344,9 +296,9 @@ class _Plan:
                 self.batch_layout, self.batch_shapes, self.dtypes[: self.out_count], strict=False
             )
         ]
-        return _PartialBatch(arrays, self.capacity)
+        return PartialBatch(arrays, self.capacity)
 
-    def _fill(self, pending: _PartialBatch, flat: list[np.ndarray], base: np.ndarray) -> None:
+    def _fill(self, pending: PartialBatch, flat: list[np.ndarray], base: np.ndarray) -> None:
         """Copy the sequences starting at ``base`` (of the group's buffers ``flat``, seen as
         ``[rows * width, ...]``) into the pending batch."""
         idx = base[:, None] + self._steps if self.seq > 1 else base[:, None]
@@ -354,7 +306,7 @@ class _Plan:
         for out, leaf in zip(pending.arrays, flat, strict=True):
             np.take(leaf, idx, axis=0, out=out[lo:hi], mode="clip")
 
-    def _finish(self, pending: _PartialBatch, epoch: int, last: bool) -> list[StreamBatch]:
+    def _finish(self, pending: PartialBatch, epoch: int, last: bool) -> list[StreamBatch]:
         """The pack's batches: its full ones, and at the end of an epoch (``last``) the
         incomplete rest unless ``drop_remainder``."""
         b = self.batch
@@ -391,14 +343,14 @@ class _Plan:
 
     def _host_cut(
         self,
-        pending: _PartialBatch | None,
+        pending: PartialBatch | None,
         flat: list[np.ndarray],
         base: np.ndarray,
         where: tuple[np.ndarray, np.ndarray, np.ndarray],
         epoch: int,
         pos: int,
         stop: int,
-    ) -> Generator[list[StreamBatch], None, _PartialBatch | None]:
+    ) -> Generator[list[StreamBatch], None, PartialBatch | None]:
         """Copy the sequences ``[pos, stop)`` into batches on the host, yielding each full
         pack; return the pack begun and not yet full."""
         row, start, source = where
@@ -457,7 +409,7 @@ class _Plan:
     def _produce(self) -> Generator[list[StreamBatch], None, None]:
         """The producer: yields the batches a pack at a time (non-empty lists)."""
         groups = self._groups()
-        inflight: collections.deque[_BlockGroup] = collections.deque()
+        inflight: collections.deque[BlockGroup] = collections.deque()
 
         def issue_next() -> bool:
             nxt = next(groups, None)
@@ -466,7 +418,7 @@ class _Plan:
             inflight.append(self._issue(*nxt))
             return True
 
-        pending: _PartialBatch | None = None
+        pending: PartialBatch | None = None
         self._epoch_batches = 0
         try:
             while inflight or issue_next():
