@@ -180,7 +180,8 @@ def find(state: SumTreeState, target: Array) -> Array:
     For every element of ``target``: the descent of :func:`sample`.
     """
     target = jnp.asarray(target, jnp.float32)
-    return descend(state.nodes, target, depth(state)) - state.nodes.shape[-1] // 2
+    node = descend(state.nodes, target.reshape(-1), depth(state)).reshape(target.shape)
+    return node - state.nodes.shape[-1] // 2
 
 
 def descend(nodes: Array, target: Array, levels: int, guard: bool = True) -> Array:
