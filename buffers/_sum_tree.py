@@ -9,6 +9,9 @@ Layout: ``nodes[1]`` is the root, node ``i`` has children ``2i`` and ``2i + 1``,
   the sums always match the leaves.
 * ``sample`` descends with a guard: it never steps into a subtree whose sum is zero, so float32
   rounding near the boundaries can never select a zero-priority leaf while any leaf is positive.
+
+The reference-exact mode updates this same layout with the reference's own arithmetic
+(``buffers/_reference_exact.py``).
 """
 
 from __future__ import annotations
@@ -89,8 +92,9 @@ def _set_paths(nodes: Array, indices: Array, values: Array, valid: Array, levels
     """Each leaf in turn: write it, then recompute its ancestors from their two children.
 
     An ignored entry walks leaf 0's path writing back the values already there: since every
-    parent already equals the sum of its children, that changes nothing, and it costs less
-    than a branch (``lax.cond``) would.
+    parent already equals the sum of its children, that changes nothing (on a tree whose sums
+    were kept by deltas it makes that path's sums exact), and it costs less than a branch
+    (``lax.cond``) would.
     """
     leaves = nodes.shape[-1] // 2
 

@@ -383,6 +383,33 @@ def set_priorities(
     return state.replace(sum_tree_state=tree)
 
 
+def recompute_sums(
+    state: PrioritisedTrajectoryBufferState[Experience],
+) -> PrioritisedTrajectoryBufferState[Experience]:
+    """``state`` with every parent of its sum tree recomputed as the sum of its two children.
+
+    The default mode keeps that true after every update, and relies on it: a subtree whose
+    sum is zero holds no positive priority, so sampling never draws a zero-priority item. A
+    tree whose sums were kept by deltas (the reference-exact mode, or a state converted from
+    the reference's) can hold a tiny positive remainder over leaves that are all zero. Call
+    this once when such a state moves to a buffer in the default mode. The leaves (the
+    priorities) are unchanged; works on stacked (``vmap``/``pmap``) states and under ``jit``.
+
+    Example:
+        >>> import buffers, jax.numpy as jnp
+        >>> buf = buffers.make_prioritised_flat_buffer(8, 2, 2, reference_exact=True)
+        >>> state = buf.add(buf.init(jnp.zeros(())), jnp.ones(()))
+        >>> fixed = buffers.prioritised_trajectory_buffer.recompute_sums(state)
+    """
+    nodes = state.sum_tree_state.nodes
+    level = nodes.shape[-1] // 2  # the first leaf; the level above starts at level // 2
+    while level > 1:
+        children = nodes[..., level : 2 * level]
+        nodes = nodes.at[..., level // 2 : level].set(children[..., 0::2] + children[..., 1::2])
+        level //= 2
+    return state.replace(sum_tree_state=state.sum_tree_state.replace(nodes=nodes))
+
+
 def get_invalid_indices(
     state: TrajectoryBufferState[Experience],
     sample_sequence_length: int,
@@ -647,6 +674,7 @@ __all__ = [
     "prioritised_add",
     "prioritised_init",
     "prioritised_sample",
+    "recompute_sums",
     "set_priorities",
     "sum_tree",
     "trajectory_buffer",

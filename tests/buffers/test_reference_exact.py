@@ -28,7 +28,7 @@ if importlib.metadata.version("flashbax") != "0.1.3":
 from flashbax.buffers import prioritised_trajectory_buffer as theirs  # noqa: E402
 from flashbax.buffers import sum_tree as their_tree  # noqa: E402
 
-STEPS = 160
+STEPS = 120
 TIMESTEP = {"obs": jnp.zeros((3,), jnp.float32), "reward": jnp.zeros((), jnp.float32)}
 
 
@@ -162,6 +162,7 @@ def test_exact_mode_follows_the_references_batched_update_path() -> None:
         return theirs.set_priorities(s, i, p, 0.7, "gpu")
 
     set_ours_jit, set_theirs_jit = jax.jit(set_ours), jax.jit(set_theirs)
+    sample_ours, sample_theirs = jax.jit(buf.sample), jax.jit(ref.sample)
     key = jax.random.PRNGKey(3)
     for step in range(STEPS):
         state = add_ours(state, sequence_batch(step))
@@ -169,7 +170,7 @@ def test_exact_mode_follows_the_references_batched_update_path() -> None:
         if step < 2:
             continue
         key, draw_key = jax.random.split(key)
-        got, want = buf.sample(state, draw_key), ref.sample(theirs_state, draw_key)
+        got, want = sample_ours(state, draw_key), sample_theirs(theirs_state, draw_key)
         np.testing.assert_array_equal(np.asarray(got.indices), np.asarray(want.indices))
         # duplicates in every update: the reference splits their deltas by their count
         indices = jnp.concatenate([want.indices, want.indices[:3]])
@@ -243,3 +244,20 @@ def test_a_device_jax_does_not_have_falls_back_to_the_one_by_one_path_with_a_war
     # as the reference's own buffers do (the machines that run these tests have no TPU)
     with pytest.warns(UserWarning, match=re.escape("device='tpu' is not available here")):
         buffers.make_prioritised_flat_buffer(64, 8, 16, device="tpu", reference_exact=True)
+
+
+def test_recompute_sums_makes_every_parent_the_sum_of_its_children() -> None:
+    # an exact-mode run's sums drift from its leaves by rounding; recomputed, they are exact,
+    # the priorities unchanged, and the default mode takes the state on
+    _, state = rainbow_loop(flat(buffers, reference_exact=True), flat_batch, steps=40)
+    fixed = buffers.prioritised_trajectory_buffer.recompute_sums(state)
+    nodes = np.asarray(fixed.sum_tree_state.nodes)
+    leaves = nodes.shape[0] // 2
+    for i in range(1, leaves):
+        assert nodes[i] == np.float32(nodes[2 * i] + nodes[2 * i + 1])
+    np.testing.assert_array_equal(nodes[leaves:], np.asarray(state.sum_tree_state.nodes)[leaves:])
+    drifted = np.asarray(state.sum_tree_state.nodes)[1:leaves] != nodes[1:leaves]
+    assert drifted.any()  # the exact mode's own sums were not all exact
+    default = flat(buffers)(TIMESTEP)
+    drawn = default.sample(fixed, jax.random.PRNGKey(1))
+    assert bool(drawn.valid.all())
