@@ -230,6 +230,8 @@ class Conductor:
 
     # -- run
     def run(self) -> int:
+        # SIGTERM (a scheduler, `kill`): stop the processes and unmount as at the end
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
         self.setup()
         started = time.time()
         end = started + self.args.minutes * 60
