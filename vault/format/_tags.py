@@ -29,9 +29,11 @@ import numpy as np
 import tensorstore as ts
 
 from vault._errors import VaultCorruptError
+from vault.format._limits import MAX_RECORD_BYTES
 from vault.format._records import BOUNDS, RETURNS, TAGS, CommitRecord, Edge, Manifest, leaf_key
 
 TAG_CHUNK = 1024  # time chunks per chunk of a tag array
+TAG_READ_BATCH = 64  # tag chunks read together
 PLACES_SINCE = 3  # the format version that keeps tags and edges
 
 
@@ -106,6 +108,8 @@ def tag_array(snap: Any, grid: Grid, at_least: int, create: bool = False) -> Any
     cache = snap.cache
     handle = cache.get(("tags", grid.key))
     if handle is None or handle.shape[1] < at_least:
+        if snap.location.gates_files:  # what TensorStore reads to open it: a plain file
+            snap.location.check_files([f"{TAGS}/{grid.key}/zarr.json"], MAX_RECORD_BYTES)
         spec = _tag_spec(snap.location, grid)
         context = snap.location.context()
         try:
@@ -283,12 +287,13 @@ def read_tags(snap: Any, grid: Grid, complete: int) -> np.ndarray:
 
     Read as the tag array's chunk files and decoded here (:func:`decode_tag_chunk`): for a
     small read, opening the array through TensorStore would cost more than the check."""
-    keys = tag_chunk_keys(grid, complete)
-    raws = snap.location.read_many(keys)
-    return np.concatenate(
-        [decode_tag_chunk(snap, grid, key, raw) for key, raw in zip(keys, raws, strict=True)],
-        axis=1,
-    )[:, :complete]
+    parts = []
+    count = -(-complete // TAG_CHUNK)
+    for j0 in range(0, count, TAG_READ_BATCH):  # a missing one ends it: nothing read past it
+        batch = [f"{TAGS}/{grid.key}/c/0/{j}" for j in range(j0, min(count, j0 + TAG_READ_BATCH))]
+        raws = snap.location.read_many(batch)
+        parts += [decode_tag_chunk(snap, grid, k, raw) for k, raw in zip(batch, raws, strict=True)]
+    return np.concatenate(parts, axis=1)[:, :complete]
 
 
 def tag_chunk_keys(grid: Grid, complete: int) -> list[str]:
