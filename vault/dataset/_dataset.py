@@ -216,7 +216,7 @@ class Dataset:
         *,
         at: Pin | None = None,
         storage: dict[str, Any] | None = None,
-        write_catalog: bool = True,
+        write_catalog: bool = False,
     ) -> Dataset:
         """The dataset at ``location``, with every shard's committed data as of now.
 
@@ -225,7 +225,9 @@ class Dataset:
         table without reading every shard's records (written when there are at least
         ``CATALOG_MIN_SHARDS`` shards and a quarter of them are new to it; never trusted
         beyond the exact commit records it was made from). A catalog there is always used.
-        The ``vault`` command only reads it.
+        Off by default: opening and reading a dataset writes nothing (it may be someone
+        else's, or read-only; shard writers keep the catalog current as they close). The
+        ``vault`` command only reads it.
 
         ``at``: a tag set by :meth:`tag` (``vault tag DATASET NAME``): the dataset as it was
         tagged, i.e. every shard that has the tag, each pinned to its tagged commit (shards
