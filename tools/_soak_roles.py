@@ -119,7 +119,7 @@ class Ring:
 
     def __init__(self, base: int) -> None:
         self.base, self.count = base, 0
-        self.written = False  # a first write must find everything still held (no overrun)
+        self.start = -1  # the vault's committed length when this buffer began (set by callers)
         self.data = {
             k: np.zeros((ROWS, RING, *v.shape[2:]), v.dtype) for k, v in self._at(0, 1).items()
         }
@@ -172,7 +172,7 @@ def _open_generation(location: str, gen: int, storage: dict[str, Any] | None) ->
 
 
 def run_writer(args: argparse.Namespace, board: Board) -> None:
-    from vault import VaultError, VaultStructureError
+    from vault import VaultError
 
     rng = random.Random(args.seed * 1000 + os.getpid())
     stats = board.get("writer", {"disk_full": 0, "restarts": -1, "seams": 0, "restart_seams": 0})
@@ -181,8 +181,7 @@ def run_writer(args: argparse.Namespace, board: Board) -> None:
     gen = board.get("generation", 0)
     vault = _retry_full(lambda: _open_generation(args.location, gen, args.storage), stats, board)
     board.put("generation", gen)
-    lost = sum(seam.lost for seam in vault.seams)
-    ring = Ring(vault.committed_length + lost)
+    ring = _ring(vault)
     writes = 0
     while True:
         if vault.committed_length >= args.generation_steps:
@@ -192,7 +191,7 @@ def run_writer(args: argparse.Namespace, board: Board) -> None:
                 lambda g=gen: _open_generation(args.location, g, args.storage), stats, board
             )
             board.put("generation", gen)
-            ring = Ring(vault.committed_length + sum(s.lost for s in vault.seams))
+            ring = _ring(vault)
         roll = rng.random()
         try:
             if roll < 0.01:  # a restart: arrays appended directly, a new buffer after them
@@ -202,28 +201,27 @@ def run_writer(args: argparse.Namespace, board: Board) -> None:
                 start = vault.committed_length + lost
                 vault.append(content(np.arange(ROWS), np.arange(start, start + n)), continues=False)
                 stats["restart_seams"] += 1
-                ring = Ring(start + n)
+                ring = _ring(vault)
                 continue
-            over = roll < 0.03 and ring.written
+            if roll < 0.03 and vault.committed_length > ring.start:
+                vault.flush()  # an overrun of a buffer whose writes are all committed
+                over = True
+            else:
+                over = False
             ring.add(rng.randint(RING + 1, 2 * RING) if over else rng.randint(1, 96))
             stats["seams"] += over
-            block = rng.random() < 0.5
-            try:
-                # new_buffer=True is safe on every write that is not an overrun; an overrun of
-                # the buffer this writer wrote must say it is that buffer (new_buffer=False),
-                # or the seam counts what an earlier write saved as lost (found by this soak)
-                vault.write(
-                    ring.state(), block=block, on_overrun="save_surviving", new_buffer=not over
-                )
-            except VaultStructureError:
-                if not over:
-                    raise
-                # no write of this buffer was committed (one failed): it is new to the vault
-                vault.write(ring.state(), block=block, on_overrun="save_surviving", new_buffer=True)
+            # new_buffer=True only while nothing of this buffer is committed: on an overrun
+            # (intended, or after failed writes) it would count the buffer's whole past as
+            # lost, not only what was never saved (the vault cannot tell it is the same one)
+            vault.write(
+                ring.state(),
+                block=rng.random() < 0.5,
+                on_overrun="save_surviving",
+                new_buffer=vault.committed_length == ring.start,
+            )
             writes += 1
             if writes % 16 == 1:
                 board.put("writer-alive", {"pid": os.getpid(), "writes": writes})
-            ring.written = True
         except VaultError as err:
             if not disk_full(err):
                 raise
@@ -231,6 +229,13 @@ def run_writer(args: argparse.Namespace, board: Board) -> None:
             board.put("writer", stats)
             board.put("disk_full_seen", time.time())
             _wait_for_space(board)
+
+
+def _ring(vault: Any) -> Ring:
+    """A new buffer that continues the vault's source timesteps."""
+    ring = Ring(vault.committed_length + sum(seam.lost for seam in vault.seams))
+    ring.start = vault.committed_length
+    return ring
 
 
 def disk_full(err: BaseException) -> bool:
