@@ -210,9 +210,9 @@ class FileLocation(Location):
 
     def not_a_chunk(self, key: str, what: str) -> VaultCorruptError:
         return VaultCorruptError(
-            f"{self}: {key} {what}; a vault's writer never makes one, and it is not read (it "
-            "could lead out of the vault, block a reader or fill its memory). Restore the "
-            "vault from a copy; see docs/safety.md."
+            f"{self}: {key} {what}: corrupt (a vault's writer never makes one, and it is not "
+            "read: it could lead out of the vault, block a reader or fill its memory). Restore "
+            "the vault from a copy; see docs/safety.md."
         )
 
     def child_names(self) -> list[str]:
