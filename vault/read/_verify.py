@@ -516,10 +516,14 @@ def verify(
     checker.chunks(opened, manifest.fill_chunks_stored)
     checker.places(manifest, record, opened)
     if scan is not None:
-        troubled = {p.place.split(" ")[0] for p in checker.report.problems}
+        troubled = {
+            p.place.split(" ")[0]
+            for p in checker.report.problems
+            if "is missing" in p.message or "ahead of" in p.message
+        }
         if troubled & {arr.key for arr in [*scan.flags.values(), *index]}:
-            # their chunks are reported already: missing ones would read as zeros, a claimed
-            # length would be scanned for nothing
+            # reported already: missing chunks would read as zeros, a claimed length would be
+            # scanned for nothing (chunks that decode are still compared, whatever their place)
             checker.warn("episodes", "not compared with the flags: their chunks have problems")
         else:
             scan.run()
