@@ -351,10 +351,10 @@ def read_tags(snap: Any, grid: Grid, complete: int) -> np.ndarray:
 
     Read as the tag array's chunk files and decoded here (:func:`decode_tag_chunk`): for a
     small read, opening the array through TensorStore would cost more than the check."""
-    keys = tag_chunk_keys(grid, complete)
+    chunks = tag_chunk_keys(grid, complete)
     values: list[np.ndarray] = []
-    for j0 in range(0, len(keys), TAG_READ_BATCH):  # a missing one ends it: nothing read past it
-        batch = keys[j0 : j0 + TAG_READ_BATCH]
+    for j0 in range(0, len(chunks), TAG_READ_BATCH):  # a missing one ends it: nothing past it
+        batch = [f"{TAGS}/{grid.key}/c/0/{j}" for j in chunks[j0 : j0 + TAG_READ_BATCH]]
         raws = snap.location.read_many(batch)
         values += [decode_tag_chunk(snap, grid, k, raw) for k, raw in zip(batch, raws, strict=True)]
     return by_place(grid, values, complete)
@@ -367,10 +367,10 @@ def by_place(grid: Grid, values: Sequence[np.ndarray], complete: int) -> np.ndar
     return flat.reshape(grid.row_blocks, complete, grid.bound)
 
 
-def tag_chunk_keys(grid: Grid, complete: int) -> list[str]:
-    """The keys of the tag array's chunks that hold the tags of time chunks
-    ``[0, complete)``."""
-    return [f"{TAGS}/{grid.key}/c/0/{j}" for j in range(-(-complete * grid.bound // TAG_CHUNK))]
+def tag_chunk_keys(grid: Grid, complete: int) -> range:
+    """The indices ``j`` of the tag array's chunks (keys ``tags/<array>/c/0/<j>``) that hold
+    the tags of time chunks ``[0, complete)``: a range, so a claimed length costs nothing."""
+    return range(-(-complete * grid.bound // TAG_CHUNK))
 
 
 def encode_tag_chunk(values: np.ndarray) -> bytes:
