@@ -222,7 +222,7 @@ def overhead(one: str, root: str, repeats: int) -> list[dict[str, Any]]:
 
     def with_catalog(present: bool) -> None:
         if present:
-            Dataset.open(root).episodes()  # writes it, index columns included
+            Dataset.open(root, write_catalog=True).episodes()  # writes it, index columns too
             assert catalog.is_file()
         else:
             catalog.unlink(missing_ok=True)

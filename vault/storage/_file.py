@@ -169,9 +169,9 @@ class FileLocation(Location):
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as err:
-            if err.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
+            if err.errno == errno.ELOOP and _is_link(self.path / key):  # O_NOFOLLOW met one
                 raise self.not_a_chunk(key, "is a symbolic link") from None
-            raise
+            raise  # a loop on the way to the root (the root a link to itself): not the vault's
         try:
             info = os.fstat(fd)
             if stat.S_ISDIR(info.st_mode):  # a folder holds no value (as for TensorStore)
@@ -500,3 +500,11 @@ def _shared_context() -> Any:
     import tensorstore as ts
 
     return ts.Context()
+
+
+def _is_link(path: Path) -> bool:
+    """Whether ``path`` itself is a symbolic link (False when it cannot be looked at)."""
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False

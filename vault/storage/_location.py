@@ -146,6 +146,8 @@ class Location(abc.ABC):
     Attributes:
         capabilities: what this kind of location can do.
         remote: each request is a network round trip (independent ones go out together).
+        gates_files: :meth:`check_files` has something to refuse (a file system: symbolic
+            links, FIFOs, devices); false for stores of plain objects (memory, S3).
     """
 
     capabilities: Capabilities
@@ -259,17 +261,29 @@ class Location(abc.ABC):
             values = [f.result() for f in futures]
         return [bytes(v.value)[-size:] if v.state == "value" else None for v in values]
 
-    gates_files = False  # check_files does something (a file system: links, FIFOs, devices)
+    gates_files = False
 
     def check_files(
         self, keys: Sequence[str], max_bytes: int, blosc_bytes: int | None = None
     ) -> list[str]:
-        """Refuse, before TensorStore reads them, keys that are not plain values of at most
-        ``max_bytes`` (``blosc_bytes``: blosc frames that declare that decoded size): where
-        a store has symbolic links, FIFOs and devices (a file system), reading one could leave
-        the vault, block, or fill memory. :class:`VaultCorruptError` naming the key. Returns
-        the keys that are absent. A store of plain objects (memory, S3: ``gates_files``
-        false) has nothing to refuse (what it returns is what is stored) and lists nothing.
+        """Refuse, before TensorStore reads them, keys that are not plain values.
+
+        Where a store has symbolic links, FIFOs and devices (a file system), reading one
+        could leave the vault, block, or fill memory. A store of plain objects (memory, S3:
+        ``gates_files`` false) has nothing to refuse (what it returns is what is stored)
+        and lists nothing.
+
+        Args:
+            keys: the keys to check, relative to this location.
+            max_bytes: the largest value accepted.
+            blosc_bytes: when given, each value must be a blosc frame that declares this
+                decoded size.
+
+        Returns:
+            The keys that are absent.
+
+        Raises:
+            VaultCorruptError: naming the first key refused.
         """
         return []
 
