@@ -187,9 +187,9 @@ class FileLocation(Location):
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as err:
-            if err.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
+            if err.errno == errno.ELOOP and _is_link(self.path / key):  # O_NOFOLLOW met it
                 raise self.not_a_chunk(key, "is a symbolic link") from None
-            raise
+            raise  # (a loop in the vault's own path: the caller's typed error says so)
         try:
             info = os.fstat(fd)
             if stat.S_ISDIR(info.st_mode):  # a folder holds no value (as for TensorStore)
@@ -508,6 +508,13 @@ def _read_holder(meta: Path) -> LockHolder | None:
         return LockHolder.from_json(doc.get("attributes", {}).get("writer"))
     except (OSError, ValueError, AttributeError):
         return None
+
+
+def _is_link(path: Path) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 @functools.cache
