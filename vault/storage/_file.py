@@ -130,43 +130,50 @@ class FileLocation(Location):
         whose header declares another decoded size (TensorStore would allocate what it
         declares, up to 2 GiB, before finding the frame wrong). Returns the absent keys."""
         absent = []
-        root = f"{self.path.as_posix().rstrip('/')}/"
         with self.failures("read the vault"):
             for key in keys:
-                parent = key.rpartition("/")[0]
-                if parent and parent not in self._inside:
-                    self._check_folders(parent)
-                try:  # one system call for a chunk of zstd or gzip
-                    info = os.lstat(root + key)
-                except (FileNotFoundError, NotADirectoryError):
+                if blosc_bytes is None:  # one system call per chunk (and per new folder)
+                    parent = key.rpartition("/")[0]
+                    if parent and parent not in self._inside:
+                        self._check_folders(parent)
+                    try:
+                        info = os.lstat(self._root + key)
+                    except (FileNotFoundError, NotADirectoryError):
+                        absent.append(key)
+                        continue
+                    if stat.S_ISLNK(info.st_mode):
+                        raise self.not_a_chunk(key, "is a symbolic link")
+                    if stat.S_ISDIR(info.st_mode):
+                        absent.append(key)  # a folder holds no value
+                    else:
+                        self._check_info(key, info, max_bytes)
+                    continue
+                fd = self.open_inside(key, max_bytes)  # open, fstat, read the header, close
+                if fd is None:
                     absent.append(key)
                     continue
-                if stat.S_ISDIR(info.st_mode):
-                    absent.append(key)
-                    continue
-                if stat.S_ISLNK(info.st_mode):
-                    raise self.not_a_chunk(key, "is a symbolic link")
-                if not stat.S_ISREG(info.st_mode):
-                    raise self.not_a_chunk(key, "is not a regular file (a FIFO or a device)")
-                if info.st_size > max_bytes:
-                    raise self.not_a_chunk(key, f"is {info.st_size} bytes, more than {max_bytes}")
-                if blosc_bytes is not None:
-                    self._check_blosc(key, blosc_bytes)
+                try:
+                    head = os.pread(fd, 16, 0)
+                finally:
+                    os.close(fd)
+                declared = int.from_bytes(head[4:8], "little") if len(head) == 16 else -1
+                if declared != blosc_bytes:
+                    raise self.not_a_chunk(
+                        key, f"is a blosc frame of {declared} bytes, not the chunk's {blosc_bytes}"
+                    )
         return absent
 
-    def _check_blosc(self, key: str, decoded: int) -> None:
-        fd = self.open_inside(key, None)
-        if fd is None:
-            return
-        try:
-            head = os.pread(fd, 16, 0)
-        finally:
-            os.close(fd)
-        declared = int.from_bytes(head[4:8], "little") if len(head) == 16 else -1
-        if declared != decoded:
-            raise self.not_a_chunk(
-                key, f"is a blosc frame of {declared} bytes, not of the chunk's {decoded}"
-            )
+    def _check_info(self, key: str, info: os.stat_result, max_bytes: int | None) -> None:
+        """Refuse ``key`` (neither a folder nor a link) unless it is a regular file of at most
+        ``max_bytes``."""
+        if not stat.S_ISREG(info.st_mode):
+            raise self.not_a_chunk(key, "is not a regular file (a FIFO or a device)")
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise self.not_a_chunk(key, f"is {info.st_size} bytes, more than {max_bytes}")
+
+    @functools.cached_property
+    def _root(self) -> str:
+        return f"{self.path.as_posix().rstrip('/')}/"
 
     def read_many(self, keys: Sequence[str]) -> list[bytes | None]:
         """The values of ``keys`` (None where absent), each read as :meth:`read` reads."""
@@ -183,11 +190,11 @@ class FileLocation(Location):
             self._check_folders(parent)
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
         try:
-            fd = os.open(self.path / key, flags)
+            fd = os.open(self._root + key, flags)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as err:
-            if err.errno == errno.ELOOP and _is_link(self.path / key):  # O_NOFOLLOW met it
+            if err.errno == errno.ELOOP and _is_link(self._root + key):  # O_NOFOLLOW met it
                 raise self.not_a_chunk(key, "is a symbolic link") from None
             raise  # (a loop in the vault's own path: the caller's typed error says so)
         try:
@@ -195,10 +202,7 @@ class FileLocation(Location):
             if stat.S_ISDIR(info.st_mode):  # a folder holds no value (as for TensorStore)
                 os.close(fd)
                 return None
-            if not stat.S_ISREG(info.st_mode):
-                raise self.not_a_chunk(key, "is not a regular file (a FIFO or a device)")
-            if max_bytes is not None and info.st_size > max_bytes:
-                raise self.not_a_chunk(key, f"is {info.st_size} bytes, more than {max_bytes}")
+            self._check_info(key, info, max_bytes)
         except BaseException:
             os.close(fd)
             raise
@@ -213,7 +217,7 @@ class FileLocation(Location):
             if done in self._inside:
                 continue
             try:
-                info = os.lstat(self.path / done)
+                info = os.lstat(self._root + done)
             except (FileNotFoundError, NotADirectoryError):
                 return  # nothing there: the read finds nothing either
             if stat.S_ISLNK(info.st_mode):
@@ -510,7 +514,7 @@ def _read_holder(meta: Path) -> LockHolder | None:
         return None
 
 
-def _is_link(path: Path) -> bool:
+def _is_link(path: str) -> bool:
     try:
         return stat.S_ISLNK(os.lstat(path).st_mode)
     except OSError:
