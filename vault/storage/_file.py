@@ -94,7 +94,7 @@ class FileLocation(Location):
                 while data := os.read(fd, 1 << 20):
                     chunks.append(data)
                     if sum(map(len, chunks)) > MAX_RECORD_BYTES:  # it grew while read
-                        raise self.not_a_chunk(key, "grew past the size a record can be")
+                        raise self.corrupt(key, "it grew past the size a record can be")
                 return b"".join(chunks)
             finally:
                 os.close(fd)
@@ -156,10 +156,13 @@ class FileLocation(Location):
                     head = os.pread(fd, 16, 0)
                 finally:
                     os.close(fd)
-                declared = int.from_bytes(head[4:8], "little") if len(head) == 16 else -1
+                if len(head) < 16:
+                    raise self.corrupt(key, f"{len(head)} bytes, too short for a blosc frame")
+                declared = int.from_bytes(head[4:8], "little")
                 if declared != blosc_bytes:
-                    raise self.not_a_chunk(
-                        key, f"is a blosc frame of {declared} bytes, not the chunk's {blosc_bytes}"
+                    raise self.corrupt(
+                        key,
+                        f"its blosc frame declares {declared} bytes; the chunk holds {blosc_bytes}",
                     )
         return absent
 
@@ -169,7 +172,9 @@ class FileLocation(Location):
         if not stat.S_ISREG(info.st_mode):
             raise self.not_a_chunk(key, "is not a regular file (a FIFO or a device)")
         if max_bytes is not None and info.st_size > max_bytes:
-            raise self.not_a_chunk(key, f"is {info.st_size} bytes, more than {max_bytes}")
+            raise self.corrupt(
+                key, f"{info.st_size} bytes, more than any encoding of it takes ({max_bytes})"
+            )
 
     @functools.cached_property
     def _root(self) -> str:
@@ -231,10 +236,18 @@ class FileLocation(Location):
         return set()
 
     def not_a_chunk(self, key: str, what: str) -> VaultCorruptError:
+        """A file that is not one (a link, a FIFO, a device), refused unread."""
         return VaultCorruptError(
             f"{self}: {key} {what}; a vault's writer never makes one, and it is not read (it "
-            "could lead out of the vault, block a reader or fill its memory). Restore the "
-            "vault from a copy; see docs/safety.md."
+            "could lead out of the vault or block the reader). Restore the vault from a copy; "
+            "see docs/safety.md."
+        )
+
+    def corrupt(self, key: str, what: str) -> VaultCorruptError:
+        """A file whose size or header cannot be the chunk's, refused before it is decoded."""
+        return VaultCorruptError(
+            f"{self}: {key} is corrupt ({what}). Its data cannot be trusted; restore the vault "
+            "from a copy."
         )
 
     def child_names(self) -> list[str]:
