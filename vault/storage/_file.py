@@ -94,7 +94,7 @@ class FileLocation(Location):
                 while data := os.read(fd, 1 << 20):
                     chunks.append(data)
                     if sum(map(len, chunks)) > MAX_RECORD_BYTES:  # it grew while read
-                        raise self.not_a_chunk(key, "grew past the size a record can be")
+                        raise self.corrupt(key, "it grew past the size a record can be")
                 return b"".join(chunks)
             finally:
                 os.close(fd)
@@ -132,23 +132,53 @@ class FileLocation(Location):
         absent = []
         with self.failures("read the vault"):
             for key in keys:
-                fd = self.open_inside(key, max_bytes)
+                if blosc_bytes is None:  # one system call per chunk (and per new folder)
+                    parent = key.rpartition("/")[0]
+                    if parent and parent not in self._inside:
+                        self._check_folders(parent)
+                    try:
+                        info = os.lstat(self._root + key)
+                    except (FileNotFoundError, NotADirectoryError):
+                        absent.append(key)
+                        continue
+                    if stat.S_ISLNK(info.st_mode):
+                        raise self.not_a_chunk(key, "is a symbolic link")
+                    if stat.S_ISDIR(info.st_mode):
+                        absent.append(key)  # a folder holds no value
+                    else:
+                        self._check_info(key, info, max_bytes)
+                    continue
+                fd = self.open_inside(key, max_bytes)  # open, fstat, read the header, close
                 if fd is None:
                     absent.append(key)
                     continue
                 try:
-                    if blosc_bytes is not None:
-                        head = os.pread(fd, 16, 0)
-                        declared = int.from_bytes(head[4:8], "little") if len(head) == 16 else -1
-                        if declared != blosc_bytes:
-                            raise self.not_a_chunk(
-                                key,
-                                f"is a blosc frame of {declared} bytes, not of the chunk's "
-                                f"{blosc_bytes}",
-                            )
+                    head = os.pread(fd, 16, 0)
                 finally:
                     os.close(fd)
+                if len(head) < 16:
+                    raise self.corrupt(key, f"{len(head)} bytes, too short for a blosc frame")
+                declared = int.from_bytes(head[4:8], "little")
+                if declared != blosc_bytes:
+                    raise self.corrupt(
+                        key,
+                        f"its blosc frame declares {declared} bytes; the chunk holds {blosc_bytes}",
+                    )
         return absent
+
+    def _check_info(self, key: str, info: os.stat_result, max_bytes: int | None) -> None:
+        """Refuse ``key`` (neither a folder nor a link) unless it is a regular file of at most
+        ``max_bytes``."""
+        if not stat.S_ISREG(info.st_mode):
+            raise self.not_a_chunk(key, "is not a regular file (a FIFO or a device)")
+        if max_bytes is not None and info.st_size > max_bytes:
+            raise self.corrupt(
+                key, f"{info.st_size} bytes, more than any encoding of it takes ({max_bytes})"
+            )
+
+    @functools.cached_property
+    def _root(self) -> str:
+        return f"{self.path.as_posix().rstrip('/')}/"
 
     def read_many(self, keys: Sequence[str]) -> list[bytes | None]:
         """The values of ``keys`` (None where absent), each read as :meth:`read` reads."""
@@ -165,22 +195,19 @@ class FileLocation(Location):
             self._check_folders(parent)
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
         try:
-            fd = os.open(self.path / key, flags)
+            fd = os.open(self._root + key, flags)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as err:
-            if err.errno == errno.ELOOP and _is_link(self.path / key):  # O_NOFOLLOW met one
+            if err.errno == errno.ELOOP and _is_link(self._root + key):  # O_NOFOLLOW met it
                 raise self.not_a_chunk(key, "is a symbolic link") from None
-            raise  # a loop on the way to the root (the root a link to itself): not the vault's
+            raise  # (a loop in the vault's own path: the caller's typed error says so)
         try:
             info = os.fstat(fd)
             if stat.S_ISDIR(info.st_mode):  # a folder holds no value (as for TensorStore)
                 os.close(fd)
                 return None
-            if not stat.S_ISREG(info.st_mode):
-                raise self.not_a_chunk(key, "is not a regular file (a FIFO or a device)")
-            if max_bytes is not None and info.st_size > max_bytes:
-                raise self.not_a_chunk(key, f"is {info.st_size} bytes, more than {max_bytes}")
+            self._check_info(key, info, max_bytes)
         except BaseException:
             os.close(fd)
             raise
@@ -195,7 +222,7 @@ class FileLocation(Location):
             if done in self._inside:
                 continue
             try:
-                info = os.lstat(self.path / done)
+                info = os.lstat(self._root + done)
             except (FileNotFoundError, NotADirectoryError):
                 return  # nothing there: the read finds nothing either
             if stat.S_ISLNK(info.st_mode):
@@ -209,10 +236,18 @@ class FileLocation(Location):
         return set()
 
     def not_a_chunk(self, key: str, what: str) -> VaultCorruptError:
+        """A file that is not one (a link, a FIFO, a device), refused unread."""
         return VaultCorruptError(
-            f"{self}: {key} {what}: corrupt (a vault's writer never makes one, and it is not "
-            "read: it could lead out of the vault, block a reader or fill its memory). Restore "
-            "the vault from a copy; see docs/safety.md."
+            f"{self}: {key} {what}; a vault's writer never makes one, and it is not read (it "
+            "could lead out of the vault or block the reader). Restore the vault from a copy; "
+            "see docs/safety.md."
+        )
+
+    def corrupt(self, key: str, what: str) -> VaultCorruptError:
+        """A file whose size or header cannot be the chunk's, refused before it is decoded."""
+        return VaultCorruptError(
+            f"{self}: {key} is corrupt ({what}). Its data cannot be trusted; restore the vault "
+            "from a copy."
         )
 
     def child_names(self) -> list[str]:
@@ -492,6 +527,13 @@ def _read_holder(meta: Path) -> LockHolder | None:
         return None
 
 
+def _is_link(path: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 @functools.cache
 def _shared_context() -> Any:
     """One context for every file vault of the process: TensorStore's I/O and decoding
@@ -500,11 +542,3 @@ def _shared_context() -> Any:
     import tensorstore as ts
 
     return ts.Context()
-
-
-def _is_link(path: Path) -> bool:
-    """Whether ``path`` itself is a symbolic link (False when it cannot be looked at)."""
-    try:
-        return stat.S_ISLNK(os.lstat(path).st_mode)
-    except OSError:
-        return False
