@@ -9,6 +9,9 @@ Layout: ``nodes[1]`` is the root, node ``i`` has children ``2i`` and ``2i + 1``,
   the sums always match the leaves.
 * ``sample`` descends with a guard: it never steps into a subtree whose sum is zero, so float32
   rounding near the boundaries can never select a zero-priority leaf while any leaf is positive.
+
+The reference-exact mode updates this same layout with the reference's own arithmetic
+(``buffers/_reference_exact.py``).
 """
 
 from __future__ import annotations
@@ -48,9 +51,17 @@ def depth(state: SumTreeState) -> int:
 
 
 def set_batch(
-    state: SumTreeState, indices: Array, values: Array, mask: Any = None, device: str = "cpu"
+    state: SumTreeState,
+    indices: Array,
+    values: Array,
+    mask: Any = None,
+    device: str = "cpu",
+    track_max: bool = True,
 ) -> SumTreeState:
     """Set leaves ``indices`` to ``values``; entries where ``mask`` is false are ignored.
+
+    ``max_recorded_priority`` becomes the largest value set, unless ``track_max`` is false
+    (for a caller that only sets values no larger than it, which saves the reduction).
 
     Two exact strategies, same result (with duplicate indices, the last one's value is kept):
     on CPU each leaf's path is walked with scalar in-place updates (a few hundred ns per leaf;
@@ -65,9 +76,11 @@ def set_batch(
     leaves = state.nodes.shape[-1] // 2
     valid = indices < leaves if mask is None else jnp.asarray(mask).reshape(-1)
     if device == "cpu" and jax.default_backend() == "cpu":
-        nodes = _set_scalar_loop(state.nodes, indices, values, valid, depth(state))
+        nodes = _set_paths(state.nodes, indices, values, valid, depth(state))
     else:
         nodes = _set_by_level(state.nodes, indices, values, valid, depth(state))
+    if not track_max:
+        return SumTreeState(nodes=nodes, max_recorded_priority=state.max_recorded_priority)
     masked_max = jnp.max(jnp.where(valid, values, 0.0), initial=0.0)
     return SumTreeState(
         nodes=nodes,
@@ -75,31 +88,31 @@ def set_batch(
     )
 
 
-def _set_scalar_loop(
-    nodes: Array, indices: Array, values: Array, valid: Array, levels: int
-) -> Array:
+def _set_paths(nodes: Array, indices: Array, values: Array, valid: Array, levels: int) -> Array:
+    """Each leaf in turn: write it, then recompute its ancestors from their two children.
+
+    An ignored entry walks leaf 0's path writing back the values already there: since every
+    parent already equals the sum of its children, that changes nothing (on a tree whose sums
+    were kept by deltas it makes that path's sums exact), and it costs less than a branch
+    (``lax.cond``) would.
+    """
     leaves = nodes.shape[-1] // 2
 
-    def write(nodes: Array, leaf: Array, value: Array) -> Array:
-        node = leaf + leaves
-        nodes = jax.lax.dynamic_update_index_in_dim(nodes, value, node, 0)
-
-        def up(_: Any, carry: tuple[Array, Array]) -> tuple[Array, Array]:
-            nodes, node = carry
+    def write(nodes: Array, leaf: Array, value: Array, ok: Array) -> Array:
+        node = jnp.where(ok, leaf, 0) + leaves
+        old = jax.lax.dynamic_index_in_dim(nodes, node, 0, keepdims=False)
+        nodes = jax.lax.dynamic_update_index_in_dim(nodes, jnp.where(ok, value, old), node, 0)
+        for _ in range(levels):  # unrolled (the depth is static)
             node = node >> 1
             pair = jax.lax.dynamic_slice_in_dim(nodes, 2 * node, 2)
-            return jax.lax.dynamic_update_index_in_dim(nodes, pair[0] + pair[1], node, 0), node
+            nodes = jax.lax.dynamic_update_index_in_dim(nodes, pair[0] + pair[1], node, 0)
+        return nodes
 
-        # unrolled (the depth is static): on CPU a while loop costs more per iteration than
-        # this update, about 40 us per add of one item on a 2**20-node tree when jitted alone
-        carry = (nodes, node)
-        for _ in range(levels):
-            carry = up(None, carry)
-        return carry[0]
-
+    # a scan even for one or two leaves: XLA's cost model counts a loop body once, so an
+    # ``add`` stays under the CPU client's threshold for running a program inline on the
+    # calling thread (about 1,000 flops); written out, the paths cost it a thread hand-off
     def one(nodes: Array, item: tuple[Array, Array, Array]) -> tuple[Array, None]:
-        leaf, value, ok = item
-        return jax.lax.cond(ok, write, lambda n, _l, _v: n, nodes, leaf, value), None
+        return write(nodes, *item), None
 
     return jax.lax.scan(one, nodes, (indices, values, valid))[0]
 
@@ -161,25 +174,48 @@ def sample(state: SumTreeState, rng_key: Array, batch_size: int, capacity: int) 
     priority, the same key and sums give the same leaf.
     """
     target = stratified_uniform(rng_key, batch_size) * total(state)
-    return jnp.minimum(find(state, target), capacity - 1)
+    node = descend(state.nodes, target, depth(state))
+    return jnp.minimum(node - state.nodes.shape[-1] // 2, capacity - 1)
 
 
 def find(state: SumTreeState, target: Array) -> Array:
-    """The leaf whose prefix-sum interval holds ``target`` (a value in ``[0, total)``), for
-    every element of ``target``: the descent of :func:`sample`."""
-    nodes = state.nodes
-    leaves = nodes.shape[-1] // 2
+    """The leaf whose prefix-sum interval holds ``target`` (a value in ``[0, total)``).
 
-    def descend(_: Any, carry: tuple[Array, Array]) -> tuple[Array, Array]:
-        node, target = carry
-        left = 2 * node
-        left_sum = nodes[left]
-        right_sum = nodes[left + 1]
-        go_right = ((target >= left_sum) & (right_sum > 0)) | (left_sum <= 0)
-        return left + go_right.astype(jnp.int32), jnp.where(go_right, target - left_sum, target)
-
+    For every element of ``target``: the descent of :func:`sample`.
+    """
     target = jnp.asarray(target, jnp.float32)
-    carry = (jnp.ones(target.shape, jnp.int32), target)
-    for _ in range(depth(state)):  # unrolled (static depth): a while loop's iterations cost more
-        carry = descend(None, carry)
-    return carry[0] - leaves
+    node = descend(state.nodes, target.reshape(-1), depth(state)).reshape(target.shape)
+    return node - state.nodes.shape[-1] // 2
+
+
+def descend(nodes: Array, target: Array, levels: int, guard: bool = True) -> Array:
+    """The leaf node reached from the root towards each ``target`` (one per element).
+
+    At each level: left when the target is below the left child's sum, else right with the
+    left sum taken off the target. With ``guard``, a child whose sum is zero is never entered
+    while its sibling's is positive; without, the decisions are the reference's own.
+
+    On CPU the levels are a loop whose body reads both children in one gather: written out,
+    XLA fuses the whole descent into every consumer of its result (the gather of the sampled
+    experience among them) and recomputes it there, and gives each level's gathers a parallel
+    dispatch of their own. On accelerators the levels are written out (a loop costs a
+    synchronisation per iteration there). Both make the same decisions.
+    """
+    pairs = nodes.reshape(-1, 2)  # row i: the children of node i
+
+    def step(node: Array, target: Array) -> tuple[Array, Array]:
+        children = pairs[node]
+        left_sum, right_sum = children[:, 0], children[:, 1]
+        if guard:
+            go_right = ((target >= left_sum) & (right_sum > 0)) | (left_sum <= 0)
+        else:
+            go_right = ~(target < left_sum)
+        return 2 * node + go_right.astype(jnp.int32), jnp.where(go_right, target - left_sum, target)
+
+    node = jnp.ones(target.shape, jnp.int32)
+    if jax.default_backend() == "cpu":
+        node, _ = jax.lax.fori_loop(0, levels, lambda _, c: step(*c), (node, target))
+        return node
+    for _ in range(levels):
+        node, target = step(node, target)
+    return node

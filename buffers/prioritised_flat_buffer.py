@@ -66,8 +66,12 @@ def make_prioritised_flat_buffer(
     add_batch_size: int | None = None,
     priority_exponent: float = 0.6,
     device: str = "cpu",
+    reference_exact: bool = False,
 ) -> PrioritisedTrajectoryBuffer:
     """Make a prioritised flat buffer (same signature and semantics as the reference's).
+
+    ``reference_exact=True`` reproduces Flashbax 0.1.3's prioritised draws bit for bit (see
+    :func:`buffers.make_prioritised_trajectory_buffer` and the guide "Same draws as Flashbax").
 
     Transitions ``(s_t, s_{t+1})`` laid out as in :func:`buffers.make_flat_buffer`, sampled in
     proportion to their priorities.
@@ -81,6 +85,7 @@ def make_prioritised_flat_buffer(
         priority_exponent: alpha of the PER paper, in [0, 1].
         device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
             level.
+        reference_exact: reproduce Flashbax 0.1.3's prioritised draws bit for bit (opt-in).
 
     Returns:
         The buffer's pure functions, ``set_priorities`` among them, and its configuration;
@@ -101,6 +106,7 @@ def make_prioritised_flat_buffer(
         make=make_prioritised_trajectory_buffer,
         priority_exponent=priority_exponent,
         device=check_device(device),
+        reference_exact=reference_exact,
     )
     return dataclasses.replace(
         core,

@@ -29,11 +29,13 @@ def make_prioritised_item_buffer(
     add_batches: bool = False,
     priority_exponent: float = 0.6,
     device: str = "cpu",
+    reference_exact: bool = False,
 ) -> PrioritisedTrajectoryBuffer:
     """Make a prioritised item buffer (same signature and semantics as the reference's).
 
     Samples are ``PrioritisedTrajectoryBufferSample(experience, indices, probabilities)`` with
-    ``[sample_batch_size, ...]`` leaves.
+    ``[sample_batch_size, ...]`` leaves. ``reference_exact=True`` reproduces Flashbax 0.1.3's
+    prioritised draws bit for bit (see :func:`buffers.make_prioritised_trajectory_buffer`).
 
     Args:
         max_length: items the buffer holds.
@@ -45,6 +47,7 @@ def make_prioritised_item_buffer(
         priority_exponent: alpha of the PER paper, in [0, 1].
         device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
             level.
+        reference_exact: reproduce Flashbax 0.1.3's prioritised draws bit for bit (opt-in).
 
     Returns:
         The buffer's pure functions, ``set_priorities`` among them, and its configuration.
@@ -65,6 +68,7 @@ def make_prioritised_item_buffer(
         max_length,
         priority_exponent=priority_exponent,
         device=check_device(device),
+        reference_exact=reference_exact,
     )
     return dataclasses.replace(
         core,

@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 from jax import Array
 
-from buffers import _sum_tree, sum_tree
+from buffers import _reference_exact, _sum_tree, sum_tree
 from buffers import trajectory_buffer as trajectory_buffer
 from buffers import utils as utils
 from buffers._core import (
@@ -46,6 +46,7 @@ from buffers._pytree import frozen_container, pytree_dataclass
 from buffers._sum_tree import SumTreeState
 from buffers._validation import (
     check,
+    check_bool,
     check_item_count,
     check_priorities,
     check_priority_exponent,
@@ -182,9 +183,11 @@ def _changed_items(
     With ``d`` the distance from the (new) end of data back to an item's start, an item is
     valid iff ``L <= d <= filled``. After appending ``n``: items with ``d_old > T - n`` lose their
     first timestep (invalid), items with ``L <= d_new < L + n`` gain their last one (valid).
+    Each is a half-open range of ``n`` distances, holding at most ``ceil(n / period)`` item
+    starts (``period`` apart): that many candidates per row are checked.
     """
     items_per_row = t_len // period
-    n_max = min(seq_len // period + 1, items_per_row)
+    n_max = min(-(-seq_len // period), items_per_row)
     k = jnp.arange(n_max, dtype=jnp.int32)
     cur = state.current_index
     filled_old = _filled(state.is_full, cur, t_len)
@@ -219,8 +222,12 @@ def prioritised_add(
     sample_sequence_length: int,
     period: int,
     device: str = "cpu",
+    reference_exact: bool = False,
 ) -> PrioritisedTrajectoryBufferState[Experience]:
-    """Append ``batch`` ``[B, L, ...]``; new items get the maximum priority recorded so far."""
+    """Append ``batch`` ``[B, L, ...]``; new items get the maximum priority recorded so far.
+
+    With ``reference_exact``, that priority is truncated to an integer as the reference does.
+    """
     state = accept_reference(
         state, "add", sample_sequence_length=sample_sequence_length, period=period
     )
@@ -228,16 +235,39 @@ def prioritised_add(
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     batch = validate_batch(state.experience, batch, 2, (b_size, "L"), max_time=t_len)
     seq_len = tree_shape_prefix(batch, 2)[1]
+    if reference_exact:
+        tree = _reference_exact.append_tree(state, seq_len, sample_sequence_length, period, device)
+    else:
+        tree = _appended_tree(state, seq_len, sample_sequence_length, period, device)
+    experience = write_experience(state.experience, batch, state.current_index, t_len)
+    return state.replace(
+        experience=experience, sum_tree_state=tree, **advance_indices(state, seq_len, t_len)
+    )
+
+
+def _appended_tree(
+    state: Any, seq_len: int, sample_sequence_length: int, period: int, device: str
+) -> SumTreeState:
+    """The sum tree after appending ``seq_len`` timesteps.
+
+    The items that stop being valid are set to 0, those that become valid to the recorded
+    maximum.
+    """
+    b_size, t_len = tree_shape_prefix(state.experience, 2)
     lost_idx, lost_mask, gained_idx, gained_mask = _changed_items(
         state, seq_len, sample_sequence_length, period, t_len, b_size
     )
     tree = state.sum_tree_state
-    tree = _sum_tree.set_batch(tree, lost_idx, jnp.zeros(lost_idx.shape), lost_mask, device)
+    # one update, the lost items first: an item both lost and gained ends with the new
+    # priority; no value set exceeds the recorded maximum, which therefore stays
     new_priority = jnp.broadcast_to(tree.max_recorded_priority, gained_idx.shape)
-    tree = _sum_tree.set_batch(tree, gained_idx, new_priority, gained_mask, device)
-    experience = write_experience(state.experience, batch, state.current_index, t_len)
-    return state.replace(
-        experience=experience, sum_tree_state=tree, **advance_indices(state, seq_len, t_len)
+    return _sum_tree.set_batch(
+        tree,
+        jnp.concatenate([lost_idx, gained_idx]),
+        jnp.concatenate([jnp.zeros(lost_idx.shape), new_priority]),
+        jnp.concatenate([lost_mask, gained_mask]),
+        device,
+        track_max=False,
     )
 
 
@@ -272,14 +302,20 @@ def prioritised_sample(
     sequence_length: int,
     period: int,
     min_length_time_axis: int = 1,
+    reference_exact: bool = False,
 ) -> PrioritisedTrajectoryBufferSample[Experience]:
-    """Sample sequences with probability ``p_i^alpha / sum_j p_j^alpha`` (stratified)."""
+    """Sample sequences with probability ``p_i^alpha / sum_j p_j^alpha`` (stratified).
+
+    With ``reference_exact`` the descent is the reference's, unguarded: rounding can then draw
+    a zero-priority item or a padding leaf, as the reference does (``valid`` is false there).
+    """
     state = accept_reference(state, "sample", sample_sequence_length=sequence_length, period=period)
     check_prioritised_state(state, period, "sample")
     check_sample_args(state, rng_key, batch_size, sequence_length)
     ready = prioritised_can_sample(state, min_length_time_axis)
     valid = ready_mask(ready, batch_size, "sample")
-    indices, rows, times = sample_items(state, rng_key, batch_size, sequence_length, period)
+    draw = _reference_exact.sample_items if reference_exact else sample_items
+    indices, rows, times = draw(state, rng_key, batch_size, sequence_length, period)
     probs = _sum_tree.probabilities(state.sum_tree_state, indices)
     return PrioritisedTrajectoryBufferSample(
         experience=gather(state.experience, rows, times),
@@ -297,6 +333,7 @@ def set_priorities(
     device: str = "cpu",
     sample_sequence_length: int = 1,
     period: int = 1,
+    reference_exact: bool = False,
 ) -> PrioritisedTrajectoryBufferState[Experience]:
     """Set the priorities ``p`` (e.g. ``|td| + eps``) of sampled items.
 
@@ -315,6 +352,7 @@ def set_priorities(
             level.
         sample_sequence_length: the buffer's sequence length (which windows are valid).
         period: the buffer's period.
+        reference_exact: set priorities as Flashbax 0.1.3 does (below).
 
     Returns:
         The state with the new priorities.
@@ -323,11 +361,19 @@ def set_priorities(
         PriorityError: non-integer ``indices``, non-real ``priorities`` or mismatched shapes
             (also at ``jit`` trace time); when the arrays are concrete (outside ``jit``),
             NaN, infinite or negative priorities and indices that name no item.
+
+    With ``reference_exact``, priorities are set as the reference sets them: at any leaf of
+    the sum tree (an item no longer valid, or a padding leaf its sampler returned, included).
     """
     state = accept_reference(
         state, "set_priorities", sample_sequence_length=sample_sequence_length, period=period
     )
     check_prioritised_state(state, period, "set_priorities")
+    if reference_exact:
+        tree = _reference_exact.priorities_tree(
+            state, indices, priorities, priority_exponent, device, period
+        )
+        return state.replace(sum_tree_state=tree)
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     indices, priorities = check_priorities(indices, priorities, b_size * (t_len // period))
     values = jnp.where(priorities == 0, 0.0, priorities**priority_exponent)
@@ -335,6 +381,33 @@ def set_priorities(
     mask = item_is_valid(state, indices, sample_sequence_length, period) & ok
     tree = _sum_tree.set_batch(state.sum_tree_state, indices, values, mask, device)
     return state.replace(sum_tree_state=tree)
+
+
+def recompute_sums(
+    state: PrioritisedTrajectoryBufferState[Experience],
+) -> PrioritisedTrajectoryBufferState[Experience]:
+    """``state`` with every parent of its sum tree recomputed as the sum of its two children.
+
+    The default mode keeps that true after every update, and relies on it: a subtree whose
+    sum is zero holds no positive priority, so sampling never draws a zero-priority item. A
+    tree whose sums were kept by deltas (the reference-exact mode, or a state converted from
+    the reference's) can hold a tiny positive remainder over leaves that are all zero. Call
+    this once when such a state moves to a buffer in the default mode. The leaves (the
+    priorities) are unchanged; works on stacked (``vmap``/``pmap``) states and under ``jit``.
+
+    Example:
+        >>> import buffers, jax.numpy as jnp
+        >>> buf = buffers.make_prioritised_flat_buffer(8, 2, 2, reference_exact=True)
+        >>> state = buf.add(buf.init(jnp.zeros(())), jnp.ones(()))
+        >>> fixed = buffers.prioritised_trajectory_buffer.recompute_sums(state)
+    """
+    nodes = state.sum_tree_state.nodes
+    level = nodes.shape[-1] // 2  # the first leaf; the level above starts at level // 2
+    while level > 1:
+        children = nodes[..., level : 2 * level]
+        nodes = nodes.at[..., level // 2 : level].set(children[..., 0::2] + children[..., 1::2])
+        level //= 2
+    return state.replace(sum_tree_state=state.sum_tree_state.replace(nodes=nodes))
 
 
 def get_invalid_indices(
@@ -378,9 +451,12 @@ class PrioritisedTrajectoryBuffer(TrajectoryBuffer, Generic[Experience, BufferSt
     Attributes:
         set_priorities: ``set_priorities(state, indices, priorities) -> state`` (see
             :func:`buffers.prioritised_trajectory_buffer.set_priorities`).
+        reference_exact: whether it was made in the reference-exact mode (Flashbax 0.1.3's
+            prioritised draws, bit for bit; see the guide "Same draws as Flashbax").
     """
 
     set_priorities: Callable[..., Any] = dataclasses.field(kw_only=True)
+    reference_exact: bool = dataclasses.field(default=False, kw_only=True)
 
 
 def validate_priority_exponent(priority_exponent: float) -> None:
@@ -454,6 +530,7 @@ def build_prioritised(
     t_len: int,
     priority_exponent: float,
     device: str,
+    reference_exact: bool = False,
 ) -> PrioritisedTrajectoryBuffer:
     """Bind a prioritised buffer from already validated, resolved arguments."""
     min_len = check_sequence_args(sample_sequence_length, period, min_length_time_axis, t_len)
@@ -463,6 +540,7 @@ def build_prioritised(
         f"add_batch_size ({add_batch_size}) x max_length_time_axis ({t_len}) // period ({period})",
     )
     seq: dict[str, Any] = {"sample_sequence_length": sample_sequence_length, "period": period}
+    exact: dict[str, Any] = {"reference_exact": True} if reference_exact else {}
     return PrioritisedTrajectoryBuffer(
         init=functools.partial(
             prioritised_init,
@@ -470,17 +548,18 @@ def build_prioritised(
             max_length_time_axis=t_len,
             period=period,
         ),
-        add=functools.partial(prioritised_add, device=device, **seq),
+        add=functools.partial(prioritised_add, device=device, **seq, **exact),
         sample=functools.partial(
             prioritised_sample,
             batch_size=sample_batch_size,
             sequence_length=sample_sequence_length,
             period=period,
             min_length_time_axis=min_len,
+            **exact,
         ),
         can_sample=functools.partial(prioritised_can_sample, min_length_time_axis=min_len),
         set_priorities=functools.partial(
-            set_priorities, priority_exponent=priority_exponent, device=device, **seq
+            set_priorities, priority_exponent=priority_exponent, device=device, **seq, **exact
         ),
         add_batch_size=add_batch_size,
         sample_batch_size=sample_batch_size,
@@ -488,6 +567,7 @@ def build_prioritised(
         min_length_time_axis=min_len,
         sample_sequence_length=sample_sequence_length,
         period=period,
+        reference_exact=reference_exact,
     )
 
 
@@ -501,11 +581,19 @@ def make_prioritised_trajectory_buffer(
     max_length_time_axis: int | None = None,
     priority_exponent: float = 0.6,
     device: str = "cpu",
+    reference_exact: bool = False,
 ) -> PrioritisedTrajectoryBuffer:
     """Make a prioritised trajectory buffer (same signature and semantics as the reference's).
 
     ``max_length_time_axis`` is rounded down to a multiple of ``period`` with a warning that
     names the effective capacity.
+
+    ``reference_exact=True`` (opt-in) reproduces Flashbax 0.1.3's prioritised draws bit for
+    bit: new items get the recorded maximum priority truncated to an integer, the sums are
+    kept by deltas as the reference keeps them (``device`` picks which of its two update
+    paths), and the descent and ``set_priorities`` are unguarded as the reference's are. For a
+    run moved from Flashbax that must first reproduce its old curves; the default is the
+    correct behaviour (see the guide "Same draws as Flashbax").
 
     Args:
         add_batch_size: rows ``B`` of the state; batches given to ``add`` are ``[B, L, ...]``.
@@ -518,6 +606,7 @@ def make_prioritised_trajectory_buffer(
         priority_exponent: alpha of the PER paper, in [0, 1].
         device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
             level for the whole batch.
+        reference_exact: reproduce Flashbax 0.1.3's prioritised draws bit for bit (opt-in).
 
     Returns:
         The buffer's pure functions (``init``, ``add``, ``sample``, ``can_sample``,
@@ -548,6 +637,9 @@ def make_prioritised_trajectory_buffer(
     period = positive_int("period", period)
     priority_exponent = check_priority_exponent(priority_exponent)
     device = check_device(device)
+    reference_exact = check_bool("reference_exact", reference_exact)
+    if reference_exact:
+        device = _reference_exact.resolve_device(device)
     t_len = resolve_time_axis(add_batch_size, max_size, max_length_time_axis, stacklevel=2)
     t_len = divisible_time_axis(t_len, period, add_batch_size, stacklevel=2)
     return build_prioritised(
@@ -559,6 +651,7 @@ def make_prioritised_trajectory_buffer(
         t_len,
         priority_exponent,
         device,
+        reference_exact,
     )
 
 
@@ -581,6 +674,7 @@ __all__ = [
     "prioritised_add",
     "prioritised_init",
     "prioritised_sample",
+    "recompute_sums",
     "set_priorities",
     "sum_tree",
     "trajectory_buffer",

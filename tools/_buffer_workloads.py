@@ -38,6 +38,8 @@ class Config:
     sample_sequence_length: int = 2
     period: int = 1
     obs_shape: tuple[int, ...] = (32, 32, 3)
+    kinds: tuple[str, ...] = KINDS  # the buffer kinds measured
+    device: str = "cpu"  # the prioritised buffers' ``device`` argument (both libraries)
 
 
 # --------------------------------------------------------------------------------------------
@@ -102,7 +104,7 @@ def make_buffer(lib: ModuleType, kind: str, layout: str, cfg: Config) -> Any:
             seq,
             max_length_time_axis=cap // rows,
             priority_exponent=0.6,
-            device="cpu",
+            device=cfg.device,
         )
     raise ValueError(f"unknown buffer kind {kind!r}")
 

@@ -232,7 +232,7 @@ def run_group(
 def run_timings(libs: dict[str, ModuleType], cfg: Config) -> tuple[list[dict[str, Any]], list[Any]]:
     rows: list[dict[str, Any]] = []
     groups: list[dict[str, Any]] = []
-    for kind in KINDS:
+    for kind in cfg.kinds:
         for layout in LAYOUTS:
             workloads = {name: make_workload(lib, kind, layout, cfg) for name, lib in libs.items()}
             # times[name][(op, loop)]: per repeat, the best of the inner runs (us/op)
@@ -370,16 +370,16 @@ def run_memory_probes(libs: dict[str, ModuleType], cfg: Config, quick: bool) -> 
     time so that two large buffers never coexist."""
     jobs = 2 if quick else 1
     if reset_peak_rss():
-        tasks = [(name, list(KINDS)) for name in libs]
+        tasks = [(name, list(cfg.kinds)) for name in libs]
     else:
-        tasks = [(name, [kind]) for kind in KINDS for name in libs]
+        tasks = [(name, [kind]) for kind in cfg.kinds for name in libs]
     results: dict[tuple[str, str], Any] = {}
     for i in range(0, len(tasks), jobs):
         running = []
         for name, kinds in tasks[i : i + jobs]:
             cmd = [sys.executable, os.path.abspath(__file__), "--probe", name, ",".join(kinds)]
             cmd += ["--quick"] if quick else []
-            cmd += ["--capacity", str(cfg.capacity)]
+            cmd += ["--capacity", str(cfg.capacity), "--device", cfg.device]
             popen = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             running.append((name, kinds, popen, time.perf_counter()))
         for name, kinds, popen, t0 in running:
@@ -399,7 +399,7 @@ def run_memory_probes(libs: dict[str, ModuleType], cfg: Config, quick: bool) -> 
                     f"peak growth {res['peak_growth_bytes'] / 2**20:9.1f} MiB"
                 )
             log(f"  ({name}: {time.perf_counter() - t0:.1f}s)")
-    return [results[(kind, name)] for kind in KINDS for name in libs]
+    return [results[(kind, name)] for kind in cfg.kinds for name in libs]
 
 
 # --------------------------------------------------------------------------------------------
@@ -455,7 +455,7 @@ def markdown(result: dict[str, Any]) -> Iterator[str]:
     yield ""
     yield "| buffer | " + " | ".join(result["libraries"]) + " |"
     yield "|---|" + "---:|" * len(result["libraries"])
-    for kind in KINDS:
+    for kind in result["config"]["kinds"]:
         totals = []
         for name in result["libraries"]:
             total = sum(
@@ -516,6 +516,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--inner", type=int, default=None, help="override timed runs per repeat")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory probes")
     p.add_argument("--no-flashbax", action="store_true", help="benchmark rlvault alone")
+    p.add_argument(
+        "--kinds",
+        type=lambda v: tuple(v.split(",")),
+        default=None,
+        help=f"comma-separated buffer kinds (default: all of {','.join(KINDS)})",
+    )
+    p.add_argument(
+        "--device",
+        choices=("cpu", "gpu", "tpu"),
+        default="cpu",
+        help="the prioritised buffers' device argument, for both libraries (default cpu)",
+    )
     p.add_argument("--probe", nargs=2, metavar=("LIBRARY", "KINDS"), help=argparse.SUPPRESS)
     return p.parse_args(argv)
 
@@ -529,6 +541,12 @@ def main(argv: list[str] | None = None) -> int:
         cfg = dataclasses.replace(cfg, repeats=args.repeats)
     if args.inner is not None:
         cfg = dataclasses.replace(cfg, inner=args.inner)
+    if args.kinds is not None:
+        unknown = sorted(set(args.kinds) - set(KINDS))
+        if unknown:
+            raise SystemExit(f"unknown buffer kinds {unknown}; known: {', '.join(KINDS)}")
+        cfg = dataclasses.replace(cfg, kinds=args.kinds)
+    cfg = dataclasses.replace(cfg, device=args.device)
     warnings.filterwarnings("ignore", category=DeprecationWarning)
 
     if args.probe:

@@ -15,6 +15,11 @@ The same vector data (``obs`` float32 (64,), action, reward, done; ``--rows`` ro
 * **stream one epoch to the device** (rlvault only: Flashbax has no stream): ``as_dataset``
   batches of ``--batch`` sequences of one timestep, shuffled, put on the device by the stream's
   background thread, each passed to the same jitted step; every timestep once. Sequences/s;
+* **the stream in batches/s**, for each of ``--stream-batches`` (256 and 4,096): an epoch
+  streamed with the batches cut on the host (the default) and with ``cut_on_device=True``
+  (each group of blocks put on the device once, batches cut there by a jitted gather), side
+  by side with Flashbax's read + sample of an epoch's worth of batches of the same size (its
+  way to the same data on the same device), each batch passed to the jitted step;
 * **epoch, end to end**: the time from opening the vault to the last batch of an epoch's worth
   of sequences (rows x steps) on the device: Flashbax reads everything, then samples that many
   sequences (with replacement, its only way); rlvault streams the epoch (each timestep once,
@@ -27,12 +32,14 @@ Usage::
 
     python tools/bench_gpu.py --quick                # smoke test (seconds, any backend)
     python tools/bench_gpu.py --out results.json     # full run
+    python tools/bench_gpu.py --json                 # JSON on stdout, the table on stderr
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import statistics
 import sys
 import tempfile
@@ -44,7 +51,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _probes import MB, loadavg, machine_info, tree_nbytes
+from _probes import MB, code_provenance, loadavg, machine_info, tree_nbytes
 from _report import Rows, fmt, log, table_lines, write_json
 from _vaults import block, create_vault, load_libraries, open_vault, quiet_stdout
 from _workloads import DataSource
@@ -57,10 +64,11 @@ class Config:
     batch: int
     batches: int
     rounds: int
+    stream_batches: tuple[int, ...] = (256, 4096)
 
 
 FULL = Config(rows=16, steps=65536, batch=4096, batches=200, rounds=5)
-QUICK = Config(rows=4, steps=1024, batch=64, batches=20, rounds=1)
+QUICK = Config(rows=4, steps=1024, batch=64, batches=20, rounds=1, stream_batches=(16, 64))
 
 
 @jax.jit
@@ -82,11 +90,11 @@ def full_state(module: Any, data: dict[str, np.ndarray]) -> Any:
     )
 
 
-def sampler(module: Any, cfg: Config) -> Any:
-    """Each library's own jitted ``sample`` of ``cfg.batch`` single timesteps."""
+def sampler(module: Any, cfg: Config, batch: int | None = None) -> Any:
+    """Each library's own jitted ``sample`` of ``batch`` (default ``cfg.batch``) timesteps."""
     buf = module.make_trajectory_buffer(
         add_batch_size=cfg.rows,
-        sample_batch_size=cfg.batch,
+        sample_batch_size=batch or cfg.batch,
         sample_sequence_length=1,
         period=1,
         min_length_time_axis=1,
@@ -121,17 +129,80 @@ def read_and_sample(lib: str, cls: Any, where: Path, sample: Any, n: int) -> Non
     sample_loop(sample, read_all(lib, cls, where), n)
 
 
-def stream_epoch(cls: Any, where: Path, cfg: Config) -> int:
-    sequences = 0
+def stream_epoch(
+    cls: Any, where: Path, cfg: Config, batch: int | None = None, step: bool = True, **kw: Any
+) -> tuple[int, int]:
+    """Stream an epoch through the jitted step (or, ``step=False``, only take the batches,
+    waiting for the last one's arrays); return the sequences and batches it yielded."""
+    sequences = batches = 0
     out = None
     with cls.open(str(where), "r").as_dataset(
-        cfg.batch, 1, seed=0, epochs=1, device_put=True
+        batch or cfg.batch, 1, seed=0, epochs=1, device_put=True, **kw
     ) as stream:
-        for batch in stream:
-            out = _step(batch.experience)
-            sequences += int(jax.tree.leaves(batch.experience)[0].shape[0])
+        for item in stream:
+            out = _step(item.experience) if step else item.experience
+            sequences += int(jax.tree.leaves(item.experience)[0].shape[0])
+            batches += 1
     jax.block_until_ready(out)
-    return sequences
+    return sequences, batches
+
+
+def step_alone(cls: Any, where: Path, batch: int, n: int) -> None:
+    """The jitted step ``n`` times on one batch already on the device: the floor of any
+    loop that runs one step per batch."""
+    with cls.open(str(where), "r").as_dataset(batch, 1, epochs=1, cut_on_device=True) as stream:
+        experience = next(stream).experience
+    out = None
+    for _ in range(n):
+        out = _step(experience)
+    jax.block_until_ready(out)
+
+
+STREAM_MODES = {"host": {}, "device": {"cut_on_device": True}}
+_SAMPLERS: dict[tuple[str, int], Any] = {}
+
+
+def cached_sampler(lib: str, module: Any, cfg: Config, batch: int) -> Any:
+    """One jitted sampler per library and batch size (a new one would compile again)."""
+    if (lib, batch) not in _SAMPLERS:
+        _SAMPLERS[lib, batch] = sampler(module, cfg, batch)
+    return _SAMPLERS[lib, batch]
+
+
+def warm_up(libs: dict[str, Any], paths: dict[str, Path], cfg: Config) -> None:
+    """Compile everything the rounds time: each stream mode over a whole epoch (the last
+    group of an epoch can have other shapes), each sampler."""
+    for batch in cfg.stream_batches:
+        for lib, (module, cls) in libs.items():
+            if lib == "rlvault":
+                for kw in STREAM_MODES.values():
+                    stream_epoch(cls, paths[lib], cfg, batch, **kw)
+            state = read_all(lib, cls, paths[lib])
+            sample_loop(cached_sampler(lib, module, cfg, batch), state, 2)
+
+
+def stream_rates(libs: dict[str, Any], paths: dict[str, Path], cfg: Config) -> dict[str, Any]:
+    """For each stream batch size: seconds and batches of an epoch streamed in each mode
+    (rlvault), and of Flashbax's (and rlvault's) read + sample of as many batches."""
+    out: dict[str, Any] = {}
+    for batch in cfg.stream_batches:
+        n = cfg.rows * cfg.steps // batch  # an epoch's worth of whole batches
+        r: dict[str, Any] = {}
+        for lib, (module, cls) in libs.items():
+            if lib == "rlvault":
+                for mode, kw in STREAM_MODES.items():
+                    for alone in (False, True):
+                        run = partial(stream_epoch, cls, paths[lib], cfg, batch, not alone, **kw)
+                        secs, (_, got) = timed(run)
+                        name = f"rlvault_stream_{mode}" + ("_alone" if alone else "")
+                        r[name] = {"s": secs, "batches": got}
+                secs, _ = timed(partial(step_alone, cls, paths[lib], batch, n))
+                r["step_alone"] = {"s": secs, "batches": n}
+            sample = cached_sampler(lib, module, cfg, batch)
+            secs, _ = timed(partial(read_and_sample, lib, cls, paths[lib], sample, n))
+            r[f"{lib}_read_sample"] = {"s": secs, "batches": n}
+        out[str(batch)] = r
+    return out
 
 
 def one_round(libs: dict[str, Any], paths: dict[str, Path], cfg: Config) -> dict[str, Any]:
@@ -139,7 +210,7 @@ def one_round(libs: dict[str, Any], paths: dict[str, Path], cfg: Config) -> dict
     epoch_batches = -(-cfg.rows * cfg.steps // cfg.batch)
     out: dict[str, Any] = {}
     for lib, (module, cls) in libs.items():
-        sample = sampler(module, cfg)
+        sample = cached_sampler(lib, module, cfg, cfg.batch)
         r: dict[str, Any] = {}
         r["read_s"], state = timed(partial(read_all, lib, cls, paths[lib]))
         sample_loop(sample, state, 2)  # compile outside the clock
@@ -149,11 +220,11 @@ def one_round(libs: dict[str, Any], paths: dict[str, Path], cfg: Config) -> dict
             partial(read_and_sample, lib, cls, paths[lib], sample, epoch_batches)
         )
         if lib == "rlvault":
-            stream_epoch(cls, paths[lib], dataclasses.replace(cfg, steps=min(cfg.steps, 64)))
-            r["stream_s"], r["stream_sequences"] = timed(
+            r["stream_s"], (r["stream_sequences"], _) = timed(
                 partial(stream_epoch, cls, paths[lib], cfg)
             )
         out[lib] = r
+    out["stream_rates"] = stream_rates(libs, paths, cfg)
     return out
 
 
@@ -178,8 +249,14 @@ def summarise(rounds: list[dict[str, Any]], nbytes: int, cfg: Config) -> dict[st
         vals = [r[lib][key] for r in rounds if lib in r and key in r[lib]]
         return statistics.median(vals) if vals else None
 
-    libs = sorted({lib for r in rounds for lib in r})
-    out: dict[str, Any] = {}
+    libs = sorted({lib for r in rounds for lib in r if lib != "stream_rates"})
+    out: dict[str, Any] = {"stream_rates": {}}
+    for batch in cfg.stream_batches:
+        rates: dict[str, float] = {}
+        for name in rounds[0]["stream_rates"][str(batch)]:
+            runs = [r["stream_rates"][str(batch)][name] for r in rounds]
+            rates[name] = statistics.median(x["batches"] / x["s"] for x in runs)
+        out["stream_rates"][str(batch)] = rates
     for lib in libs:
         read_s, sample_s = med(lib, "read_s"), med(lib, "sample_s")
         m: dict[str, Any] = {
@@ -208,6 +285,18 @@ def table(summary: dict[str, Any], cfg: Config) -> list[str]:
     rows.add("vector", "epoch: rlvault streams (vs Flashbax read + sample)", "s",
              rl.get("epoch_streamed_s"), fb.get("epoch_sampled_s"), False)  # fmt: skip
     rows.add("vector", "stream one epoch to the device", "MB/s", rl.get("stream_mb_s"), None, True)
+    for batch, rates in summary["stream_rates"].items():
+        fb_rate = rates.get("flashbax_read_sample")
+        for mode, how in (("host", "cut on the host"), ("device", "cut_on_device")):
+            rows.add("vector", f"stream {int(batch):,} ({how}) vs Flashbax read + sample",
+                     "batches/s", rates.get(f"rlvault_stream_{mode}"), fb_rate, True)  # fmt: skip
+        rows.add("vector", f"read + sample {int(batch):,}, each library", "batches/s",
+                 rates.get("rlvault_read_sample"), fb_rate, True)  # fmt: skip
+        for mode, how in (("host", "cut on the host"), ("device", "cut_on_device")):
+            rows.add("vector", f"stream {int(batch):,} ({how}), no step", "batches/s",
+                     rates.get(f"rlvault_stream_{mode}_alone"), None, True)  # fmt: skip
+        rows.add("vector", f"the jitted step alone, batches of {int(batch):,} (floor)",
+                 "batches/s", rates.get("step_alone"), None, True)  # fmt: skip
     return list(table_lines(rows.rows))
 
 
@@ -217,6 +306,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="write the JSON here")
     p.add_argument("--no-flashbax", action="store_true", help="benchmark rlvault alone")
     p.add_argument("--tmpdir", type=Path, help="parent of the temp directory")
+    p.add_argument("--json", action="store_true", help="JSON on stdout (the table on stderr)")
+    p.add_argument(
+        "--stream-batches",
+        type=lambda v: tuple(int(x) for x in v.split(",")),
+        help="comma-separated batch sizes of the batches/s rows (default 256,4096)",
+    )
     for name in ("rows", "steps", "batch", "batches", "rounds"):
         p.add_argument(f"--{name}", type=int, help=f"override the config's {name}")
     args = p.parse_args(argv)
@@ -225,16 +320,22 @@ def main(argv: list[str] | None = None) -> int:
         cfg, **{k: getattr(args, k) for k in ("rows", "steps", "batch", "batches", "rounds")
                 if getattr(args, k) is not None}
     )  # fmt: skip
+    if args.stream_batches:
+        cfg = dataclasses.replace(cfg, stream_batches=args.stream_batches)
     libs = load_libraries(args.no_flashbax, log)
     log(f"backend {jax.default_backend()}: {jax.devices()}; libraries {sorted(libs)}; {cfg}")
     with tempfile.TemporaryDirectory(prefix="bench_gpu_", dir=args.tmpdir) as tmp:
         paths, nbytes = build(libs, Path(tmp), cfg)
+        warm_up(libs, paths, cfg)
         rounds = []
         for i in range(cfg.rounds):
             rounds.append(one_round(libs, paths, cfg))
             log(f"round {i + 1}/{cfg.rounds}: {rounds[-1]}")
     summary = summarise(rounds, nbytes, cfg)
     result = {
+        "command": " ".join(sys.argv),
+        "code": code_provenance("buffers", ("buffers", "vault")),
+        "table": None,
         "config": dataclasses.asdict(cfg),
         "raw_mb": nbytes / MB,
         "machine": machine_info(),
@@ -243,7 +344,12 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
     }
     lines = table(summary, cfg)
-    print("\n".join(lines))
+    result["table"] = lines
+    if args.json:
+        print(json.dumps(result, indent=1))
+        log("\n".join(lines))
+    else:
+        print("\n".join(lines))
     log(f"raw experience {fmt(nbytes / MB)} MB; ratio > 1: rlvault faster")
     if args.out:
         write_json(args.out, result)

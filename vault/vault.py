@@ -33,7 +33,10 @@ one-byte data and blosc (zstd level 1, byte shuffle) for wider numbers. Give ``{
 "level": 5}`` (or ``"gzip"``, ``"lz4"``, ``"blosc"``) for one codec everywhere."""
 
 VERSION = FORMAT_VERSION
-"""The version of the on-disk format this package writes (older ones still open)."""
+"""The newest version of the on-disk format this package writes (older ones still open).
+
+A vault is written as version 3 unless one of its leaves' chunks cuts the item axes, which
+makes it version 4 (docs: Format specification, "Format versions")."""
 
 __all__ = [
     "COMPRESSION_DEFAULT",

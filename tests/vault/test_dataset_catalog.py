@@ -86,14 +86,14 @@ def test_a_reader_writes_the_catalog_and_the_next_one_reads_nothing_else(
     root = _copy(built, tmp_path)
     (root / "catalog").unlink(missing_ok=True)
     truth = _truth(root)
-    first = Dataset.open(str(root))
+    first = Dataset.open(str(root), write_catalog=True)
     assert (root / "catalog").is_file()  # open wrote it (records only)
     _assert_sees(first, truth)  # the first table adds the index columns
     # every shard's index chunks gone: a reader that still gets the table took it from the
     # catalog (and a reader without it fails: the catalog is what answered)
     for index in (root / "shards").glob("*/episodes"):
         shutil.rmtree(index)
-    second = Dataset.open(str(root))
+    second = Dataset.open(str(root), write_catalog=True)
     _assert_sees(second, truth)
     (root / "catalog").unlink()
     with pytest.raises(vault.VaultCorruptError, match="episode index chunk"):
@@ -104,13 +104,13 @@ def test_a_shard_that_committed_since_is_read_as_without_a_catalog(
     built: Path, tmp_path: Path
 ) -> None:
     root = _copy(built, tmp_path)
-    Dataset.open(str(root)).episodes()  # a catalog with every table
-    with Dataset.open(str(root)).shard("s3") as shard:
+    Dataset.open(str(root), write_catalog=True).episodes()  # a catalog with every table
+    with Dataset.open(str(root), write_catalog=True).shard("s3") as shard:
         shard.append(_block(100, steps=30))
-    with Dataset.open(str(root)).shard("new") as shard:
+    with Dataset.open(str(root), write_catalog=True).shard("new") as shard:
         shard.append(_block(101))
     truth = _truth(root)
-    ds = Dataset.open(str(root))
+    ds = Dataset.open(str(root), write_catalog=True)
     _assert_sees(ds, truth)
     assert ds.committed_lengths["s3"] == 42
     np.testing.assert_array_equal(
@@ -141,19 +141,20 @@ def test_a_damaged_or_foreign_catalog_is_ignored_and_rewritten(
     built: Path, tmp_path: Path, how: str
 ) -> None:
     root = _copy(built, tmp_path)
-    Dataset.open(str(root)).episodes()
+    Dataset.open(str(root), write_catalog=True).episodes()
     other = tmp_path / "other"
     _build(str(other))
-    Dataset.open(str(other)).episodes()
+    Dataset.open(str(other), write_catalog=True).episodes()
     truth = _truth(root)
     _damage(root / "catalog", how, other / "catalog")
     damaged = (root / "catalog").read_bytes()
-    _assert_sees(Dataset.open(str(root)), truth)
+    _assert_sees(Dataset.open(str(root), write_catalog=True), truth)
     rewritten = (root / "catalog").read_bytes()
     assert rewritten != damaged  # replaced by a sound one
     for index in (root / "shards").glob("*/episodes"):
         shutil.rmtree(index)
-    _assert_sees(Dataset.open(str(root)), truth)  # ... which the next reader uses
+    # ... which the next reader uses
+    _assert_sees(Dataset.open(str(root), write_catalog=True), truth)
 
 
 def test_a_catalog_made_before_the_index_was_damaged_still_gives_the_true_table(
@@ -162,11 +163,11 @@ def test_a_catalog_made_before_the_index_was_damaged_still_gives_the_true_table(
     """The catalog holds what was read and checked: damage done to the index later does not
     reach readers through it, and verify still finds the damage."""
     root = _copy(built, tmp_path)
-    Dataset.open(str(root)).episodes()
+    Dataset.open(str(root), write_catalog=True).episodes()
     truth = _truth(root)
     chunk = root / "shards" / "s1" / "episodes" / "bounds" / "c" / "0" / "0"
     chunk.write_bytes(bytes(len(chunk.read_bytes())))
-    _assert_sees(Dataset.open(str(root)), truth)
+    _assert_sees(Dataset.open(str(root), write_catalog=True), truth)
     assert vault.verify(str(root / "shards" / "s1")).problems
 
 
@@ -176,13 +177,13 @@ def test_small_datasets_readers_at_tags_and_the_cli_write_no_catalog(
     small = tmp_path / "small"
     _build(str(small), shards=SHARDS - 1)
     (small / "catalog").unlink()  # its writers made one
-    Dataset.open(str(small)).episodes()
+    Dataset.open(str(small), write_catalog=True).episodes()
     assert not (small / "catalog").exists()  # its readers do not
     root = _copy(built, tmp_path)
     (root / "catalog").unlink(missing_ok=True)
     Dataset.open(str(root), write_catalog=False).episodes()
     assert not (root / "catalog").exists()
-    Dataset.open(str(root)).tag("v1")
+    Dataset.open(str(root), write_catalog=True).tag("v1")
     (root / "catalog").unlink()
     Dataset.open(str(root), at="v1").episodes()
     assert not (root / "catalog").exists()
@@ -202,7 +203,7 @@ def test_a_catalog_that_cannot_be_written_is_no_error(built: Path, tmp_path: Pat
     (root / "catalog").mkdir()  # the key is a folder: every write of it fails
     (root / "catalog" / "keep").write_bytes(b"")
     truth = _truth(root)
-    _assert_sees(Dataset.open(str(root)), truth)
+    _assert_sees(Dataset.open(str(root), write_catalog=True), truth)
     assert (root / "catalog").is_dir()
 
 
@@ -211,9 +212,9 @@ def test_the_catalog_on_s3(s3_env: Any) -> None:
     _build(root)
     # the writers' conditional updates built it on the bucket, before any reader
     assert Dataset.open(root, write_catalog=False).check_catalog()["used"] == SHARDS
-    first = Dataset.open(root)
+    first = Dataset.open(root, write_catalog=True)
     table = first.episodes()
-    second = Dataset.open(root)
+    second = Dataset.open(root, write_catalog=True)
     assert second.committed_lengths == first.committed_lengths
     again = second.episodes()
     for column in COLUMNS:
@@ -237,7 +238,7 @@ def test_tables_are_kept_for_small_shards_only_and_within_a_budget(
     per_shard, total = sorted(counts.values())[len(counts) // 2], 2 * max(counts.values())
     monkeypatch.setattr(catalog, "TABLE_ROWS", per_shard)
     monkeypatch.setattr(catalog, "TABLE_ROWS_TOTAL", total)
-    _assert_sees(Dataset.open(str(root)), truth)
+    _assert_sees(Dataset.open(str(root), write_catalog=True), truth)
     raw = (root / "catalog").read_bytes()
     kept = catalog.decode(raw, Dataset.open(str(root), write_catalog=False)._catalog_key)
     tabled = {n: len(e.bounds) for n, e in kept.entries.items() if e.bounds is not None}
@@ -245,7 +246,8 @@ def test_tables_are_kept_for_small_shards_only_and_within_a_budget(
     assert all(rows <= per_shard for rows in tabled.values())
     assert sum(tabled.values()) <= total
     assert len(tabled) < len(counts)  # some shards left to their index
-    _assert_sees(Dataset.open(str(root)), truth)  # those read their index, the rest not
+    # those read their index, the rest not
+    _assert_sees(Dataset.open(str(root), write_catalog=True), truth)
     assert (root / "catalog").read_bytes() == raw  # and nothing worth rewriting
 
 
@@ -271,7 +273,7 @@ def test_verify_checks_the_catalog_against_the_shards(built: Path, tmp_path: Pat
     root = _copy(built, tmp_path)
     (root / "catalog").unlink(missing_ok=True)
     assert _verify_json(root)["catalog"] == {"state": "absent", "used": 0, "problems": []}
-    Dataset.open(str(root)).episodes()
+    Dataset.open(str(root), write_catalog=True).episodes()
     doc = _verify_json(root)
     assert doc["ok"]
     assert doc["catalog"] == {"state": "valid", "used": SHARDS, "problems": []}
@@ -320,7 +322,7 @@ root, rounds, expected = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 for i in range(rounds):
     if i % 3 == 0:
         Path(root, "catalog").unlink(missing_ok=True)  # every reader rewrites it
-    ds = Dataset.open(root)
+    ds = Dataset.open(root, write_catalog=True)
     table = ds.episodes()
     got = f"{sum(ds.committed_lengths.values())}:{len(table)}:{int(table.start.sum())}"
     assert got == expected, (i, got, expected)
@@ -344,7 +346,7 @@ def test_readers_writing_the_catalog_at_once_always_read_the_truth(
         out, err = proc.communicate(timeout=300)
         assert proc.returncode == 0, err[-2000:]
         assert out.strip() == "ok"
-    _assert_sees(Dataset.open(str(root)), truth)
+    _assert_sees(Dataset.open(str(root), write_catalog=True), truth)
 
 
 _WRITER = """
@@ -370,7 +372,8 @@ from vault import Dataset, Vault
 root, seconds = sys.argv[1], float(sys.argv[2])
 last, rounds, deadline = {}, 0, time.monotonic() + seconds
 while time.monotonic() < deadline:
-    ds = Dataset.open(root)  # a fresh reader each round: the catalog as others left it
+    # a fresh reader each round: the catalog as others left it
+    ds = Dataset.open(root, write_catalog=True)
     table = ds.episodes()
     for name, length in ds.committed_lengths.items():
         assert length >= last.get(name, 0), (name, length, last)
@@ -403,7 +406,7 @@ def test_fresh_readers_follow_shards_being_written(built: Path, tmp_path: Path) 
             assert int(out.split()[1]) >= 3  # rounds while the writers ran
     truth = _truth(root)
     assert truth["lengths"]["s0"] == 12 + 60 * 5
-    _assert_sees(Dataset.open(str(root)), truth)
+    _assert_sees(Dataset.open(str(root), write_catalog=True), truth)
 
 
 def test_the_first_reader_of_a_finished_dataset_finds_every_shard_in_the_catalog(

@@ -20,8 +20,9 @@ import numpy as np
 import pytest
 
 import buffers as fbx
-from vault import Vault, VaultCorruptError, VaultReadError
-from vault.stream._stream import StreamBatch, _rebuilder
+from vault import Vault, VaultArgumentError, VaultCorruptError, VaultReadError
+from vault.stream._device_cut import rebuilder
+from vault.stream._stream import StreamBatch
 
 ROWS = 3
 CODE = 100_000  # code = row * CODE + t
@@ -154,6 +155,42 @@ def test_an_epoch_yields_every_valid_start_exactly_once(
             assert times == sorted(times)
 
 
+@pytest.mark.parametrize(
+    ("seq", "kw"),
+    [
+        (1, {"shuffle": False, "block_timesteps": 16}),  # batches span groups: topped up
+        (3, {"block_timesteps": 16, "interleave": 2, "epochs": 2}),  # heads, reshuffled
+        (2, {"block_timesteps": 1000, "drop_remainder": False}),  # one group, a short last
+        (4, {"block_timesteps": 8, "stride": 2, "run_blocks": 2, "prefetch": 0}),
+    ],
+)
+def test_batches_cut_on_the_device_are_the_batches_cut_on_the_host(
+    tmp_path: Path, seq: int, kw: dict[str, Any]
+) -> None:
+    vault = make_vault(tmp_path / "v", 70)
+    kw = {"drop_remainder": True, "seed": 5, **kw}
+    host = list(vault.as_dataset(6, seq, device_put=True, **kw))
+    device = list(vault.as_dataset(6, seq, cut_on_device=True, **kw))
+    assert len(device) == len(host) > 4
+    for got, want in zip(device, host, strict=True):
+        for name in ("row", "start", "source"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+        assert got.epoch == want.epoch
+        leaves = jax.tree.leaves(got.experience), jax.tree.leaves(want.experience)
+        for g, w in zip(*leaves, strict=True):
+            assert isinstance(g, jax.Array)
+            assert (g.shape, g.dtype) == (w.shape, w.dtype)
+            np.testing.assert_array_equal(np.asarray(g), np.asarray(w))
+    assert collect(device, seq)  # and every sequence is the data at its (row, start)
+
+
+def test_cut_on_device_refuses_a_sharding(tmp_path: Path) -> None:
+    vault = make_vault(tmp_path / "v", 20)
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    with pytest.raises(VaultArgumentError, match=re.escape("give one or the other")):
+        vault.as_dataset(4, 2, cut_on_device=True, sharding=sharding)
+
+
 def test_default_leaves_follow_the_backend(tmp_path: Path) -> None:
     # CPU (as here): numpy, taken as they are by a jitted step; an
     # accelerator: JAX arrays put on it in the background. Forced either way by device_put.
@@ -205,8 +242,8 @@ def test_batches_keep_the_vault_structure(tmp_path: Path, device_put: bool) -> N
 
 def test_trees_jax_cannot_flatten_are_built_the_slow_way() -> None:
     a, b = np.zeros(1), np.ones(1)
-    assert _rebuilder(Plain(a, b), [a, b]) is None  # JAX sees one leaf, not two
-    rebuild = _rebuilder({"y": (b, None), "x": a}, [b, a])  # another leaf order than JAX's
+    assert rebuilder(Plain(a, b), [a, b]) is None  # JAX sees one leaf, not two
+    rebuild = rebuilder({"y": (b, None), "x": a}, [b, a])  # another leaf order than JAX's
     assert rebuild is not None
     c, d = np.full(1, 2), np.full(1, 3)
     assert rebuild([c, d]) == {"y": (c, None), "x": d}

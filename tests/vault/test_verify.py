@@ -19,7 +19,8 @@ import tensorstore as ts
 
 from vault import Vault, VaultNotFoundError
 from vault.format._records import FILL_CHUNKS_KEY, FORMAT_VERSION, digest, manifest_problems
-from vault.read._verify import MAX_PER_KIND, verify
+from vault.read._verify import verify
+from vault.read._verify_episodes import MAX_PER_KIND
 
 ROWS = 3
 EXAMPLE = {
@@ -190,7 +191,10 @@ def test_malformed_manifest_lists_every_problem(vault_path: Path) -> None:
     assert messages == [
         "rows must be an int >= 1, got 0",
         "leaves[1]: chunk must be [rows, time, *shape] ints >= 1, got [1, 8]",
-        "leaves[2]: dtype 'float99' is not a numpy dtype name",
+        (
+            "leaves[2]: dtype 'float99' is not one a vault stores (bool, int8, int16, int32, "
+            "int64, uint8, uint16, uint32, uint64, float16, float32, float64)"
+        ),
         "episodes.reward names 'nope', which is not a leaf",
     ]
 
@@ -228,9 +232,9 @@ def test_commit_record_past_the_written_chunks(tmp_path: Path) -> None:
             path / "experience" / name / "zarr.json",
             lambda d: d.update(shape=[ROWS, 24, *d["shape"][2:]]),
         )
-    edit_json(
+    edit_json(  # (without the record of the partly filled chunk at 8, now a complete one)
         path / "commit" / "zarr.json",
-        lambda d: d["attributes"]["rlvault_commit"].update(committed_length=20),
+        lambda d: d["attributes"]["rlvault_commit"].update(committed_length=20, edges={}),
     )
     report = verify(str(path))
     assert sorted(places(report)) == sorted(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import itertools
 import json
 import re
 from typing import Any
@@ -31,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from vault._errors import VaultArgumentError, VaultCorruptError, VaultExistsError, VaultPinError
+from vault.commits._gate import gate
 from vault.commits._snapshot import Snapshot
 from vault.format._records import (
     BOUNDS,
@@ -199,6 +201,9 @@ def create_tag(snap: Snapshot, name: str) -> str:
 
 
 # ---------------------------------------------------------------------------- fingerprint
+TAIL_BATCH = 4096  # chunks whose stored checksums are read together for a fingerprint
+
+
 class StoredContent:
     """What the fingerprints of several commits of one vault read, each read once: the
     stored checksums of complete chunks, and per array the committed data of its last partly
@@ -245,27 +250,26 @@ def fingerprint(snap: Snapshot, stored: StoredContent | None = None) -> str:
     for key, grid in snap.grids.items():
         length = snap.episode_count if key in (BOUNDS, RETURNS) else snap.length
         complete = length // grid.step
-        keys = [  # format 4: every item chunk; before, the first of each place only
+        todo = (  # format 4: every item chunk; before, the first of each place only
             chunk
             for k in range(complete)
             for b in range(grid.row_blocks)
             for chunk in grid.bound_chunks(b, k)
-        ]
-        if not keys:
-            tails: list[bytes | None] = []
-        elif stored is None:
-            tails = snap.location.read_tails(keys)
-        else:
-            tails = stored.tails_of(snap, keys)
-        missing = [k for k, t in zip(keys, tails, strict=True) if t is None or len(t) < 4]
-        if missing:
-            raise VaultCorruptError(
-                f"{snap.where}: array {key}: chunk {missing[0]} is missing"
-                + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
-                + f". Run `vault verify {snap.where}`."
-            )
+        )
         digest.update(key.encode())
-        digest.update(b"".join(t for t in tails if t is not None))
+        # a batch at a time: a claimed length costs only the chunks up to the first missing
+        while keys := list(itertools.islice(todo, TAIL_BATCH)):
+            tails = (
+                snap.location.read_tails(keys) if stored is None else stored.tails_of(snap, keys)
+            )
+            missing = [k for k, t in zip(keys, tails, strict=True) if t is None or len(t) < 4]
+            if missing:
+                raise VaultCorruptError(
+                    f"{snap.where}: array {key}: chunk {missing[0]} is missing"
+                    + (f" (and {len(missing) - 1} more near it)" if len(missing) > 1 else "")
+                    + f". Run `vault verify {snap.where}`."
+                )
+            digest.update(b"".join(t for t in tails if t is not None))
         if length % grid.step:
             start = complete * grid.step
             if stored is None:
@@ -305,8 +309,10 @@ def _edge(snap: Snapshot, key: str, start: int) -> np.ndarray:
 
     group, name = key.split("/", 1)
     if key in (BOUNDS, RETURNS):
+        gate(snap, key, None, start, snap.episode_count)
         region = snap.index[0 if key == BOUNDS else 1][start : snap.episode_count]
     else:
+        gate(snap, key, None, start, snap.length)
         region = snap.array(name)[:, start : snap.length]
     return np.asarray(result(snap, region.read(), name, group))
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from vault._errors import VaultCorruptError, VaultError
+from vault.commits._gate import gate_arrays
 from vault.format._records import (
     BOUNDS,
     COMMIT_KEY,
@@ -158,6 +159,8 @@ def load_snapshot(
     (and checked) by the caller."""
     if manifest is None:
         manifest = load_manifest(location)
+    keys = [leaf_key(n) for n in manifest.leaf_names]
+    gate_arrays(location, keys + ([BOUNDS, RETURNS] if manifest.episodes is not None else []))
     futures = [_open_leaf(location, manifest, i, writable) for i in range(len(manifest.leaves))]
     index = _open_index(location, manifest, writable) if manifest.episodes is not None else ()
     arrays = tuple(

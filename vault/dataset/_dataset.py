@@ -259,7 +259,7 @@ class Dataset(DatasetReadMethods):
         *,
         at: Pin | None = None,
         storage: dict[str, Any] | None = None,
-        write_catalog: bool = True,
+        write_catalog: bool = False,
     ) -> Dataset:
         """Open the dataset at ``location``, with every shard's committed data as of now.
 
@@ -273,7 +273,9 @@ class Dataset(DatasetReadMethods):
             write_catalog: whether this reader may write the dataset's catalog, a cache at the
                 root that lets later readers of many shards open them and build the episode
                 table without reading every shard's records (never trusted beyond the exact
-                commit records it was made from). A catalog there is always used.
+                commit records it was made from). A catalog there is always used. Off by
+                default: opening and reading a dataset writes nothing (it may be someone
+                else's, or read-only; shard writers keep the catalog current as they close).
 
         Returns:
             The dataset, for reading.

@@ -9,7 +9,6 @@ deviation are combined across slices with Chan et al.'s pairwise update (numeric
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -161,9 +160,13 @@ def time_blocks(length: int, chunk_time: int, step_bytes: int, block_bytes: int)
     chunk_time = int_arg("chunk_time", chunk_time, 1)
     step_bytes = int_arg("step_bytes", step_bytes, 0)
     block_bytes = int_arg("block_bytes", block_bytes, 1)
-    per_block = max(1, block_bytes // max(1, step_bytes) // chunk_time) * chunk_time
+    per_block = _per_block(chunk_time, step_bytes, block_bytes)
     edges = [*range(0, length, per_block), length]
     return edges if length else [0]
+
+
+def _per_block(chunk_time: int, step_bytes: int, block_bytes: int) -> int:
+    return max(1, block_bytes // max(1, step_bytes) // chunk_time) * chunk_time
 
 
 def leaf_stats(
@@ -223,8 +226,9 @@ def leaf_stats(
         acc = _Accumulator(np.dtype(leaf.dtype))
         for snap in snaps:
             step = snap.rows * leaf.step_bytes
-            edges = time_blocks(snap.length, leaf.chunk_time, step, block_bytes)
-            for t0, t1 in itertools.pairwise(edges):
+            per_block = _per_block(leaf.chunk_time, step, block_bytes)
+            for t0 in range(0, snap.length, per_block):  # never listed: a length may be forged
+                t1 = min(t0 + per_block, snap.length)
                 block = _read.read_numpy(snap, None, t0, t1, [name])[name]
                 acc.update(block)
                 done += step * (t1 - t0)

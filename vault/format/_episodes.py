@@ -20,10 +20,9 @@ import numpy as np
 
 from vault._args import finite_arg, int_arg
 from vault._errors import VaultArgumentError
-from vault.format._records import OpenEpisodes
+from vault.format._records import INDEX_CHUNK, OpenEpisodes
 
 BOUNDS_FIELDS = ["row", "start", "length", "flags"]
-INDEX_CHUNK = 8192  # episodes per chunk: 256 KiB of bounds, 64 KiB of returns
 FLAG_TRUNCATED = 1  # the episode ended by truncation (time limit), not termination
 FLAG_START_UNKNOWN = 2  # begins right after a recorded gap or at a slice start mid-episode
 

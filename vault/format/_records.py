@@ -28,6 +28,18 @@ import numpy as np
 
 from vault._errors import VaultCorruptError, VaultNotFoundError, VaultVersionError
 from vault.format import _structure
+from vault.format._limits import (
+    DTYPES,
+    MAX_CHUNK_BYTES,
+    MAX_EXTENT,
+    MAX_RANK,
+    MAX_RECORD_BYTES,
+    MAX_RECORD_DEPTH,
+    MAX_STRUCTURE_DEPTH,
+    codec_problems,
+    json_depth,
+)
+from vault.format._parts import Edge, EpisodeState, OpenEpisodes, Seam
 
 FORMAT_VERSION = 4
 """2: optional episode index (episodes/); 3: digests on the manifest and the commit record,
@@ -42,6 +54,7 @@ COMMIT_KEY = "commit/zarr.json"  # an empty Zarr group whose attributes hold the
 EXPERIENCE = "experience"
 EPISODES = "episodes"
 BOUNDS = "episodes/bounds"
+INDEX_CHUNK = 8192  # episodes per chunk: 256 KiB of bounds, 64 KiB of returns
 RETURNS = "episodes/returns"
 LOCK_DIR = "lock"
 FENCE = "fence"  # commit record: the token of the writer that fenced it (object stores)
@@ -82,7 +95,8 @@ def chunk_key(index: Sequence[int], encoding: str = "default", separator: str = 
 
 
 def is_int(value: Any, minimum: int) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+    """An int (not a bool) in ``[minimum, MAX_EXTENT]``."""
+    return isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_EXTENT
 
 
 def is_int_list(value: Any, minimum: int) -> TypeGuard[list[int]]:
@@ -121,11 +135,25 @@ def digest_problems(doc: dict[str, Any], required: bool) -> list[str]:
 
 
 def parse_json(raw: bytes, where: str) -> dict[str, Any]:
-    """A JSON object from ``raw``; anything else is VaultCorruptError naming ``where``."""
+    """A JSON object from ``raw``; anything else (not JSON, larger than
+    ``MAX_RECORD_BYTES``, nested deeper than ``MAX_RECORD_DEPTH``) is VaultCorruptError naming
+    ``where``."""
+    if len(raw) > MAX_RECORD_BYTES:
+        raise VaultCorruptError(
+            f"{where} is {len(raw)} bytes, more than a metadata document can be "
+            f"({MAX_RECORD_BYTES}): not a vault's record. Restore the vault from a copy."
+        )
     try:
         doc = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise VaultCorruptError(f"{where} is not valid JSON: {err}") from None
+    except RecursionError:
+        doc = None
+    if doc is None or json_depth(doc) > MAX_RECORD_DEPTH:
+        raise VaultCorruptError(
+            f"{where} nests objects and lists more than {MAX_RECORD_DEPTH} levels deep: not "
+            "a vault's record. Restore the vault from a copy."
+        )
     if not isinstance(doc, dict):
         raise VaultCorruptError(f"{where}: expected a JSON object")
     return doc
@@ -337,83 +365,6 @@ class Manifest:
 
 
 @dataclasses.dataclass(frozen=True)
-class Seam:
-    """A place where the timesteps at ``at - 1`` and ``at`` are not consecutive.
-
-    Attributes:
-        at: the first timestep after the seam.
-        lost: timesteps per row lost there (``on_overrun="save_surviving"``), or 0 for a
-            restart (``append(..., continues=False)``, the seams of ``combine``).
-    """
-
-    at: int
-    lost: int = 0
-
-    def to_json(self) -> dict[str, int]:
-        """Returns ``{"at", "lost"}``, as the commit record stores it."""
-        return {"at": self.at, "lost": self.lost}
-
-
-@dataclasses.dataclass(frozen=True)
-class OpenEpisodes:
-    """Per row, the episode still running at the committed length: its start, return so far
-    and flags."""
-
-    start: tuple[int, ...]
-    returns: tuple[float, ...]
-    flags: tuple[int, ...]
-
-    @classmethod
-    def fresh(cls, rows: int, begin: int = 0, flags: Sequence[int] | int = 0) -> OpenEpisodes:
-        per_row = [int(flags)] * rows if isinstance(flags, int) else [int(f) for f in flags]
-        return cls((begin,) * rows, (0.0,) * rows, tuple(per_row))
-
-    def to_json(self) -> dict[str, list[Any]]:
-        return {"start": list(self.start), "return": list(self.returns), "flags": list(self.flags)}
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> OpenEpisodes:
-        return cls(
-            tuple(int(x) for x in doc["start"]),
-            tuple(float(x) for x in doc["return"]),
-            tuple(int(x) for x in doc["flags"]),
-        )
-
-
-@dataclasses.dataclass(frozen=True)
-class EpisodeState:
-    """The episode index as committed: ``count`` indexed episodes and the open ones."""
-
-    count: int
-    open: OpenEpisodes
-
-    def to_json(self) -> dict[str, Any]:
-        return {"count": self.count, "open": self.open.to_json()}
-
-
-@dataclasses.dataclass(frozen=True)
-class Edge:
-    """The partly filled chunk at an array's committed end: it starts at ``start`` (time, or
-    episode for the index); ``crc`` per row is the crc32 of its committed part's decoded
-    bytes (see ``vault/format/_tags.py``)."""
-
-    start: int
-    crc: tuple[int, ...]
-    tails: tuple[int, ...] = ()  # the stored crc32c of the edge chunk, per row block
-
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {"from": self.start, "crc": list(self.crc)}
-        if self.tails:
-            doc["tail"] = list(self.tails)
-        return doc
-
-    @classmethod
-    def from_json(cls, doc: dict[str, Any]) -> Edge:
-        tails = tuple(int(c) for c in doc.get("tail", []))
-        return cls(int(doc["from"]), tuple(int(c) for c in doc["crc"]), tails)
-
-
-@dataclasses.dataclass(frozen=True)
 class CommitRecord:
     """The truth about what is committed: replaced atomically after the data is written.
 
@@ -577,19 +528,54 @@ def commit_problems(record: Any, manifest: Manifest) -> list[str]:
     for key in (FENCE, UID):
         if not isinstance(record.get(key, ""), str):
             out.append(f"{key} must be a string, got {record.get(key)!r}")
-    out += seam_problems(record.get(SEAMS_KEY, []))
-    out += _edge_problems(record.get("edges", {}), manifest.rows)
+    out += seam_problems(record.get(SEAMS_KEY, []), length)
+    edge_problems = _edge_problems(record.get("edges", {}), manifest.rows)
+    out += edge_problems
+    episodes = None
     if manifest.episodes is not None:
-        out += episode_record_problems(record.get("episodes"), manifest.rows, length)
+        found = episode_record_problems(record.get("episodes"), manifest.rows, length)
+        out += found
+        episodes = None if found else record["episodes"]["count"]
+    if not edge_problems:
+        out += _edge_place_problems(record.get("edges", {}), manifest, length, episodes)
     return out
 
 
-def seam_problems(seams: Any) -> list[str]:
+def _edge_place_problems(
+    edges: dict[str, Any], manifest: Manifest, length: int, episodes: int | None
+) -> list[str]:
+    """An edge names an array of the vault and the start of its partly filled last chunk
+    (``committed // chunk * chunk``, short of the committed end)."""
+    ends = {leaf_key(leaf.name): (length, leaf.chunk[1]) for leaf in manifest.leaves}
+    if episodes is not None:
+        ends[BOUNDS] = ends[RETURNS] = (episodes, INDEX_CHUNK)
+    out = []
+    for key, edge in edges.items():
+        if key not in ends:
+            out.append(f"edges[{key!r}] names no array of this vault")
+            continue
+        end, step = ends[key]
+        if edge["from"] != end // step * step or edge["from"] >= end:
+            out.append(
+                f"edges[{key!r}] starts at {edge['from']}, not where the partly filled last "
+                f"chunk of {end} committed starts ({end // step * step})"
+            )
+    return out
+
+
+def seam_problems(seams: Any, length: int | None = None) -> list[str]:
+    """Why ``seams`` is not a list of seams (each inside the ``length`` committed)."""
     if isinstance(seams, list) and all(
-        isinstance(g, dict) and is_int(g.get("at"), 0) and is_int(g.get("lost"), 0) for g in seams
+        isinstance(g, dict)
+        and is_int(g.get("at"), 0)
+        and is_int(g.get("lost"), 0)
+        and (length is None or g["at"] <= length)
+        for g in seams
     ):
         return []
-    return [f"{SEAMS_KEY} must be a list of {{'at': int, 'lost': int}}, got {seams!r}"]
+    shown = repr(seams) if len(repr(seams)) < 200 else f"{repr(seams)[:200]}..."
+    within = "" if length is None else f" with 'at' <= {length}"
+    return [f"{SEAMS_KEY} must be a list of {{'at': int, 'lost': int}}{within}, got {shown}"]
 
 
 def episode_record_problems(record: Any, rows: int, length: int) -> list[str]:
@@ -598,6 +584,11 @@ def episode_record_problems(record: Any, rows: int, length: int) -> list[str]:
     out = []
     if not is_int(record.get("count"), 0):
         out.append(f"episodes.count must be an int >= 0, got {record.get('count')!r}")
+    elif record["count"] > rows * length:  # an episode is at least one timestep long
+        out.append(
+            f"episodes.count {record['count']} is more than {rows} rows of {length} committed "
+            "timesteps can hold"
+        )
     opened = record.get("open")
     columns = ("start", "return", "flags")
     if not isinstance(opened, dict) or not all(
@@ -630,7 +621,9 @@ def _episodes_config_problems(cfg: Any, shapes: dict[Any, Any]) -> list[str]:
     return out
 
 
-def _node_problems(node: Any, where: str) -> list[str]:
+def _node_problems(node: Any, where: str, depth: int = 0) -> list[str]:
+    if depth > MAX_STRUCTURE_DEPTH:
+        return [f"{where}: containers nested more than {MAX_STRUCTURE_DEPTH} levels deep"]
     if not isinstance(node, dict) or node.get("kind") not in _KINDS:
         kind = node.get("kind") if isinstance(node, dict) else node
         return [f"{where}: unknown node {kind!r}"]
@@ -651,7 +644,9 @@ def _node_problems(node: Any, where: str) -> list[str]:
         if kind != "dict" and not isinstance(node.get("class"), str):
             out.append(f"{where}: a {kind} node needs its 'class'")
     for i, child in enumerate(children):
-        out += _node_problems(child, f"{where}.children[{i}]")
+        out += _node_problems(child, f"{where}.children[{i}]", depth + 1)
+        if len(out) > 20:  # enough to say what is wrong
+            break
     return out
 
 
@@ -662,20 +657,21 @@ def _leaf_problems(leaf: Any) -> list[str]:
     if not isinstance(leaf.get("name"), str):
         out.append(f"name must be a string, got {leaf.get('name')!r}")
     shape = leaf.get("shape")
-    if not is_int_list(shape, 0):
-        out.append(f"shape must be a list of ints >= 0, got {shape!r}")
-    try:
-        np.dtype(leaf.get("dtype"))
-    except TypeError:
-        out.append(f"dtype {leaf.get('dtype')!r} is not a numpy dtype name")
+    if not is_int_list(shape, 0) or len(shape) > MAX_RANK - 2:
+        out.append(f"shape must be a list of at most {MAX_RANK - 2} ints >= 0, got {shape!r}")
+        shape = None
+    dtype = leaf.get("dtype")
+    if dtype not in DTYPES:
+        out.append(f"dtype {dtype!r} is not one a vault stores ({', '.join(DTYPES)})")
     chunk = leaf.get("chunk")
-    if not is_int_list(chunk, 1) or (isinstance(shape, list) and len(chunk) != len(shape) + 2):
+    if not is_int_list(chunk, 1) or (shape is not None and len(chunk) != len(shape) + 2):
         out.append(f"chunk must be [rows, time, *shape] ints >= 1, got {chunk!r}")
-    codecs = leaf.get("codecs")
-    if not isinstance(codecs, list) or not all(
-        isinstance(c, dict) and isinstance(c.get("name"), str) for c in codecs
-    ):
-        out.append(f"codecs must be a list of {{'name': ...}} objects, got {codecs!r}")
+    elif dtype in DTYPES and math.prod(chunk) * np.dtype(dtype).itemsize > MAX_CHUNK_BYTES:
+        out.append(
+            f"chunk {chunk} of {dtype} is {math.prod(chunk) * np.dtype(dtype).itemsize} bytes, "
+            f"more than a chunk can be ({MAX_CHUNK_BYTES})"
+        )
+    out += codec_problems(leaf.get("codecs"))
     return out
 
 

@@ -1,20 +1,25 @@
 """Pytree structure <-> JSON, and leaf paths <-> Zarr node names that cannot collide.
 
 Containers: dict (string keys), tuple, list, NamedTuple, dataclasses (chex/flax structs
-included) and ``None``. The JSON records the container types (with the importable class of
-NamedTuples and dataclasses) so that reads give back what was written; a class that can no
-longer be imported comes back as a dict of its fields.
+included) and ``None``. The JSON records the container types (with the class of NamedTuples
+and dataclasses, as ``module:QualName``) so that reads give back what was written. A read
+rebuilds such a container with its class only when the reading process has imported the
+class's module already and the class still has the recorded fields (:func:`known_class`);
+otherwise it comes back as a dict of its fields. Reading never imports a module named by a
+vault: that would run code chosen by whoever made the vault.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import inspect
+import sys
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import quote
 
 from vault._errors import VaultStructureError
+from vault.format._limits import MAX_STRUCTURE_DEPTH
 
 GROUP_FILE = "zarr.json"  # a Zarr group's metadata file: a node of that name would be it
 TEMP_SUFFIX = ".__lock"  # TensorStore's temporary files; it refuses path parts ending so
@@ -62,9 +67,14 @@ def _is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
 
 
-def describe(tree: Any, path: str = "") -> dict[str, Any]:
+def describe(tree: Any, path: str = "", depth: int = 0) -> dict[str, Any]:
     """The JSON description of ``tree``'s containers (leaves are anything array-like)."""
     where = path or "<root>"
+    if depth > MAX_STRUCTURE_DEPTH:
+        raise VaultStructureError(
+            f"containers nested more than {MAX_STRUCTURE_DEPTH} levels deep at {where} (or a "
+            "container that holds itself): flatten the structure"
+        )
     if tree is None:
         return {"kind": "none"}
     if isinstance(tree, dict):
@@ -77,7 +87,7 @@ def describe(tree: Any, path: str = "") -> dict[str, Any]:
         return {
             "kind": "dict",
             "keys": keys,
-            "children": [describe(tree[k], f"{path}/{escape(k)}") for k in keys],
+            "children": [describe(tree[k], f"{path}/{escape(k)}", depth + 1) for k in keys],
         }
     if _is_namedtuple(tree):
         fields = list(type(tree)._fields)
@@ -85,12 +95,12 @@ def describe(tree: Any, path: str = "") -> dict[str, Any]:
             "kind": "namedtuple",
             "class": _class_ref(tree),
             "fields": fields,
-            "children": [describe(getattr(tree, f), f"{path}/{f}") for f in fields],
+            "children": [describe(getattr(tree, f), f"{path}/{f}", depth + 1) for f in fields],
         }
     if isinstance(tree, (tuple, list)):
         return {
             "kind": "tuple" if isinstance(tree, tuple) else "list",
-            "children": [describe(c, f"{path}/{i}") for i, c in enumerate(tree)],
+            "children": [describe(c, f"{path}/{i}", depth + 1) for i, c in enumerate(tree)],
         }
     if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
         fields = [f.name for f in dataclasses.fields(tree)]
@@ -98,7 +108,7 @@ def describe(tree: Any, path: str = "") -> dict[str, Any]:
             "kind": "dataclass",
             "class": _class_ref(tree),
             "fields": fields,
-            "children": [describe(getattr(tree, f), f"{path}/{f}") for f in fields],
+            "children": [describe(getattr(tree, f), f"{path}/{f}", depth + 1) for f in fields],
         }
     if hasattr(tree, "shape") and hasattr(tree, "dtype"):
         return {"kind": "leaf"}
@@ -148,12 +158,32 @@ def leaves(tree: Any, node: dict[str, Any]) -> list[Any]:
     return out
 
 
-def _import(ref: str) -> Any:
-    module, _, qual = ref.partition(":")
-    obj: Any = importlib.import_module(module)
+def known_class(ref: str, kind: str, fields: list[str]) -> type | None:
+    """The class that ``ref`` (``"module:Qual.Name"``, from a vault's manifest) names, when this
+    process has imported its module already and it is what the manifest says: a NamedTuple
+    class (``kind`` ``"namedtuple"``) or a dataclass (``"dataclass"``) with exactly ``fields``.
+    Else None (the caller gives the fields back as a dict).
+
+    Never imports anything and never calls anything the name reaches: the manifest of a vault
+    made by someone else could name any module on ``sys.path`` (a file beside the vault, in
+    the working directory) or any callable, and importing it would run its code. Attributes are
+    looked up statically (no module ``__getattr__``, no properties)."""
+    module_name, _, qual = ref.partition(":")
+    obj: Any = sys.modules.get(module_name)
+    if obj is None or not qual:
+        return None
     for part in qual.split("."):
-        obj = getattr(obj, part)
-    return obj
+        try:
+            obj = inspect.getattr_static(obj, part)
+        except AttributeError:
+            return None
+    if not isinstance(obj, type):
+        return None
+    if kind == "namedtuple":
+        ok = issubclass(obj, tuple) and list(getattr(obj, "_fields", ())) == fields
+    else:
+        ok = dataclasses.is_dataclass(obj) and [f.name for f in dataclasses.fields(obj)] == fields
+    return obj if ok else None
 
 
 def build(node: dict[str, Any], values: list[Any]) -> Any:
@@ -177,8 +207,10 @@ def _build(n: dict[str, Any], it: Iterator[Any]) -> Any:
     if kind == "list":
         return children
     fields = dict(zip(n["fields"], children, strict=True))
+    cls = known_class(n["class"], kind, list(n["fields"]))
+    if cls is None:  # not imported here, moved or changed: the fields as a dict
+        return fields
     try:
-        return _import(n["class"])(**fields)
-    except (ImportError, AttributeError, TypeError, ValueError):  # class moved or changed:
-        # give the fields back as a dict rather than fail the read
+        return cls(**fields)
+    except (TypeError, ValueError):  # its constructor refuses these values: a dict
         return fields

@@ -39,6 +39,7 @@ import numpy as np
 import tensorstore as ts
 
 from vault._errors import VaultCorruptError
+from vault.format._limits import MAX_RECORD_BYTES
 from vault.format._records import (
     BOUNDS,
     RETURNS,
@@ -51,6 +52,7 @@ from vault.format._records import (
 )
 
 TAG_CHUNK = 1024  # tags per chunk of a tag array (time chunks x bound item chunks)
+TAG_READ_BATCH = 64  # tag chunks read together
 PLACES_SINCE = 3  # the format version that keeps tags and edges
 ITEM_PLACES_SINCE = 4  # the format version that binds every item chunk of a place
 
@@ -160,6 +162,8 @@ def tag_array(snap: Any, grid: Grid, at_least: int, create: bool = False) -> Any
     cache = snap.cache
     handle = cache.get(("tags", grid.key))
     if handle is None or handle.shape[1] < at_least:
+        if snap.location.gates_files:  # what TensorStore reads to open it: a plain file
+            snap.location.check_files([f"{TAGS}/{grid.key}/zarr.json"], MAX_RECORD_BYTES)
         spec = _tag_spec(snap.location, grid)
         context = snap.location.context()
         try:
@@ -348,8 +352,11 @@ def read_tags(snap: Any, grid: Grid, complete: int) -> np.ndarray:
     Read as the tag array's chunk files and decoded here (:func:`decode_tag_chunk`): for a
     small read, opening the array through TensorStore would cost more than the check."""
     keys = tag_chunk_keys(grid, complete)
-    raws = snap.location.read_many(keys)
-    values = [decode_tag_chunk(snap, grid, key, raw) for key, raw in zip(keys, raws, strict=True)]
+    values: list[np.ndarray] = []
+    for j0 in range(0, len(keys), TAG_READ_BATCH):  # a missing one ends it: nothing read past it
+        batch = keys[j0 : j0 + TAG_READ_BATCH]
+        raws = snap.location.read_many(batch)
+        values += [decode_tag_chunk(snap, grid, k, raw) for k, raw in zip(batch, raws, strict=True)]
     return by_place(grid, values, complete)
 
 

@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from vault._args import check_memory, index_arg, kind
-from vault._errors import VaultArgumentError, VaultReadError
+from vault._errors import VaultArgumentError, VaultCorruptError, VaultReadError
+from vault.commits._gate import gate
 from vault.commits._snapshot import Snapshot, result
 from vault.format import _structure, _tags
 from vault.format._episodes import EpisodeTable, open_table
@@ -230,6 +231,10 @@ def views(
     read them (:func:`check_places`, and :func:`check_edges` from what it decoded)."""
     row_sel = row_selection(snap, rows)
     wanted = leaf_selection(snap, leaves)
+    if snap.location.gates_files:
+        picked = picked_rows(snap, row_sel)
+        for name in wanted:
+            gate(snap, leaf_key(name), picked, lo, hi)
     if not edge_later:
         if snap.location.remote:  # complete chunks are checked as read_into fetches them
             check_edges(snap, wanted, [], lo, hi)
@@ -485,6 +490,29 @@ def one_episode(snap: Snapshot, episode: Any) -> EpisodeTable:
     return table[position]
 
 
+def _check_bounds(snap: Snapshot, bounds: np.ndarray) -> None:
+    """Every indexed episode is one the format allows: a row of the vault, at least one
+    timestep inside the committed ones, known flags. A record that claims more episodes than
+    were indexed reads the index's unwritten entries (zeros): refused, not returned."""
+    row, start, length, flags = (bounds[:, i] for i in range(4))
+    bad = np.flatnonzero(
+        (row < 0)
+        | (row >= snap.rows)
+        | (start < 0)
+        | (length < 1)
+        | (start > snap.length - length)
+        | ((flags & ~3) != 0)
+    )
+    if bad.size:
+        i = int(bad[0])
+        raise VaultCorruptError(
+            f"{snap.where}: episodes/bounds entry {i} (row {row[i]}, start {start[i]}, length "
+            f"{length[i]}, flags {flags[i]}) is not an episode of this vault ({bad.size} such "
+            f"entries of {len(bounds)}): the index or the commit record's episode count is "
+            "damaged or forged. Run `vault verify`; restore the vault from a copy."
+        )
+
+
 def episode_table(snap: Snapshot, include_open: bool = False) -> EpisodeTable:
     """The committed episode index (complete episodes; the open ones with ``include_open``)."""
     cfg = snap.manifest.episodes
@@ -496,12 +524,21 @@ def episode_table(snap: Snapshot, include_open: bool = False) -> EpisodeTable:
     count = snap.episode_count
     has_reward = cfg.reward is not None
     if count:
+        check_memory(
+            f"{snap.where}: the episode index ({count} episodes)",
+            count * 40,
+            "the commit record's episode count is not credible",
+            VaultReadError,
+        )
+        for key in (BOUNDS, RETURNS):
+            gate(snap, key, None, 0, count)
         bounds = result(snap, snap.index[0][:count].read(), "bounds", "episodes")
         returns = result(snap, snap.index[1][:count].read(), "returns", "episodes")
         for key, values in ((BOUNDS, bounds), (RETURNS, returns)):
             _tags.check_chunks(snap, key, count, None, 0, count)
             start = count // snap.grids[key].step * snap.grids[key].step
             _tags.check_edge(snap, key, None, values[None, start:count])
+        _check_bounds(snap, bounds)
         table = EpisodeTable.from_bounds(bounds, returns, has_reward)
     else:
         table = EpisodeTable.empty()

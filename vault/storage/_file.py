@@ -21,15 +21,23 @@ import json
 import logging
 import os
 import shutil
+import stat
 import time
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from vault._errors import VaultError, VaultExistsError, VaultLockedError, VaultStorageError
+from vault._errors import (
+    VaultCorruptError,
+    VaultError,
+    VaultExistsError,
+    VaultLockedError,
+    VaultStorageError,
+)
+from vault.format._limits import MAX_RECORD_BYTES
 from vault.format._records import LOCK_DIR, MANIFEST_KEY, ZARR_JSON, group_json
 from vault.storage._location import Capabilities, Location, LockHolder, OsExclusiveLock, vault_kind
 from vault.storage._reclaim import Reclaimer
@@ -74,23 +82,32 @@ class FileLocation(Location):
         return FileLocation(self.path / name.strip("/"))
 
     def read(self, key: str) -> bytes | None:
+        """The file ``key`` under the root (None when absent), read only if it is a regular
+        file inside the vault of at most ``MAX_RECORD_BYTES`` (:meth:`open_inside`): a
+        symbolic link, a FIFO or a device there is never followed, waited on or read."""
         with self.failures("read the vault"):
-            try:
-                return (self.path / key).read_bytes()
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            fd = self.open_inside(key, MAX_RECORD_BYTES)
+            if fd is None:
                 return None
+            try:
+                chunks = []
+                while data := os.read(fd, 1 << 20):
+                    chunks.append(data)
+                    if sum(map(len, chunks)) > MAX_RECORD_BYTES:  # it grew while read
+                        raise self.not_a_chunk(key, "grew past the size a record can be")
+                return b"".join(chunks)
+            finally:
+                os.close(fd)
 
     def read_tails(self, keys: list[str], size: int = 4) -> list[bytes | None]:
         out: list[bytes | None] = []
-        root = f"{self.path.as_posix().rstrip('/')}/"
         with self.failures("read the vault"):
             for key in keys:
-                try:
-                    fd = os.open(root + key, os.O_RDONLY)
-                except (FileNotFoundError, NotADirectoryError):
+                fd = self.open_inside(key, None)
+                if fd is None:
                     out.append(None)
                     continue
-                try:  # three system calls per chunk: open, seek from the end, read
+                try:  # system calls per chunk: open, fstat, seek from the end, read
                     try:
                         os.lseek(fd, -size, os.SEEK_END)
                     except OSError as err:  # shorter than ``size``: all of it
@@ -102,13 +119,110 @@ class FileLocation(Location):
                     os.close(fd)
         return out
 
+    gates_files = True
+
+    def check_files(
+        self, keys: Sequence[str], max_bytes: int, blosc_bytes: int | None = None
+    ) -> list[str]:
+        """Refuse (:class:`VaultCorruptError` naming the file) any of ``keys`` that TensorStore
+        must not read: a symbolic link, a FIFO, a device or a folder; a file reached through a
+        linked folder; a file of more than ``max_bytes``; with ``blosc_bytes``, a blosc frame
+        whose header declares another decoded size (TensorStore would allocate what it
+        declares, up to 2 GiB, before finding the frame wrong). Returns the absent keys."""
+        absent = []
+        with self.failures("read the vault"):
+            for key in keys:
+                fd = self.open_inside(key, max_bytes)
+                if fd is None:
+                    absent.append(key)
+                    continue
+                try:
+                    if blosc_bytes is not None:
+                        head = os.pread(fd, 16, 0)
+                        declared = int.from_bytes(head[4:8], "little") if len(head) == 16 else -1
+                        if declared != blosc_bytes:
+                            raise self.not_a_chunk(
+                                key,
+                                f"is a blosc frame of {declared} bytes, not of the chunk's "
+                                f"{blosc_bytes}",
+                            )
+                finally:
+                    os.close(fd)
+        return absent
+
+    def read_many(self, keys: Sequence[str]) -> list[bytes | None]:
+        """The values of ``keys`` (None where absent), each read as :meth:`read` reads."""
+        return [self.read(key) for key in keys]
+
+    def open_inside(self, key: str, max_bytes: int | None) -> int | None:
+        """A read-only descriptor of the regular file ``key`` inside the vault (None when there
+        is no such file, or a folder there): never through a symbolic link (its last part or
+        a folder on the way, which could lead out of the vault), never blocking (a FIFO),
+        never a device, and (``max_bytes``) never larger than that. Anything else is
+        :class:`VaultCorruptError` naming the file: a vault's writer makes none of these."""
+        parent = key.rpartition("/")[0]
+        if parent and parent not in self._inside:
+            self._check_folders(parent)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(self.path / key, flags)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as err:
+            if err.errno == errno.ELOOP:  # O_NOFOLLOW met a symbolic link
+                raise self.not_a_chunk(key, "is a symbolic link") from None
+            raise
+        try:
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):  # a folder holds no value (as for TensorStore)
+                os.close(fd)
+                return None
+            if not stat.S_ISREG(info.st_mode):
+                raise self.not_a_chunk(key, "is not a regular file (a FIFO or a device)")
+            if max_bytes is not None and info.st_size > max_bytes:
+                raise self.not_a_chunk(key, f"is {info.st_size} bytes, more than {max_bytes}")
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _check_folders(self, parent: str) -> None:
+        """Every folder on the way from the root to ``parent`` is a real folder (not a
+        symbolic link): noted once per location."""
+        done = ""
+        for part in parent.split("/"):
+            done = f"{done}/{part}" if done else part
+            if done in self._inside:
+                continue
+            try:
+                info = os.lstat(self.path / done)
+            except (FileNotFoundError, NotADirectoryError):
+                return  # nothing there: the read finds nothing either
+            if stat.S_ISLNK(info.st_mode):
+                raise self.not_a_chunk(done, "is a symbolic link to a folder")
+            if not stat.S_ISDIR(info.st_mode):
+                return  # a file in the way: the read fails on it
+            self._inside.add(done)
+
+    @functools.cached_property
+    def _inside(self) -> set[str]:
+        return set()
+
+    def not_a_chunk(self, key: str, what: str) -> VaultCorruptError:
+        return VaultCorruptError(
+            f"{self}: {key} {what}; a vault's writer never makes one, and it is not read (it "
+            "could lead out of the vault, block a reader or fill its memory). Restore the "
+            "vault from a copy; see docs/safety.md."
+        )
+
     def child_names(self) -> list[str]:
         with self.failures("list the location"):
             try:
                 entries = list(os.scandir(self.path))
             except (FileNotFoundError, NotADirectoryError):
                 return []
-        return sorted(e.name for e in entries if e.is_dir())  # callers read their zarr.json
+        # callers read their zarr.json; a link to a folder is not followed (out of the root)
+        return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
 
     def kvstore(self) -> Any:
         """The root as an open ``KvStore``, once the root is known to be reachable: a path

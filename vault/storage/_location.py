@@ -259,6 +259,20 @@ class Location(abc.ABC):
             values = [f.result() for f in futures]
         return [bytes(v.value)[-size:] if v.state == "value" else None for v in values]
 
+    gates_files = False  # check_files does something (a file system: links, FIFOs, devices)
+
+    def check_files(
+        self, keys: Sequence[str], max_bytes: int, blosc_bytes: int | None = None
+    ) -> list[str]:
+        """Refuse, before TensorStore reads them, keys that are not plain values of at most
+        ``max_bytes`` (``blosc_bytes``: blosc frames that declare that decoded size): where
+        a store has symbolic links, FIFOs and devices (a file system), reading one could leave
+        the vault, block, or fill memory. :class:`VaultCorruptError` naming the key. Returns
+        the keys that are absent. A store of plain objects (memory, S3: ``gates_files``
+        false) has nothing to refuse (what it returns is what is stored) and lists nothing.
+        """
+        return []
+
     def contains(self, other: Location) -> bool:
         """Returns whether another location is this one or lies inside it.
 

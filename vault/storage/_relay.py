@@ -451,6 +451,9 @@ def tag_reads(snap: Any, grid: Any, complete: int) -> tuple[list[str], list[Any]
         return [], []
     sent = snap.cache.get(("tag reads", grid.key))
     if sent is None or sent[0] < complete:
+        if -(-complete // _tags.TAG_CHUNK) > _tags.TAG_READ_BATCH:
+            # many (or a claimed length): read in batches that stop at a missing one
+            return [], []
         keys = _tags.tag_chunk_keys(grid, complete)
         kv = snap.location.kvstore()
         with snap.location.failures("read the vault"):

@@ -128,14 +128,10 @@ def _decompress(compressor: str, body: memoryview, out: np.ndarray) -> str | Non
         from numcodecs import Zstd
 
         declared = zstd_content_size(body)
-        if declared is None:  # no size in the frame header: decoded whole, then compared
-            whole = np.frombuffer(Zstd().decode(body), np.uint8)
-            if whole.nbytes != nbytes:
-                return f"it decodes to {whole.nbytes} bytes, not {nbytes}"
-            out[:] = whole
-            return None
-        if declared != nbytes:
+        if declared is not None and declared != nbytes:
             return f"its zstd frame holds {declared} bytes, not {nbytes}"
+        # into the chunk's buffer, whether or not the frame says its size: a frame that
+        # decodes to more (or less) fails here, so a small object never expands without bound
         Zstd().decode(body, out=out)
         return None
     inflate = zlib.decompressobj(31)  # gzip: header, deflate stream, trailer

@@ -39,13 +39,16 @@ from typing import NamedTuple
 import numpy as np
 
 from vault._errors import VaultReadError
+from vault.commits._gate import gate
 from vault.commits._snapshot import Snapshot
+from vault.format._records import leaf_key
 from vault.read import _read
-from vault.stream._args import int_arg, selection
+from vault.stream._args import check_memory, int_arg, selection
 
 DEFAULT_BLOCK_BYTES = 32 << 20  # raw bytes of one block (of the leaves read)
 HEAD_OVERHEAD = 1 / 8  # default run length keeps the extra head decoding below this share
 COUNT_SLAB_BYTES = 64 << 20  # episode ends read at once to count the valid starts
+SCHEDULE_BYTES_PER_BLOCK = 160  # an epoch's schedule: a list entry per block (measured ~150)
 
 Group = list[int]
 """Blocks read side by side (global block numbers)."""
@@ -138,6 +141,18 @@ class Layout:
             self.sources.append(source)
             first += source.n_blocks
         self.n_blocks = first
+        # the schedule lists every block of an epoch (runs of block indices): before making
+        # one for the committed length a record claims, the claim's end must be stored and
+        # the schedule must fit in memory (a forged length is refused, not planned)
+        check_memory(
+            f"a stream over {self.n_blocks} blocks",
+            self.n_blocks * SCHEDULE_BYTES_PER_BLOCK,
+            "read a part of the vault (rows=, leaves=) or larger blocks",
+        )
+        for snap, (ids, _) in zip(snaps, selected, strict=True):
+            if snap.length >= seq:
+                for name in self.read_names:
+                    gate(snap, leaf_key(name), ids.tolist(), snap.length - 1, snap.length)
         self._firsts = np.array([s.first for s in self.sources], np.int64)
         self.counts: np.ndarray | None = None  # valid starts per block (with several processes)
         if self.process_count > 1:

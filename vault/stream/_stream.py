@@ -31,9 +31,6 @@ their order depend only on the arguments, never on thread timing.
 from __future__ import annotations
 
 import collections
-import functools
-import itertools
-import math
 from collections.abc import Callable, Generator, Sequence
 from typing import Any, NamedTuple
 
@@ -44,22 +41,16 @@ from vault.commits._snapshot import Snapshot
 from vault.format import _structure
 from vault.read import _read
 from vault.stream._args import bool_arg, check_memory, end_leaves_of, int_arg, sources_arg
+from vault.stream._buffers import BlockGroup, PartialBatch, batch_layout
+from vault.stream._device_cut import DeviceGroup, on_accelerator, rebuilder, to_device
 from vault.stream._hosts import check_sharding, local_batch_size, process_arg, to_global
 from vault.stream._layout import Layout, end_flags, end_free
 from vault.stream._prefetch import Stream
 from vault.stream._state import state_of
 
 BATCH_QUEUE_BYTES = 4 << 20  # batches cut ahead of the consumer: 2 to 16, about this much
-ZERO_COPY_BYTES = 256 << 10  # batch leaves this large are handed to JAX without a copy
 PACK_BYTES = 2 << 20  # small batches are cut and handed over in packs (one gather per leaf)
 MAX_PACK = 64  # of at most this many batches
-
-
-@functools.cache
-def _identity() -> Callable[[Any], Any]:
-    import jax
-
-    return jax.jit(lambda xs: xs)
 
 
 class StreamBatch(NamedTuple):
@@ -87,51 +78,6 @@ class StreamBatch(NamedTuple):
 
 
 # ------------------------------------------------------------------------------- as_dataset
-class _BlockGroup:
-    """Blocks read side by side into one buffer per leaf ``[slots * block_rows, seg, ...]``:
-    slot ``j`` holds rows ``[j * block_rows, ...)``; in each row, ``head`` timesteps before the
-    block, then the block's timesteps. ``parts``: the blocks of which only the sequences
-    ``[begin, end)`` of their canonical order are this process's."""
-
-    def __init__(
-        self,
-        epoch: int,
-        index: int,
-        blocks: list[int],
-        parts: dict[int, tuple[int, int]],
-        last: bool,
-        buffers: list[np.ndarray],
-    ) -> None:
-        self.epoch = epoch
-        self.index = index  # position in the epoch's schedule
-        self.blocks = blocks
-        self.parts = parts
-        self.last = last  # the epoch's last group
-        self.buffers = buffers
-        self.futures: list[tuple[Snapshot, str, Any]] = []
-        self.carries: list[tuple[int, int]] = []  # (slot, block whose tail is its head)
-
-
-class _PartialBatch:
-    """A batch being filled (it may take sequences from several groups)."""
-
-    def __init__(self, arrays: list[np.ndarray], size: int) -> None:
-        self.arrays = arrays
-        self.row = np.empty(size, np.int64)
-        self.start = np.empty(size, np.int64)
-        self.source = np.empty(size, np.int64)
-        self.fill = 0
-
-
-def batch_layout(shapes: list[tuple[int, ...]], dtypes: list[np.dtype]) -> list[int]:
-    """Offsets of a batch's leaves in one buffer (each 64-byte aligned), then the total."""
-    sizes = [
-        -(-math.prod(shape) * dt.itemsize // 64) * 64
-        for shape, dt in zip(shapes, dtypes, strict=False)
-    ]
-    return [0, *itertools.accumulate(sizes)]
-
-
 def check_stream_memory(plan: _Plan) -> None:
     """Refuse, before anything is allocated, a stream that would hold more than the
     machine's memory: the groups of blocks read ahead plus the batches cut ahead."""
@@ -168,8 +114,10 @@ class _Plan:
         device_put: bool,
         sharding: Any = None,
         resume_at: tuple[int, int] = (0, 0),
+        cut_on_device: bool = False,
     ) -> None:
         self.layout = lay = layout
+        self.cut_on_device = cut_on_device
         self.first_epoch, self.skip = resume_at  # a checkpointed position: (epoch, batches)
         self.batch, self.global_batch, self.seq, self.head = batch, global_batch, lay.seq, lay.head
         self.shuffle, self.seed, self.prefetch = lay.shuffle, lay.seed, prefetch
@@ -182,9 +130,10 @@ class _Plan:
         self.items, self.dtypes = lay.items, lay.dtypes
         self.structure = lay.sources[0].snap.manifest.structure
         batch_bytes = batch * lay.seq * sum(lay.row_bytes[: self.out_count])
-        # small batches are cut ``pack`` at a time (one gather per leaf) and handed over together
+        # small batches are cut ``pack`` at a time (one gather per leaf) and handed over together;
+        # on the device, where the host cuts only the batches that span two groups, one by one
         self.pack = max(1, min(MAX_PACK, PACK_BYTES // max(1, batch_bytes)))
-        self.capacity = self.pack * batch
+        self.capacity = batch if cut_on_device else self.pack * batch
         self.batch_shapes = [
             (self.capacity, lay.seq, *item) for item in self.items[: self.out_count]
         ]
@@ -217,9 +166,7 @@ class _Plan:
         )
 
     # ------------------------------------------------------------------------- reading
-    def _read_into(
-        self, group: _BlockGroup, j: int, block: int, col: int, lo: int, hi: int
-    ) -> None:
+    def _read_into(self, group: BlockGroup, j: int, block: int, col: int, lo: int, hi: int) -> None:
         """Read timesteps ``[lo, hi)`` of the block's rows into slot ``j`` from column ``col``."""
         info = self.layout.block_of(block)
         snap = self.layout.sources[info.source].snap
@@ -241,14 +188,14 @@ class _Plan:
         blocks: list[int],
         parts: dict[int, tuple[int, int]],
         last: bool,
-    ) -> _BlockGroup:
+    ) -> BlockGroup:
         lay = self.layout
         buffers = [
             _read.aligned_empty((len(blocks) * lay.block_rows, lay.seg, *item), dt)
             for item, dt in zip(self.items, self.dtypes, strict=True)
         ]
         mine = {b: parts[b] for b in blocks if b in parts}
-        group = _BlockGroup(epoch, index, blocks, mine, last, buffers)
+        group = BlockGroup(epoch, index, blocks, mine, last, buffers)
         previous = set(self._issued_blocks)
         for j, b in enumerate(blocks):
             info = lay.block_of(b)
@@ -262,7 +209,7 @@ class _Plan:
         self._issued_blocks = list(blocks)
         return group
 
-    def _complete(self, group: _BlockGroup) -> None:
+    def _complete(self, group: BlockGroup) -> None:
         """Wait for the group's reads; fill the heads carried over; keep the new tails."""
         for snap, name, fut in group.futures:
             _read.result(snap, fut, name)
@@ -284,14 +231,14 @@ class _Plan:
         # Copies: the next group may need them after this group's buffers are released.
         self._tails = {b: [np.array(p) for p in parts] for b, parts in tails.items()}
 
-    def _cancel(self, groups: collections.deque[_BlockGroup]) -> None:
+    def _cancel(self, groups: collections.deque[BlockGroup]) -> None:
         for group in groups:
             for _, _, fut in group.futures:
                 fut.cancel()
         groups.clear()
 
     # ------------------------------------------------------------------------- sequences
-    def _starts(self, group: _BlockGroup) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _starts(self, group: BlockGroup) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Where each of the group's sequences starts: flat indices into its buffers (seen as
         ``[slots * block_rows * seg]``), with its source, vault row and start time; slot by
         slot in canonical order (every row at ``t``, then ``t + 1``), or permuted with
@@ -338,7 +285,7 @@ class _Plan:
             base, source, row, start = base[order], source[order], row[order], start[order]
         return base, source, row, start
 
-    def _new_batch(self) -> _PartialBatch:
+    def _new_batch(self) -> PartialBatch:
         """Output arrays of one pack of batches, carved 64-byte aligned out of one allocation
         (JAX adopts aligned buffers without a copy)."""
         raw = np.empty(self.batch_layout[-1] + 64, np.uint8)
@@ -349,9 +296,9 @@ class _Plan:
                 self.batch_layout, self.batch_shapes, self.dtypes[: self.out_count], strict=False
             )
         ]
-        return _PartialBatch(arrays, self.capacity)
+        return PartialBatch(arrays, self.capacity)
 
-    def _fill(self, pending: _PartialBatch, flat: list[np.ndarray], base: np.ndarray) -> None:
+    def _fill(self, pending: PartialBatch, flat: list[np.ndarray], base: np.ndarray) -> None:
         """Copy the sequences starting at ``base`` (of the group's buffers ``flat``, seen as
         ``[rows * width, ...]``) into the pending batch."""
         idx = base[:, None] + self._steps if self.seq > 1 else base[:, None]
@@ -359,7 +306,7 @@ class _Plan:
         for out, leaf in zip(pending.arrays, flat, strict=True):
             np.take(leaf, idx, axis=0, out=out[lo:hi], mode="clip")
 
-    def _finish(self, pending: _PartialBatch, epoch: int, last: bool) -> list[StreamBatch]:
+    def _finish(self, pending: PartialBatch, epoch: int, last: bool) -> list[StreamBatch]:
         """The pack's batches: its full ones, and at the end of an epoch (``last``) the
         incomplete rest unless ``drop_remainder``."""
         b = self.batch
@@ -373,38 +320,79 @@ class _Plan:
             leaves = [a[i : i + b] for a in arrays]
             if self.sharding is not None:
                 leaves = to_global(self.sharding, self.global_batch, leaves)
-            elif self.device_put:
-                leaves = self._to_device(leaves)
-            if not self.structured:
-                experience: Any = dict(zip(self.names, leaves, strict=True))
-            elif self._rebuild is not None:
-                experience = self._rebuild(leaves)
-            else:
-                experience = _structure.build(self.structure, leaves)
-                self._rebuild = _rebuilder(experience, leaves)
-            leaves.clear()
+            elif self.device_put or self.cut_on_device:
+                leaves = to_device(leaves)
             where = slice(i, i + b)
-            out.append(StreamBatch(experience, rows[where], starts[where], epoch, sources[where]))
+            out.append(self._emit(leaves, rows[where], starts[where], epoch, sources[where]))
         arrays.clear()
         return out
 
-    def _to_device(self, arrays: list[np.ndarray]) -> list[Any]:
-        """JAX arrays of a batch. ``jax.device_put`` adopts a large leaf without a copy on CPU
-        but costs about 15 us per leaf; small leaves go through one jitted identity instead
-        (JAX's C++ dispatch: one call for all of them, at the price of copying them)."""
-        import jax
+    def _emit(
+        self, leaves: list[Any], row: np.ndarray, start: np.ndarray, epoch: int, source: np.ndarray
+    ) -> StreamBatch:
+        """A batch of the leaves (in the stream's structure, or a dict of its leaf paths)."""
+        if not self.structured:
+            experience: Any = dict(zip(self.names, leaves, strict=True))
+        elif self._rebuild is not None:
+            experience = self._rebuild(leaves)
+        else:
+            experience = _structure.build(self.structure, leaves)
+            self._rebuild = rebuilder(experience, leaves)
+        leaves.clear()
+        return StreamBatch(experience, row, start, epoch, source)
 
-        out: list[Any] = list(arrays)
-        small = [i for i, a in enumerate(arrays) if a.nbytes < ZERO_COPY_BYTES]
-        large = [i for i, a in enumerate(arrays) if a.nbytes >= ZERO_COPY_BYTES]
-        if large:
-            moved = jax.device_put([arrays[i] for i in large])
-            for i, x in zip(large, moved, strict=True):
-                out[i] = x
-        if small:
-            for i, x in zip(small, _identity()([arrays[i] for i in small]), strict=True):
-                out[i] = x
-        return out
+    def _host_cut(
+        self,
+        pending: PartialBatch | None,
+        flat: list[np.ndarray],
+        base: np.ndarray,
+        where: tuple[np.ndarray, np.ndarray, np.ndarray],
+        epoch: int,
+        pos: int,
+        stop: int,
+    ) -> Generator[list[StreamBatch], None, PartialBatch | None]:
+        """Copy the sequences ``[pos, stop)`` into batches on the host, yielding each full
+        pack; return the pack begun and not yet full."""
+        row, start, source = where
+        while pos < stop:
+            if pending is None:
+                pending = self._new_batch()
+            take = min(self.capacity - pending.fill, stop - pos)
+            self._fill(pending, flat, base[pos : pos + take])
+            fill = slice(pending.fill, pending.fill + take)
+            pending.row[fill] = row[pos : pos + take]
+            pending.start[fill] = start[pos : pos + take]
+            pending.source[fill] = source[pos : pos + take]
+            pending.fill += take
+            pos += take
+            if pending.fill == self.capacity:
+                batches, pending = self._finish(pending, epoch, False), None
+                self._epoch_batches += len(batches)
+                yield batches
+        return pending
+
+    def _device_cut(
+        self,
+        flat: list[np.ndarray],
+        base: np.ndarray,
+        where: tuple[np.ndarray, np.ndarray, np.ndarray],
+        epoch: int,
+        pos: int,
+        stop: int,
+    ) -> Generator[list[StreamBatch], None, None]:
+        """The whole batches of the sequences ``[pos, stop)``, cut on the device a pack at a
+        time (``vault/stream/_device_cut.py``)."""
+        if stop == pos:
+            return
+        group, b = DeviceGroup(flat, base[pos:stop], self.batch, self.pack), self.batch
+        for pack in group.batches(self.seq):
+            out = []
+            for leaves in pack:
+                part = [x[pos : pos + b] for x in where]
+                out.append(self._emit(leaves, part[0], part[1], epoch, part[2]))
+                pos += b
+            self._epoch_batches += len(out)
+            yield out
 
     # ------------------------------------------------------------------------- producer
     def batches(self) -> Generator[list[StreamBatch], None, None]:
@@ -421,7 +409,7 @@ class _Plan:
     def _produce(self) -> Generator[list[StreamBatch], None, None]:
         """The producer: yields the batches a pack at a time (non-empty lists)."""
         groups = self._groups()
-        inflight: collections.deque[_BlockGroup] = collections.deque()
+        inflight: collections.deque[BlockGroup] = collections.deque()
 
         def issue_next() -> bool:
             nxt = next(groups, None)
@@ -430,8 +418,8 @@ class _Plan:
             inflight.append(self._issue(*nxt))
             return True
 
-        pending: _PartialBatch | None = None
-        epoch_batches = 0
+        pending: PartialBatch | None = None
+        self._epoch_batches = 0
         try:
             while inflight or issue_next():
                 group = inflight.popleft()
@@ -447,33 +435,25 @@ class _Plan:
                     raise
                 base, source, row, start = self._starts(group)
                 flat = [buf.reshape(-1, *buf.shape[2:]) for buf in group.buffers[: self.out_count]]
-                pos = 0
-                while pos < base.size:
-                    if pending is None:
-                        pending = self._new_batch()
-                    take = min(self.capacity - pending.fill, base.size - pos)
-                    self._fill(pending, flat, base[pos : pos + take])
-                    fill = slice(pending.fill, pending.fill + take)
-                    pending.row[fill] = row[pos : pos + take]
-                    pending.start[fill] = start[pos : pos + take]
-                    pending.source[fill] = source[pos : pos + take]
-                    pending.fill += take
-                    pos += take
-                    if pending.fill == self.capacity:
-                        batches, pending = self._finish(pending, group.epoch, False), None
-                        epoch_batches += len(batches)
-                        yield batches
+                where, epoch, pos, n = (row, start, source), group.epoch, 0, base.size
+                if self.cut_on_device:  # the host tops up a batch begun before; then the device
+                    pos = 0 if pending is None else min(self.batch - pending.fill, n)
+                    pending = yield from self._host_cut(pending, flat, base, where, epoch, 0, pos)
+                    whole = pos + (n - pos) // self.batch * self.batch
+                    yield from self._device_cut(flat, base, where, epoch, pos, whole)
+                    pos = whole
+                pending = yield from self._host_cut(pending, flat, base, where, epoch, pos, n)
                 del group.buffers[:], flat[:]  # release the block before the next is read
                 if group.last:
                     if pending is not None:
-                        batches = self._finish(pending, group.epoch, True)
+                        batches = self._finish(pending, epoch, True)
                         if batches:
-                            epoch_batches += len(batches)
+                            self._epoch_batches += len(batches)
                             yield batches
                     pending = None
-                    if epoch_batches == 0 and self.epochs is None:
+                    if self._epoch_batches == 0 and self.epochs is None:
                         raise self._no_batch()
-                    epoch_batches = 0
+                    self._epoch_batches = 0
         finally:
             self._cancel(inflight)
 
@@ -554,6 +534,7 @@ def as_dataset(
     process_index: int | None = None,
     process_count: int | None = None,
     resume_at: tuple[int, int] = (0, 0),
+    cut_on_device: bool = False,
 ) -> DatasetStream:
     """Batches of sequences streamed from disk, for data larger than memory.
 
@@ -602,6 +583,12 @@ def as_dataset(
             global ``jax.Array`` s of ``sample_batch_size`` sequences built with
             ``jax.make_array_from_process_local_data`` from this process's part, which a
             ``jit`` over the mesh takes directly. Needs ``drop_remainder=True`` (one shape).
+        cut_on_device: put each group of blocks on JAX's default device once and cut the
+            batches there with a jitted gather, a pack per call (the same batches in the same
+            order; a batch spanning two groups is cut on the host). On a GPU the host's
+            per-batch copy and transfer then no longer bound the stream; the device holds a
+            group of blocks (``interleave * block_bytes``) while it is cut. The leaves are
+            JAX arrays. Not with a ``sharding``.
         process_index, process_count: this process and how many share each epoch (default:
             ``jax.process_index()`` and ``jax.process_count()`` when ``jax.distributed`` is
             initialised, else 0 and 1). ``sample_batch_size`` is the global batch: each
@@ -635,6 +622,11 @@ def as_dataset(
     args["process_count"] = process[1]
     local = local_batch_size(batch, process[1])
     drop_remainder = bool_arg("drop_remainder", drop_remainder)
+    if bool_arg("cut_on_device", cut_on_device) and sharding is not None:
+        raise VaultArgumentError(
+            "cut_on_device=True cuts batches on JAX's default device; with a sharding= the "
+            "batches are assembled across devices: give one or the other"
+        )
     if sharding is not None and not drop_remainder:
         raise VaultArgumentError(
             "a sharded stream yields global batches of one shape: give drop_remainder=True "
@@ -666,29 +658,9 @@ def as_dataset(
         structured=leaves is None,
         epochs=epochs,
         drop_remainder=drop_remainder,
-        device_put=_on_device() if device_put is None else bool_arg("device_put", device_put),
+        device_put=on_accelerator() if device_put is None else bool_arg("device_put", device_put),
         sharding=sharding,
         resume_at=resume_at,
+        cut_on_device=cut_on_device,
     )
     return DatasetStream(plan, args)
-
-
-def _rebuilder(tree: Any, leaves: list[Any]) -> Callable[[list[Any]], Any] | None:
-    """Rebuild trees shaped like ``tree`` (just built from ``leaves``) through JAX's tree
-    definition, about 3x cheaper per batch than :func:`_structure.build`; None when JAX does
-    not see exactly those leaves in it (a class JAX does not know as a pytree)."""
-    import jax
-
-    flat, treedef = jax.tree.flatten(tree)
-    where = {id(x): k for k, x in enumerate(leaves)}
-    order = [where.get(id(x), -1) for x in flat]
-    if len(where) != len(leaves) or sorted(order) != list(range(len(leaves))):
-        return None
-    return lambda values: jax.tree.unflatten(treedef, [values[k] for k in order])
-
-
-def _on_device() -> bool:
-    """Whether JAX's default backend is an accelerator (batches are then put on it)."""
-    import jax
-
-    return bool(jax.default_backend() != "cpu")

@@ -28,6 +28,7 @@ from vault._errors import (
 from vault.commits._snapshot import load_snapshot
 from vault.format import _structure
 from vault.format._episodes import index_metadata
+from vault.format._limits import MAX_CHUNK_BYTES, MAX_RECORD_BYTES
 from vault.format._records import (
     BOUNDS,
     COMMIT_KEY,
@@ -62,8 +63,8 @@ from vault.write._plan import BufferView
 from vault.write._writer import Writer
 
 MAX_ROWS = 1 << 24  # rows are parallel environments; the commit record keeps a few per row
-MAX_CHUNK_BYTES = 1 << 30  # a chunk is encoded and decoded whole (blosc stops at 2 GiB)
 MAX_METADATA_DEPTH = 64
+MAX_METADATA_BYTES = MAX_RECORD_BYTES // 2  # the manifest holds it: readers refuse larger
 LEVELS = {"zstd": (-131072, 22), "gzip": (0, 9), "blosc": (0, 9), "lz4": (0, 9)}
 
 
@@ -367,6 +368,13 @@ def check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
         raise VaultMetadataError(f"metadata must be a dict, got {type(metadata).__name__}")
     problems: list[str] = []
     _metadata_problems(metadata, "metadata", 0, problems)
+    if not problems:
+        size = len(json.dumps(metadata, allow_nan=False))
+        if size > MAX_METADATA_BYTES:
+            problems.append(
+                f"metadata: {size} bytes of JSON; at most {MAX_METADATA_BYTES} are kept in the "
+                "manifest (store larger things as files beside the vault)"
+            )
     if problems:
         raise VaultMetadataError(
             "metadata must be JSON-serialisable and come back as given (dicts with string "
