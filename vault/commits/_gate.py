@@ -83,7 +83,7 @@ def _keys(snap: Any, key: str, rows: Sequence[int] | None, k0: int, k1: int) -> 
     ``rows``, in time order: lazily, so a lying length costs only what is checked."""
     grid = snap.grids[key]
     if grid.row_block is None:
-        suffix = "/0" * grid.item_zeros
+        suffix = "/0" * len(grid.items)
         return (f"{key}/c/{k}{suffix}" for k in range(k0, k1))
     leaf = snap.manifest.leaf(key[len(leaf_key("")) :])
     counts = [-(-n // c) for n, c in zip(leaf.shape, leaf.chunk[2:], strict=True)]

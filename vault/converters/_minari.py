@@ -56,7 +56,15 @@ from vault._errors import (
     VaultReadError,
     VaultStructureError,
 )
-from vault.converters._sink import BLOCK_BYTES, Progress, check_common, new_vault, pump, require
+from vault.converters._sink import (
+    BLOCK_BYTES,
+    Progress,
+    check_common,
+    new_vault,
+    opened,
+    pump,
+    require,
+)
 from vault.facade._vault import Vault
 from vault.storage._kinds import LocationLike
 
@@ -307,7 +315,7 @@ def export_minari(
         namespace = parse_dataset_id(dataset_id)[0]
     except (ValueError, TypeError) as err:
         raise VaultArgumentError(f"dataset_id: {err}") from None
-    with _opened(source) as vault:
+    with opened(source) as vault:
         if not vault.has_episodes:
             raise VaultReadError(
                 f"{vault.location} has no episode index: a Minari dataset is made of episodes "
@@ -391,18 +399,6 @@ def _episode_buffer(cls: Any, episode: Any, fields: dict[str, str | None]) -> An
         terminations=np.asarray(part("terminations")).astype(bool),
         truncations=np.zeros(length, bool) if trunc is None else np.asarray(trunc).astype(bool),
     )
-
-
-@contextlib.contextmanager
-def _opened(source: LocationLike | Vault) -> Iterator[Vault]:
-    if isinstance(source, Vault):
-        yield source
-        return
-    vault = Vault.open(source)
-    try:
-        yield vault
-    finally:
-        vault.close()
 
 
 @contextlib.contextmanager

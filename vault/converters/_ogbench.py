@@ -42,7 +42,6 @@ import math
 import os
 import zipfile
 import zlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -56,7 +55,15 @@ from vault._errors import (
     VaultNotFoundError,
     VaultStructureError,
 )
-from vault.converters._sink import BLOCK_BYTES, Progress, check_common, new_vault, pump, time_blocks
+from vault.converters._sink import (
+    BLOCK_BYTES,
+    Progress,
+    check_common,
+    new_vault,
+    opened,
+    pump,
+    time_blocks,
+)
 from vault.facade._vault import Vault
 from vault.storage._kinds import LocationLike
 
@@ -361,7 +368,7 @@ def ogbench_dataset(
     """
     bool_arg("compact_dataset", compact_dataset)
     bool_arg("add_info", add_info)
-    with _opened(source) as vault:
+    with opened(source) as vault:
         missing = [f"{k}: no such leaf" for k in REQUIRED if k not in vault.leaf_names]
         if missing:
             raise VaultStructureError(
@@ -391,15 +398,3 @@ def ogbench_dataset(
         "next_observations": out["observations"][follows],
         **{k: v[keep] for k, v in info.items()},
     }
-
-
-@contextlib.contextmanager
-def _opened(source: LocationLike | Vault) -> Iterator[Vault]:
-    if isinstance(source, Vault):
-        yield source
-        return
-    vault = Vault.open(source)
-    try:
-        yield vault
-    finally:
-        vault.close()

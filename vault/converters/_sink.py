@@ -164,3 +164,17 @@ def time_blocks(
 def listing(message: str, problems: list[str]) -> str:
     """``message`` followed by one indented line per problem (every bad leaf is named)."""
     return message + "".join(f"\n  - {p}" for p in problems)
+
+
+@contextlib.contextmanager
+def opened(source: LocationLike | Vault) -> Iterator[Vault]:
+    """``source`` as an open vault: a :class:`Vault` as it is, a location opened for reading
+    (and closed on leaving)."""
+    if isinstance(source, Vault):
+        yield source
+        return
+    vault = Vault.open(source)
+    try:
+        yield vault
+    finally:
+        vault.close()
