@@ -13,10 +13,14 @@ Staging arrays come from a :class:`StagingPool`: a fresh array of an append's si
 as much in page faults as the copy into it, so the arrays of a finished append are used again
 by the next one of the same shape.
 
-Measured on the recording loop's appends (16 rows x 250 Atari-like frames, 84 MB; a vault's
-append through ``Vault.append``, CPU seconds of the whole process per append, medians of 8
-appends, three runs alternating with the code before, load 15): 0.236 / 0.230 / 0.240 staged
-against 0.265 / 0.259 / 0.326 merged by TensorStore.
+The writer keeps, per leaf, the timesteps of the partly filled chunk at its tip (at most one
+chunk per row block: about 21 MB for 16 rows of Atari frames in 1.35 MB chunks) and one set of
+staging arrays between appends.
+
+Measured on the recording loop's appends (16 rows x 250 Atari-like frames, 84 MB, through
+``Vault.append``; CPU seconds of the whole process per append, medians of 8 appends, three runs
+alternating with the code before, load 21-40): 0.201 / 0.196 / 0.192 against 0.261 / 0.276 /
+0.327 (``docs/performance.md``, "CPU: the training loop").
 """
 
 from __future__ import annotations
