@@ -161,10 +161,12 @@ def test_deleted_done_chunk_is_caught_by_the_episode_index(vault_path: Path) -> 
     (vault_path / "experience" / "done" / "c" / "0" / "1").unlink()  # t = 8..15
     report = verify(str(vault_path))
     assert not report.ok
-    # the missing file itself (this writer stores every chunk); the episode index is not
-    # compared with flags that would read as zeros there, and the report says so
-    assert [p.place for p in report.problems] == ["experience/done chunk 0.1"]
-    assert any("not compared with the flags" in w.message for w in report.warnings)
+    # the missing file itself (this writer stores every chunk) and the index mismatch
+    assert report.problems[0].place == "experience/done chunk 0.1"
+    rest = report.problems[1:]
+    assert rest
+    assert all(p.place.startswith("episodes/bounds entry") for p in rest)
+    assert any("where neither done nor truncated is set" in p.message for p in rest)
 
 
 def test_corrupt_manifest_json(vault_path: Path) -> None:
