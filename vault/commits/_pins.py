@@ -33,7 +33,7 @@ import numpy as np
 
 from vault._errors import VaultArgumentError, VaultCorruptError, VaultExistsError, VaultPinError
 from vault.commits._gate import gate
-from vault.commits._snapshot import Snapshot
+from vault.commits._snapshot import Snapshot, at_commit
 from vault.format._records import (
     BOUNDS,
     HISTORY,
@@ -98,7 +98,7 @@ def at_pin(snap: Snapshot, pin: Pin) -> Snapshot:
             f"{snap.where}: commit {commit_id(record)} holds {record.committed_length} "
             f"timesteps, more than the latest ({latest.committed_length})"
         )
-    return snap.with_commit(record)
+    return at_commit(snap, record)
 
 
 def _parse(snap: Snapshot, pin: Pin) -> tuple[int, str | None, str]:

@@ -103,41 +103,43 @@ class Snapshot:
         Arrays are reopened where another process grew them; ``self`` when nothing changed.
         """
         commit = load_commit(self.location, self.manifest)
-        return self if commit == self.commit else self.with_commit(commit)
+        return self if commit == self.commit else at_commit(self, commit)
 
-    def reopened(self) -> Snapshot:
-        """Returns the commit record as stored now, every array opened afresh.
 
-        After a failed append whose resize ran, the stored arrays are longer than these
-        handles know, and a handle's next resize would be refused as a shrink. The checks'
-        cache is kept (committed chunks never change).
-        """
-        fresh = load_snapshot(self.location, self.writable, manifest=self.manifest)
-        return dataclasses.replace(fresh, cache=self.cache)
+def reopen(snap: Snapshot) -> Snapshot:
+    """``snap`` with the commit record as stored now, every array opened afresh.
 
-    def with_commit(self, commit: CommitRecord) -> Snapshot:
-        """Returns this vault at another commit.
+    After a failed append whose resize ran, the stored arrays are longer than these
+    handles know, and a handle's next resize would be refused as a shrink. The checks'
+    cache is kept (committed chunks never change).
+    """
+    fresh = load_snapshot(snap.location, snap.writable, manifest=snap.manifest)
+    return dataclasses.replace(fresh, cache=snap.cache)
 
-        Arrays shorter than it (grown by another process since they were opened) are
-        reopened to see their new shape.
 
-        Args:
-            commit: the commit record to read.
+def at_commit(snap: Snapshot, commit: CommitRecord) -> Snapshot:
+    """``snap``'s vault at another commit.
 
-        Raises:
-            VaultCorruptError: arrays shorter than the commit says.
-        """
-        arrays = list(self.arrays)
-        stale = [i for i, a in enumerate(arrays) if a.shape[1] < commit.committed_length]
-        futures = [(i, _open_leaf(self.location, self.manifest, i, self.writable)) for i in stale]
-        for i, future in futures:
-            arrays[i] = _opened(self.location, leaf_key(self.names[i]), future)
-        index = self.index
-        count = 0 if commit.episodes is None else commit.episodes.count
-        if any(arr.shape[0] < count for arr in index):  # (each: one may have grown alone)
-            index = _open_index(self.location, self.manifest, self.writable)
-        _check_shapes(self.location, self.manifest, commit, arrays, index)
-        return dataclasses.replace(self, commit=commit, arrays=tuple(arrays), index=index)
+    Arrays shorter than it (grown by another process since they were opened) are
+    reopened to see their new shape.
+
+    Args:
+        commit: the commit record to read.
+
+    Raises:
+        VaultCorruptError: arrays shorter than the commit says.
+    """
+    arrays = list(snap.arrays)
+    stale = [i for i, a in enumerate(arrays) if a.shape[1] < commit.committed_length]
+    futures = [(i, _open_leaf(snap.location, snap.manifest, i, snap.writable)) for i in stale]
+    for i, future in futures:
+        arrays[i] = _opened(snap.location, leaf_key(snap.names[i]), future)
+    index = snap.index
+    count = 0 if commit.episodes is None else commit.episodes.count
+    if any(arr.shape[0] < count for arr in index):  # (each: one may have grown alone)
+        index = _open_index(snap.location, snap.manifest, snap.writable)
+    _check_shapes(snap.location, snap.manifest, commit, arrays, index)
+    return dataclasses.replace(snap, commit=commit, arrays=tuple(arrays), index=index)
 
 
 def load_manifest(location: Location) -> Manifest:
@@ -168,7 +170,7 @@ def load_snapshot(
     )
     if commit is None:
         commit = load_commit(location, manifest)
-    return Snapshot(location, manifest, commit, arrays, index, writable).with_commit(commit)
+    return at_commit(Snapshot(location, manifest, commit, arrays, index, writable), commit)
 
 
 def _open_leaf(location: Location, manifest: Manifest, i: int, writable: bool) -> Any:

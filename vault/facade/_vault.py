@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from vault._args import int_arg
 from vault._errors import VaultArgumentError, VaultModeError
 from vault.commits._pins import Pin, at_pin
-from vault.commits._snapshot import Snapshot, load_snapshot
+from vault.commits._snapshot import Snapshot, load_snapshot, reopen
 from vault.facade._commit_info import CommitMethods
 from vault.facade._compat import ReferenceTarget, reference_target
 from vault.facade._episodes import EpisodeMethods
@@ -223,7 +223,7 @@ class Vault(EpisodeMethods, ReadMethods, WriteMethods, CommitMethods):
                 location.recover()
                 # the vault as the lock's holder finds it: arrays opened afresh (a writer
                 # that closed since this Vault was opened may have cut their shapes)
-                self._writer = Writer(self._snap.reopened(), lock)
+                self._writer = Writer(reopen(self._snap), lock)
             except BaseException:
                 lock.release()
                 raise

@@ -22,7 +22,7 @@ import numpy as np
 
 from vault._errors import VaultCorruptError, VaultLockedError
 from vault.commits._pins import history_key
-from vault.commits._snapshot import Snapshot, load_commit
+from vault.commits._snapshot import Snapshot, at_commit, load_commit
 from vault.format import _tags
 from vault.format._episodes import FLAG_START_UNKNOWN, INDEX_CHUNK, advance
 from vault.format._records import (
@@ -76,7 +76,7 @@ def fence(snap: Snapshot, lock: WriterLock) -> Snapshot:
         return dataclasses.replace(current, fence=token).to_bytes()
 
     raw = run_point("fence", {}, lambda: lock.fence(COMMIT_KEY, rewrite))
-    return snap.with_commit(read_commit_bytes(raw, snap.where, snap.manifest))
+    return at_commit(snap, read_commit_bytes(raw, snap.where, snap.manifest))
 
 
 def mark_groups(snap: Snapshot) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from vault._errors import VaultError, VaultModeError, VaultStructureError
-from vault.commits._snapshot import Snapshot
+from vault.commits._snapshot import Snapshot, reopen
 from vault.storage._location import (
     WriterLock,
     failed_os_call,
@@ -218,7 +218,7 @@ class Writer:
         Where the storage is failing too (a dead server), the failure being reported stays the
         one raised, and the next write reopens first."""
         try:
-            self.snapshot = self.snapshot.reopened()
+            self.snapshot = reopen(self.snapshot)
         except Exception:
             self._reopen = True
         else:
@@ -231,7 +231,7 @@ class Writer:
         if self.closed:
             raise VaultModeError(f"{self.where}: this Vault was closed")
         if self._reopen:  # a failed append could not reopen the arrays then
-            self.snapshot = self.snapshot.reopened()
+            self.snapshot = reopen(self.snapshot)
             self.tip = Tip.of(self.snapshot.commit)
             self._reopen = False
 
