@@ -9,7 +9,10 @@ and gathers at the device's memory speed, which the per-batch host work no longe
 
 The batches and their order are exactly those of the host path: only the whole batches
 inside one group are cut on the device; a batch that spans two groups (and an epoch's
-incomplete last batch) is cut on the host as before.
+incomplete last batch) is cut on the host as before. With ``stack`` the unit is a stack of
+batches: a whole stack inside a group comes out of one gather as one array per leaf
+(``[stack, batch, seq, ...]``, never split and stacked again); a stack that spans two groups,
+and an epoch's short last stack, are cut on the host.
 """
 
 from __future__ import annotations

@@ -60,6 +60,8 @@ class StreamBatch(NamedTuple):
     Sequence ``i`` is ``read_numpy(rows=[row[i]], start=start[i], stop=start[i] +
     sequence_length)`` of source ``source[i]``. With a ``sharding`` the leaves are global
     ``jax.Array`` s and ``source``/``row``/``start`` describe this process's part of them.
+    With ``stack`` (:func:`as_dataset`), an item holds consecutive batches of one epoch:
+    every array gains a leading axis (``[stack, batch, ...]``), ``epoch`` stays one int.
 
     Attributes:
         experience: the vault's structure (or ``{path: array}`` when ``leaves`` was given)
@@ -276,27 +278,6 @@ class _Plan:
             base, source, row, start = base[order], source[order], row[order], start[order]
         return base, source, row, start
 
-    def _new_batch(self) -> PartialBatch:
-        """Output arrays of one pack of batches, carved 64-byte aligned out of one allocation
-        (JAX adopts aligned buffers without a copy)."""
-        raw = np.empty(self.batch_layout[-1] + 64, np.uint8)
-        first = (-raw.ctypes.data) % 64
-        arrays = [
-            np.ndarray(shape, dt, raw, first + o)
-            for o, shape, dt in zip(
-                self.batch_layout, self.batch_shapes, self.dtypes[: self.out_count], strict=False
-            )
-        ]
-        return PartialBatch(arrays, self.capacity)
-
-    def _fill(self, pending: PartialBatch, flat: list[np.ndarray], base: np.ndarray) -> None:
-        """Copy the sequences starting at ``base`` (of the group's buffers ``flat``, seen as
-        ``[rows * width, ...]``) into the pending batch."""
-        idx = base[:, None] + self._steps if self.seq > 1 else base[:, None]
-        lo, hi = pending.fill, pending.fill + base.size
-        for out, leaf in zip(pending.arrays, flat, strict=True):
-            np.take(leaf, idx, axis=0, out=out[lo:hi], mode="clip")
-
     def _finish(self, pending: PartialBatch, epoch: int, last: bool) -> list[StreamBatch]:
         """The pack's items: its whole ones, and at the end of an epoch (``last``) a short
         stack of the whole batches left, then the incomplete rest unless ``drop_remainder``."""
@@ -363,9 +344,10 @@ class _Plan:
         row, start, source = where
         while pos < stop:
             if pending is None:
-                pending = self._new_batch()
+                out_dtypes = self.dtypes[: self.out_count]
+                pending = PartialBatch.allocate(self.batch_layout, self.batch_shapes, out_dtypes)
             take = min(self.capacity - pending.fill, stop - pos)
-            self._fill(pending, flat, base[pos : pos + take])
+            pending.take(flat, base[pos : pos + take], self._steps)
             fill = slice(pending.fill, pending.fill + take)
             pending.row[fill] = row[pos : pos + take]
             pending.start[fill] = start[pos : pos + take]
@@ -465,6 +447,15 @@ class _Plan:
 
 class DatasetStream(Stream[StreamBatch]):
     """The iterator :meth:`Vault.as_dataset` returns, with the layout it chose (ints).
+
+    Its items are :class:`StreamBatch` es: one batch each, or with ``stack=S`` a stack of
+    ``S`` consecutive batches of one epoch on a new leading axis (leaves ``[S, batch,
+    sequence_length, ...]``, ``row``/``start``/``source`` ``[S, batch]``), for a
+    ``jax.lax.scan`` over them in one jitted call: exactly the unstacked stream's batches, in
+    its order. An epoch's last stack is shorter when its batch count is not a multiple of
+    ``S`` (a jitted scan compiles once more for it); without ``drop_remainder`` the
+    incomplete last batch follows alone (``[1, rest, ...]``). :meth:`state` counts batches,
+    whatever the stack.
 
     Attributes:
         block_timesteps: timesteps of one block.
@@ -608,6 +599,19 @@ def as_dataset(
             the done/truncated leaves once when the stream is made, to count the shares.
         resume_at: ``(epoch, batch)`` to start from (set by :func:`vault.resume_stream` from
             :meth:`DatasetStream.state`; the batches before it are cut again, not yielded).
+        stack: hand over ``stack`` consecutive batches per item, stacked on a new leading
+            axis, for a ``jax.lax.scan`` over them in one jitted call (one dispatch per stack
+            instead of one per batch): every leaf ``[stack, sample_batch_size,
+            sequence_length, ...]``, ``row``/``start``/``source`` ``[stack, batch]``. Exactly
+            the unstacked stream's batches in its order; stack ``k`` of an epoch holds its
+            batches ``[k * stack, (k + 1) * stack)``, so the epoch's last stack is shorter
+            when its batch count is not a multiple of ``stack`` (a jitted scan compiles once
+            more for it), and without ``drop_remainder`` the incomplete last batch follows
+            alone, ``[1, rest, ...]``. Never across epochs. With ``cut_on_device`` a stack is
+            one gather on the device (a stack spanning two groups is cut on the host); on
+            the host it is cut straight into one array per leaf. A stream resumed inside a
+            stack first yields the rest of it. Not with a ``sharding``. Default ``None``:
+            one batch per item.
 
     Memory: about ``(1 + prefetch) * interleave`` blocks (``DatasetStream.block_bytes`` is
     one), TensorStore's buffers for the chunks being decoded, and 2 to 16 batches (about
