@@ -60,7 +60,7 @@ class StreamBatch(NamedTuple):
     Sequence ``i`` is ``read_numpy(rows=[row[i]], start=start[i], stop=start[i] +
     sequence_length)`` of source ``source[i]``. With a ``sharding`` the leaves are global
     ``jax.Array`` s and ``source``/``row``/``start`` describe this process's part of them.
-    With ``stack`` (:func:`as_dataset`), an item holds consecutive batches of one epoch:
+    With ``stack`` (:meth:`Vault.as_dataset`), an item holds consecutive batches of one epoch:
     every array gains a leading axis (``[stack, batch, ...]``), ``epoch`` stays one int.
 
     Attributes:
@@ -448,7 +448,7 @@ class _Plan:
 class DatasetStream(Stream[StreamBatch]):
     """The iterator :meth:`Vault.as_dataset` returns, with the layout it chose (ints).
 
-    Its items are :class:`StreamBatch` es: one batch each, or with ``stack=S`` a stack of
+    Its items are :class:`StreamBatch` items: one batch each, or with ``stack=S`` a stack of
     ``S`` consecutive batches of one epoch on a new leading axis (leaves ``[S, batch,
     sequence_length, ...]``, ``row``/``start``/``source`` ``[S, batch]``), for a
     ``jax.lax.scan`` over them in one jitted call: exactly the unstacked stream's batches, in
