@@ -617,9 +617,8 @@ def as_dataset(
     one), TensorStore's buffers for the chunks being decoded, and 2 to 16 batches or stacks
     (about 4 MiB, at least 2) cut ahead of the consumer; a stream that would hold more than
     the machine's memory is refused (:class:`VaultReadError`) before anything is allocated.
-    Every argument is
-    checked at the call (a wrong type is :class:`VaultArgumentError`, flags must be bools).
-    The returned :class:`DatasetStream` is an iterator and a context manager; ``close()`` (or
+    Every argument is checked at the call (a wrong type is :class:`VaultArgumentError`, flags
+    must be bools). The returned :class:`DatasetStream` is an iterator and a context manager; ``close()`` (or
     leaving the ``with`` block, or dropping it) stops its thread. Errors met while reading
     (for example :class:`VaultCorruptError`) are raised by ``next()``.
     """
