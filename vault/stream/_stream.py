@@ -618,9 +618,9 @@ def as_dataset(
     (about 4 MiB, at least 2) cut ahead of the consumer; a stream that would hold more than
     the machine's memory is refused (:class:`VaultReadError`) before anything is allocated.
     Every argument is checked at the call (a wrong type is :class:`VaultArgumentError`, flags
-    must be bools). The returned :class:`DatasetStream` is an iterator and a context manager; ``close()`` (or
-    leaving the ``with`` block, or dropping it) stops its thread. Errors met while reading
-    (for example :class:`VaultCorruptError`) are raised by ``next()``.
+    must be bools). The returned :class:`DatasetStream` is an iterator and a context manager;
+    ``close()`` (or leaving the ``with`` block, or dropping it) stops its thread. Errors met
+    while reading (for example :class:`VaultCorruptError`) are raised by ``next()``.
     """
     args = dict(locals())
     for name in ("snaps", "resume_at", "sharding", "process_index"):
