@@ -19,7 +19,10 @@ The same vector data (``obs`` float32 (64,), action, reward, done; ``--rows`` ro
   streamed with the batches cut on the host (the default) and with ``cut_on_device=True``
   (each group of blocks put on the device once, batches cut there by a jitted gather), side
   by side with Flashbax's read + sample of an epoch's worth of batches of the same size (its
-  way to the same data on the same device), each batch passed to the jitted step;
+  way to the same data on the same device), each batch passed to the jitted step; and with
+  ``cut_on_device=True, stack=S`` (``--stream-stacks``, one per stream batch size: S batches
+  per item, one gather per stack), each stack passed to the same step under a jitted
+  ``lax.scan`` (one dispatch per stack), counted in batches (items x S);
 * **epoch, end to end**: the time from opening the vault to the last batch of an epoch's worth
   of sequences (rows x steps) on the device: Flashbax reads everything, then samples that many
   sequences (with replacement, its only way); rlvault streams the epoch (each timestep once,
@@ -33,6 +36,7 @@ Usage::
     python tools/bench_gpu.py --quick                # smoke test (seconds, any backend)
     python tools/bench_gpu.py --out results.json     # full run
     python tools/bench_gpu.py --json                 # JSON on stdout, the table on stderr
+    python tools/bench_gpu.py --no-flashbax --stream-batches 256,4096 --stream-stacks 32,4
 """
 
 from __future__ import annotations
@@ -65,16 +69,28 @@ class Config:
     batches: int
     rounds: int
     stream_batches: tuple[int, ...] = (256, 4096)
+    stream_stacks: tuple[int, ...] = (32, 4)  # the stack of each stream batch size
 
 
 FULL = Config(rows=16, steps=65536, batch=4096, batches=200, rounds=5)
-QUICK = Config(rows=4, steps=1024, batch=64, batches=20, rounds=1, stream_batches=(16, 64))
+QUICK = Config(
+    rows=4, steps=1024, batch=64, batches=20, rounds=1, stream_batches=(16, 64),
+    stream_stacks=(8, 2),
+)  # fmt: skip
+
+
+def _touch(experience: Any) -> Any:
+    """The least a training step does on the device: touch every leaf of the batch."""
+    return sum(jnp.sum(leaf.astype(jnp.float32)) for leaf in jax.tree.leaves(experience))
+
+
+_step = jax.jit(_touch)
 
 
 @jax.jit
-def _step(experience: Any) -> Any:
-    """The least a training step does on the device: touch every leaf of the batch."""
-    return sum(jnp.sum(leaf.astype(jnp.float32)) for leaf in jax.tree.leaves(experience))
+def _scan_step(stacked: Any) -> Any:
+    """The same step over each batch of a stack ``[S, batch, ...]``, one jitted call."""
+    return jax.lax.scan(lambda acc, b: (acc + _touch(b), None), jnp.float32(0), stacked)[0]
 
 
 def full_state(module: Any, data: dict[str, np.ndarray]) -> Any:
@@ -133,32 +149,47 @@ def stream_epoch(
     cls: Any, where: Path, cfg: Config, batch: int | None = None, step: bool = True, **kw: Any
 ) -> tuple[int, int]:
     """Stream an epoch through the jitted step (or, ``step=False``, only take the batches,
-    waiting for the last one's arrays); return the sequences and batches it yielded."""
+    waiting for the last one's arrays); return the sequences and batches it yielded. With a
+    ``stack`` in ``kw`` each item is a stack of batches, passed to the scanned step."""
     sequences = batches = 0
     out = None
+    stacked = kw.get("stack") is not None
+    run = _scan_step if stacked else _step
     with cls.open(str(where), "r").as_dataset(
         batch or cfg.batch, 1, seed=0, epochs=1, device_put=True, **kw
     ) as stream:
         for item in stream:
-            out = _step(item.experience) if step else item.experience
-            sequences += int(jax.tree.leaves(item.experience)[0].shape[0])
-            batches += 1
+            out = run(item.experience) if step else item.experience
+            shape = jax.tree.leaves(item.experience)[0].shape
+            sequences += int(shape[0] * shape[1]) if stacked else int(shape[0])
+            batches += int(shape[0]) if stacked else 1
     jax.block_until_ready(out)
     return sequences, batches
 
 
-def step_alone(cls: Any, where: Path, batch: int, n: int) -> None:
+def step_alone(cls: Any, where: Path, batch: int, n: int, stack: int | None = None) -> None:
     """The jitted step ``n`` times on one batch already on the device: the floor of any
-    loop that runs one step per batch."""
-    with cls.open(str(where), "r").as_dataset(batch, 1, epochs=1, cut_on_device=True) as stream:
+    loop that runs one step per batch (with ``stack``: the scanned step ``n / stack`` times
+    on one stack, the floor of a loop that runs one scan per stack)."""
+    with cls.open(str(where), "r").as_dataset(
+        batch, 1, epochs=1, cut_on_device=True, stack=stack
+    ) as stream:
         experience = next(stream).experience
     out = None
-    for _ in range(n):
-        out = _step(experience)
+    for _ in range(n if stack is None else n // stack):
+        out = _step(experience) if stack is None else _scan_step(experience)
     jax.block_until_ready(out)
 
 
-STREAM_MODES = {"host": {}, "device": {"cut_on_device": True}}
+STREAM_MODES = {"host": {}, "device": {"cut_on_device": True}, "device_stack": {}}
+
+
+def stream_modes(cfg: Config, batch: int) -> dict[str, dict[str, Any]]:
+    """The stream's options of each mode for this batch size (the stack is per size)."""
+    stack = dict(zip(cfg.stream_batches, cfg.stream_stacks, strict=True))[batch]
+    return {**STREAM_MODES, "device_stack": {"cut_on_device": True, "stack": stack}}
+
+
 _SAMPLERS: dict[tuple[str, int], Any] = {}
 
 
@@ -175,7 +206,7 @@ def warm_up(libs: dict[str, Any], paths: dict[str, Path], cfg: Config) -> None:
     for batch in cfg.stream_batches:
         for lib, (module, cls) in libs.items():
             if lib == "rlvault":
-                for kw in STREAM_MODES.values():
+                for kw in stream_modes(cfg, batch).values():
                     stream_epoch(cls, paths[lib], cfg, batch, **kw)
             state = read_all(lib, cls, paths[lib])
             sample_loop(cached_sampler(lib, module, cfg, batch), state, 2)
@@ -190,7 +221,7 @@ def stream_rates(libs: dict[str, Any], paths: dict[str, Path], cfg: Config) -> d
         r: dict[str, Any] = {}
         for lib, (module, cls) in libs.items():
             if lib == "rlvault":
-                for mode, kw in STREAM_MODES.items():
+                for mode, kw in stream_modes(cfg, batch).items():
                     for alone in (False, True):
                         run = partial(stream_epoch, cls, paths[lib], cfg, batch, not alone, **kw)
                         secs, (_, got) = timed(run)
@@ -198,6 +229,9 @@ def stream_rates(libs: dict[str, Any], paths: dict[str, Path], cfg: Config) -> d
                         r[name] = {"s": secs, "batches": got}
                 secs, _ = timed(partial(step_alone, cls, paths[lib], batch, n))
                 r["step_alone"] = {"s": secs, "batches": n}
+                stack = stream_modes(cfg, batch)["device_stack"]["stack"]
+                secs, _ = timed(partial(step_alone, cls, paths[lib], batch, n, stack))
+                r["scan_step_alone"] = {"s": secs, "batches": n // stack * stack}
             sample = cached_sampler(lib, module, cfg, batch)
             secs, _ = timed(partial(read_and_sample, lib, cls, paths[lib], sample, n))
             r[f"{lib}_read_sample"] = {"s": secs, "batches": n}
@@ -287,16 +321,22 @@ def table(summary: dict[str, Any], cfg: Config) -> list[str]:
     rows.add("vector", "stream one epoch to the device", "MB/s", rl.get("stream_mb_s"), None, True)
     for batch, rates in summary["stream_rates"].items():
         fb_rate = rates.get("flashbax_read_sample")
-        for mode, how in (("host", "cut on the host"), ("device", "cut_on_device")):
+        stack = stream_modes(cfg, int(batch))["device_stack"]["stack"]
+        modes = (("host", "cut on the host"), ("device", "cut_on_device"),
+                 ("device_stack", f"cut_on_device, stack={stack}, scanned step"))  # fmt: skip
+        for mode, how in modes:
             rows.add("vector", f"stream {int(batch):,} ({how}) vs Flashbax read + sample",
                      "batches/s", rates.get(f"rlvault_stream_{mode}"), fb_rate, True)  # fmt: skip
         rows.add("vector", f"read + sample {int(batch):,}, each library", "batches/s",
                  rates.get("rlvault_read_sample"), fb_rate, True)  # fmt: skip
-        for mode, how in (("host", "cut on the host"), ("device", "cut_on_device")):
+        for mode, how in modes:
+            how = how.split(", scanned")[0]
             rows.add("vector", f"stream {int(batch):,} ({how}), no step", "batches/s",
                      rates.get(f"rlvault_stream_{mode}_alone"), None, True)  # fmt: skip
         rows.add("vector", f"the jitted step alone, batches of {int(batch):,} (floor)",
                  "batches/s", rates.get("step_alone"), None, True)  # fmt: skip
+        rows.add("vector", f"the scanned step alone, stacks of {stack} x {int(batch):,} (floor)",
+                 "batches/s", rates.get("scan_step_alone"), None, True)  # fmt: skip
     return list(table_lines(rows.rows))
 
 
@@ -312,6 +352,11 @@ def main(argv: list[str] | None = None) -> int:
         type=lambda v: tuple(int(x) for x in v.split(",")),
         help="comma-separated batch sizes of the batches/s rows (default 256,4096)",
     )
+    p.add_argument(
+        "--stream-stacks",
+        type=lambda v: tuple(int(x) for x in v.split(",")),
+        help="the stack=S of each --stream-batches size for the stacked rows (default 32,4)",
+    )
     for name in ("rows", "steps", "batch", "batches", "rounds"):
         p.add_argument(f"--{name}", type=int, help=f"override the config's {name}")
     args = p.parse_args(argv)
@@ -322,6 +367,10 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     if args.stream_batches:
         cfg = dataclasses.replace(cfg, stream_batches=args.stream_batches)
+    if args.stream_stacks:
+        cfg = dataclasses.replace(cfg, stream_stacks=args.stream_stacks)
+    if len(cfg.stream_stacks) != len(cfg.stream_batches):
+        p.error(f"--stream-stacks needs one stack per stream batch size {cfg.stream_batches}")
     libs = load_libraries(args.no_flashbax, log)
     log(f"backend {jax.default_backend()}: {jax.devices()}; libraries {sorted(libs)}; {cfg}")
     with tempfile.TemporaryDirectory(prefix="bench_gpu_", dir=args.tmpdir) as tmp:

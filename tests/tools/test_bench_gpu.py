@@ -34,3 +34,10 @@ def test_bench_gpu_smoke(tmp_path: Path) -> None:
     if "flashbax" in doc["summary"]:  # dev installs it; both libraries stored the same bytes
         assert doc["summary"]["flashbax"]["read_all_mb_s"] > 0
     assert "| vector | read all to the device | MB/s |" in done.stdout
+    for batch, rates in doc["rounds"][0]["stream_rates"].items():
+        # stacked (counted per batch) or not, an epoch's stream yields the same batches
+        want = rates["rlvault_stream_device"]["batches"]
+        assert want == cfg["rows"] * cfg["steps"] // int(batch)
+        assert rates["rlvault_stream_device_stack"]["batches"] == want
+        assert rates["rlvault_stream_device_stack_alone"]["batches"] == want
+    assert "(cut_on_device, stack=8, scanned step) vs Flashbax" in done.stdout

@@ -156,7 +156,12 @@ class DatasetReadMethods:
         Args:
             sample_batch_size: sequences per batch.
             sequence_length: timesteps per sequence.
-            **options: as :meth:`Vault.as_dataset` takes them.
+            **options: as :meth:`Vault.as_dataset` takes them: ``shuffle``, ``seed``,
+                ``prefetch``, ``episode_aware``, ``stride``, ``block_timesteps``,
+                ``block_rows``, ``interleave``, ``run_blocks``, ``rows``, ``leaves``,
+                ``epochs``, ``drop_remainder``, ``device_put``, ``sharding``,
+                ``process_index``, ``process_count``, ``resume_at``, ``cut_on_device``,
+                ``stack`` (stacks of consecutive batches for a ``jax.lax.scan``).
 
         Returns:
             The stream.

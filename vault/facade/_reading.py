@@ -161,13 +161,15 @@ class ReadMethods:
                 ``block_timesteps``, ``block_rows``, ``interleave``, ``run_blocks``, ``rows``,
                 ``leaves``, ``epochs`` (``None``: forever), ``drop_remainder``,
                 ``device_put``, ``sharding``, ``process_index``, ``process_count``,
-                ``resume_at`` (see :class:`~vault.DatasetStream`).
+                ``resume_at``, ``cut_on_device``, ``stack`` (``stack`` consecutive batches
+                per item on a new leading axis, for a ``jax.lax.scan``) (see
+                :class:`~vault.DatasetStream`).
 
         Returns:
             An iterable of :class:`~vault.StreamBatch` whose ``state()`` checkpoints it.
 
         Raises:
-            VaultArgumentError: an unknown option, or one out of range.
+            VaultArgumentError: an unknown option, one out of range, or a ``stack`` below 1.
             VaultReadError: too little data for one batch, or ``episode_aware`` on a vault
                 without an episode index.
 

@@ -38,7 +38,8 @@ class BlockGroup:
 
 
 class PartialBatch:
-    """A batch being filled (it may take sequences from several groups)."""
+    """A pack of batches (or stacks) being filled: ``[capacity, seq, ...]`` per leaf (it may
+    take sequences from several groups)."""
 
     def __init__(self, arrays: list[np.ndarray], size: int) -> None:
         self.arrays = arrays
@@ -46,6 +47,29 @@ class PartialBatch:
         self.start = np.empty(size, np.int64)
         self.source = np.empty(size, np.int64)
         self.fill = 0
+
+    @classmethod
+    def allocate(
+        cls, offsets: list[int], shapes: list[tuple[int, ...]], dtypes: list[np.dtype]
+    ) -> PartialBatch:
+        """Empty output arrays, carved 64-byte aligned out of one allocation (JAX adopts
+        aligned buffers without a copy); ``offsets`` from :func:`batch_layout`."""
+        raw = np.empty(offsets[-1] + 64, np.uint8)
+        first = (-raw.ctypes.data) % 64
+        arrays = [
+            np.ndarray(shape, dt, raw, first + o)
+            for o, shape, dt in zip(offsets, shapes, dtypes, strict=False)
+        ]
+        return cls(arrays, shapes[0][0])
+
+    def take(self, flat: list[np.ndarray], base: np.ndarray, steps: np.ndarray) -> None:
+        """Copy the sequences of ``steps.size`` timesteps starting at ``base`` (of a group's
+        buffers ``flat``, seen as ``[rows * width, ...]``) into the next free places; the
+        caller records their metadata and advances ``fill``."""
+        idx = base[:, None] + steps if steps.size > 1 else base[:, None]
+        lo, hi = self.fill, self.fill + base.size
+        for out, leaf in zip(self.arrays, flat, strict=True):
+            np.take(leaf, idx, axis=0, out=out[lo:hi], mode="clip")
 
 
 def batch_layout(shapes: list[tuple[int, ...]], dtypes: list[np.dtype]) -> list[int]:

@@ -9,12 +9,16 @@ and gathers at the device's memory speed, which the per-batch host work no longe
 
 The batches and their order are exactly those of the host path: only the whole batches
 inside one group are cut on the device; a batch that spans two groups (and an epoch's
-incomplete last batch) is cut on the host as before.
+incomplete last batch) is cut on the host as before. With ``stack`` the unit is a stack of
+batches: a whole stack inside a group comes out of one gather as one array per leaf
+(``[stack, batch, seq, ...]``, never split and stacked again); a stack that spans two groups,
+and an epoch's short last stack, are cut on the host.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -50,19 +54,23 @@ def to_device(arrays: list[np.ndarray]) -> list[Any]:
 
 
 @functools.cache
-def _cut(count: int, batch: int, seq: int) -> Callable[..., Any]:
-    """A jitted ``(leaves, starts, first) -> [count batches of each leaf]``: the windows of
-    ``seq`` timesteps at ``starts[first : first + count * batch]`` of each flat leaf."""
+def _cut(count: int, item: tuple[int, ...], seq: int) -> Callable[..., Any]:
+    """A jitted ``(leaves, starts, first) -> [count items of each leaf]``: the windows of
+    ``seq`` timesteps at ``starts[first : first + count * prod(item)]`` of each flat leaf, each
+    item shaped ``[*item, seq, ...]`` (``item``: ``(batch,)``, or ``(stack, batch)``: a stack
+    comes out of the gather as one array)."""
     import jax
     import jax.numpy as jnp
 
+    unit = math.prod(item)
+
     def cut(leaves: list[Any], starts: Any, first: Any) -> list[tuple[Any, ...]]:
-        idx = jax.lax.dynamic_slice_in_dim(starts, first, count * batch)
+        idx = jax.lax.dynamic_slice_in_dim(starts, first, count * unit)
         window = idx[:, None] + jnp.arange(seq, dtype=idx.dtype)
         out = []
         for leaf in leaves:
             got = jnp.take(leaf, window, axis=0, mode="clip")
-            got = got.reshape(count, batch, seq, *leaf.shape[1:])
+            got = got.reshape(count, *item, seq, *leaf.shape[1:])
             out.append(tuple(got[i] for i in range(count)))
         return out
 
@@ -73,25 +81,29 @@ class DeviceGroup:
     """One group's leaves (flat: ``[rows * width, ...]``) and sequence starts on the device.
 
     ``starts`` index the flat leaves; they are padded (to a power of two of whole packs, so
-    that few shapes are ever compiled) and the padding's batches are never handed out.
+    that few shapes are ever compiled) and the padding's items are never handed out. An item
+    is a batch (``item=(batch,)``) or a stack of batches (``item=(stack, batch)``).
     """
 
-    def __init__(self, flat: list[np.ndarray], starts: np.ndarray, batch: int, pack: int) -> None:
+    def __init__(
+        self, flat: list[np.ndarray], starts: np.ndarray, item: tuple[int, ...], pack: int
+    ) -> None:
         import jax
 
-        self.batch, self.pack = batch, pack
-        self.count = starts.size // batch  # whole batches
-        size = max(1, -(-starts.size // (batch * pack))) * batch * pack
+        self.item, self.pack, self.unit = item, pack, math.prod(item)
+        self.count = starts.size // self.unit  # whole items
+        size = max(1, -(-starts.size // (self.unit * pack))) * self.unit * pack
         padded = np.zeros(1 << (size - 1).bit_length(), np.int32)
         padded[: starts.size] = starts
         self.leaves = jax.device_put(flat)
         self.starts = jax.device_put(padded)
 
-    def batches(self, seq: int) -> Any:
-        """Each whole batch's leaves (JAX arrays ``[batch, seq, ...]``), a pack at a time."""
-        cut = _cut(self.pack, self.batch, seq)
+    def items(self, seq: int) -> Any:
+        """Each whole item's leaves (JAX arrays ``[*item, seq, ...]``), a pack at a time: one
+        jitted gather per pack."""
+        cut = _cut(self.pack, self.item, seq)
         for first in range(0, self.count, self.pack):
-            per_leaf = cut(self.leaves, self.starts, np.int32(first * self.batch))
+            per_leaf = cut(self.leaves, self.starts, np.int32(first * self.unit))
             yield [list(leaves) for leaves in zip(*per_leaf, strict=True)][: self.count - first]
 
 

@@ -336,3 +336,21 @@ def end_free(flags: np.ndarray, head: int) -> np.ndarray:
     csum = np.zeros((flags.shape[0], flags.shape[1] + 1), np.int64)
     np.cumsum(flags, axis=1, out=csum[:, 1:])
     return np.asarray(csum[:, head : head + count] == csum[:, :count])
+
+
+def check_stream_memory(
+    lay: Layout, global_batch: int, prefetch: int, epochs: int | None, items_bytes: int
+) -> None:
+    """Refuse, before anything is allocated, a stream that would hold more than the
+    machine's memory: the groups of blocks read ahead plus the items cut ahead
+    (``items_bytes``)."""
+    group_bytes = min(lay.interleave, max(1, lay.n_blocks)) * lay.block_rows * lay.seg
+    ahead = prefetch
+    if epochs is not None:  # never more groups than the epochs have
+        ahead = min(ahead, epochs * lay.n_blocks)
+    check_memory(
+        f"as_dataset(sample_batch_size={global_batch}, sequence_length={lay.seq}, "
+        f"prefetch={prefetch}, interleave={lay.interleave})",
+        (1 + ahead) * group_bytes * lay.step_bytes + items_bytes,
+        "lower sample_batch_size, prefetch, interleave or block_timesteps",
+    )

@@ -36,15 +36,16 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from vault import _args
 from vault._errors import VaultArgumentError, VaultReadError
 from vault.commits._snapshot import Snapshot
 from vault.format import _structure
 from vault.read import _read
-from vault.stream._args import bool_arg, check_memory, end_leaves_of, int_arg, sources_arg
+from vault.stream._args import bool_arg, end_leaves_of, int_arg, sources_arg
 from vault.stream._buffers import BlockGroup, PartialBatch, batch_layout
 from vault.stream._device_cut import DeviceGroup, on_accelerator, rebuilder, to_device
 from vault.stream._hosts import check_sharding, local_batch_size, process_arg, to_global
-from vault.stream._layout import Layout, end_flags, end_free
+from vault.stream._layout import Layout, check_stream_memory, end_flags, end_free
 from vault.stream._prefetch import Stream
 from vault.stream._state import state_of
 
@@ -59,6 +60,8 @@ class StreamBatch(NamedTuple):
     Sequence ``i`` is ``read_numpy(rows=[row[i]], start=start[i], stop=start[i] +
     sequence_length)`` of source ``source[i]``. With a ``sharding`` the leaves are global
     ``jax.Array`` s and ``source``/``row``/``start`` describe this process's part of them.
+    With ``stack`` (:meth:`Vault.as_dataset`), an item holds consecutive batches of one epoch:
+    every array gains a leading axis (``[stack, batch, ...]``), ``epoch`` stays one int.
 
     Attributes:
         experience: the vault's structure (or ``{path: array}`` when ``leaves`` was given)
@@ -78,24 +81,6 @@ class StreamBatch(NamedTuple):
 
 
 # ------------------------------------------------------------------------------- as_dataset
-def check_stream_memory(plan: _Plan) -> None:
-    """Refuse, before anything is allocated, a stream that would hold more than the
-    machine's memory: the groups of blocks read ahead plus the batches cut ahead."""
-    lay = plan.layout
-    group_bytes = min(lay.interleave, max(1, lay.n_blocks)) * lay.block_rows * lay.seg
-    ahead = plan.prefetch
-    if plan.epochs is not None:  # never more groups than the epochs have
-        ahead = min(ahead, plan.epochs * lay.n_blocks)
-    held = (1 + ahead) * group_bytes * lay.step_bytes
-    held += (plan.queue_depth + 1) * plan.batch_layout[-1]
-    check_memory(
-        f"as_dataset(sample_batch_size={plan.global_batch}, sequence_length={lay.seq}, "
-        f"prefetch={plan.prefetch}, interleave={lay.interleave})",
-        held,
-        "lower sample_batch_size, prefetch, interleave or block_timesteps",
-    )
-
-
 class _Plan:
     """The producer of :func:`as_dataset`: it follows the layout's schedule, reads the blocks
     and cuts this process's batches (``batch`` sequences each; ``global_batch`` over every
@@ -115,9 +100,11 @@ class _Plan:
         sharding: Any = None,
         resume_at: tuple[int, int] = (0, 0),
         cut_on_device: bool = False,
+        stack: int | None = None,
     ) -> None:
         self.layout = lay = layout
         self.cut_on_device = cut_on_device
+        self.stack = stack  # batches per item, stacked on a new leading axis (None: one)
         self.first_epoch, self.skip = resume_at  # a checkpointed position: (epoch, batches)
         self.batch, self.global_batch, self.seq, self.head = batch, global_batch, lay.seq, lay.head
         self.shuffle, self.seed, self.prefetch = lay.shuffle, lay.seed, prefetch
@@ -129,20 +116,26 @@ class _Plan:
         self.out_count = len(self.names)
         self.items, self.dtypes = lay.items, lay.dtypes
         self.structure = lay.sources[0].snap.manifest.structure
-        batch_bytes = batch * lay.seq * sum(lay.row_bytes[: self.out_count])
-        # small batches are cut ``pack`` at a time (one gather per leaf) and handed over together;
-        # on the device, where the host cuts only the batches that span two groups, one by one
-        self.pack = max(1, min(MAX_PACK, PACK_BYTES // max(1, batch_bytes)))
-        self.capacity = batch if cut_on_device else self.pack * batch
+        # an item: a batch, or a stack of ``stack`` batches (``unit`` sequences)
+        self.unit = batch * (stack or 1)
+        unit_bytes = self.unit * lay.seq * sum(lay.row_bytes[: self.out_count])
+        # small items are cut ``pack`` at a time (one gather per leaf) and handed over together;
+        # on the device, where the host cuts only the items that span two groups, one by one
+        self.pack = max(1, min(MAX_PACK, PACK_BYTES // max(1, unit_bytes)))
+        self.capacity = self.unit if cut_on_device else self.pack * self.unit
         self.batch_shapes = [
             (self.capacity, lay.seq, *item) for item in self.items[: self.out_count]
         ]
         self.batch_layout = batch_layout(self.batch_shapes, self.dtypes)
         self.queue_depth = max(2, min(16, BATCH_QUEUE_BYTES // max(1, self.batch_layout[-1])))
-        check_stream_memory(self)
+        check_stream_memory(
+            lay, global_batch, prefetch, epochs, (self.queue_depth + 1) * self.batch_layout[-1]
+        )
         self._steps = np.arange(lay.seq, dtype=np.int64)
         self._tails: dict[int, list[np.ndarray]] = {}
         self._issued_blocks: list[int] = []
+        self._skip = self.skip  # batches still to pass over (a resumed stream)
+        self._epoch_items = 0  # items cut in the current epoch
 
     def _groups(
         self,
@@ -285,52 +278,47 @@ class _Plan:
             base, source, row, start = base[order], source[order], row[order], start[order]
         return base, source, row, start
 
-    def _new_batch(self) -> PartialBatch:
-        """Output arrays of one pack of batches, carved 64-byte aligned out of one allocation
-        (JAX adopts aligned buffers without a copy)."""
-        raw = np.empty(self.batch_layout[-1] + 64, np.uint8)
-        first = (-raw.ctypes.data) % 64
-        arrays = [
-            np.ndarray(shape, dt, raw, first + o)
-            for o, shape, dt in zip(
-                self.batch_layout, self.batch_shapes, self.dtypes[: self.out_count], strict=False
-            )
-        ]
-        return PartialBatch(arrays, self.capacity)
-
-    def _fill(self, pending: PartialBatch, flat: list[np.ndarray], base: np.ndarray) -> None:
-        """Copy the sequences starting at ``base`` (of the group's buffers ``flat``, seen as
-        ``[rows * width, ...]``) into the pending batch."""
-        idx = base[:, None] + self._steps if self.seq > 1 else base[:, None]
-        lo, hi = pending.fill, pending.fill + base.size
-        for out, leaf in zip(pending.arrays, flat, strict=True):
-            np.take(leaf, idx, axis=0, out=out[lo:hi], mode="clip")
-
     def _finish(self, pending: PartialBatch, epoch: int, last: bool) -> list[StreamBatch]:
-        """The pack's batches: its full ones, and at the end of an epoch (``last``) the
-        incomplete rest unless ``drop_remainder``."""
-        b = self.batch
-        n = pending.fill if last and not self.drop_remainder else pending.fill // b * b
-        if n == 0:
-            return []
-        arrays: list[Any] = [a[:n] for a in pending.arrays]
-        rows, starts, sources = pending.row[:n], pending.start[:n], pending.source[:n]
-        out = []
-        for i in range(0, n, b):
-            leaves = [a[i : i + b] for a in arrays]
+        """The pack's items: its whole ones, and at the end of an epoch (``last``) a short
+        stack of the whole batches left, then the incomplete rest unless ``drop_remainder``."""
+        b, unit, fill = self.batch, self.unit, pending.fill
+        whole = fill // b * b if last else fill // unit * unit
+        n = fill if last and not self.drop_remainder else whole
+        out, i = [], 0
+        while i < n:
+            size = min(unit, whole - i) if i < whole else n - i
+            part = slice(i, i + size)
+            leaves: list[Any] = [a[part] for a in pending.arrays]
+            meta = [pending.row[part], pending.start[part], pending.source[part]]
+            if self.stack is not None:  # views: the pack was cut straight into its stacks
+                k = max(1, size // b)
+                leaves = [a.reshape(k, size // k, *a.shape[1:]) for a in leaves]
+                meta = [m.reshape(k, size // k) for m in meta]
             if self.sharding is not None:
                 leaves = to_global(self.sharding, self.global_batch, leaves)
             elif self.device_put or self.cut_on_device:
                 leaves = to_device(leaves)
-            where = slice(i, i + b)
-            out.append(self._emit(leaves, rows[where], starts[where], epoch, sources[where]))
-        arrays.clear()
+            item = self._emit(leaves, meta[0], meta[1], epoch, meta[2])
+            if item is not None:
+                out.append(item)
+            i += size
         return out
 
     def _emit(
         self, leaves: list[Any], row: np.ndarray, start: np.ndarray, epoch: int, source: np.ndarray
-    ) -> StreamBatch:
-        """A batch of the leaves (in the stream's structure, or a dict of its leaf paths)."""
+    ) -> StreamBatch | None:
+        """An item of the leaves (in the stream's structure, or a dict of its leaf paths); None
+        while a resumed stream passes over the batches before its position."""
+        self._epoch_items += 1
+        if self._skip:
+            count = row.shape[0] if self.stack is not None else 1
+            if self._skip >= count:
+                self._skip -= count
+                leaves.clear()
+                return None
+            skip, self._skip = self._skip, 0  # resumed inside a stack: the rest of it
+            leaves = [x[skip:] for x in leaves]
+            row, start, source = row[skip:], start[skip:], source[skip:]
         if not self.structured:
             experience: Any = dict(zip(self.names, leaves, strict=True))
         elif self._rebuild is not None:
@@ -351,14 +339,15 @@ class _Plan:
         pos: int,
         stop: int,
     ) -> Generator[list[StreamBatch], None, PartialBatch | None]:
-        """Copy the sequences ``[pos, stop)`` into batches on the host, yielding each full
+        """Copy the sequences ``[pos, stop)`` into items on the host, yielding each full
         pack; return the pack begun and not yet full."""
         row, start, source = where
         while pos < stop:
             if pending is None:
-                pending = self._new_batch()
+                out_dtypes = self.dtypes[: self.out_count]
+                pending = PartialBatch.allocate(self.batch_layout, self.batch_shapes, out_dtypes)
             take = min(self.capacity - pending.fill, stop - pos)
-            self._fill(pending, flat, base[pos : pos + take])
+            pending.take(flat, base[pos : pos + take], self._steps)
             fill = slice(pending.fill, pending.fill + take)
             pending.row[fill] = row[pos : pos + take]
             pending.start[fill] = start[pos : pos + take]
@@ -366,9 +355,9 @@ class _Plan:
             pending.fill += take
             pos += take
             if pending.fill == self.capacity:
-                batches, pending = self._finish(pending, epoch, False), None
-                self._epoch_batches += len(batches)
-                yield batches
+                items, pending = self._finish(pending, epoch, False), None
+                if items:
+                    yield items
         return pending
 
     def _device_cut(
@@ -380,34 +369,33 @@ class _Plan:
         pos: int,
         stop: int,
     ) -> Generator[list[StreamBatch], None, None]:
-        """The whole batches of the sequences ``[pos, stop)``, cut on the device a pack at a
-        time (``vault/stream/_device_cut.py``)."""
+        """The whole items of the sequences ``[pos, stop)``, cut on the device a pack at a
+        time, a stack by one gather (``vault/stream/_device_cut.py``)."""
         if stop == pos:
             return
-        group, b = DeviceGroup(flat, base[pos:stop], self.batch, self.pack), self.batch
-        for pack in group.batches(self.seq):
+        shape = (self.batch,) if self.stack is None else (self.stack, self.batch)
+        group, unit = DeviceGroup(flat, base[pos:stop], shape, self.pack), self.unit
+        for pack in group.items(self.seq):
             out = []
             for leaves in pack:
-                part = [x[pos : pos + b] for x in where]
-                out.append(self._emit(leaves, part[0], part[1], epoch, part[2]))
-                pos += b
-            self._epoch_batches += len(out)
-            yield out
+                meta = [x[pos : pos + unit].reshape(shape) for x in where]
+                item = self._emit(leaves, meta[0], meta[1], epoch, meta[2])
+                if item is not None:
+                    out.append(item)
+                pos += unit
+            if out:
+                yield out
 
     # ------------------------------------------------------------------------- producer
     def batches(self) -> Generator[list[StreamBatch], None, None]:
-        """The batches a pack at a time (non-empty lists), less the ``skip`` first ones (a
-        resumed stream: cut again, never handed over)."""
-        skip = self.skip
-        for pack in self._produce():
-            if skip >= len(pack):
-                skip -= len(pack)
-                continue
-            yield pack[skip:]
-            skip = 0
+        """The items (batches, or stacks of them) a pack at a time (non-empty lists), less the
+        ``skip`` first batches (a resumed stream: cut again, never handed over; resumed inside
+        a stack, the rest of that stack comes first)."""
+        self._skip = self.skip
+        return self._produce()
 
     def _produce(self) -> Generator[list[StreamBatch], None, None]:
-        """The producer: yields the batches a pack at a time (non-empty lists)."""
+        """The producer: yields the items a pack at a time (non-empty lists)."""
         groups = self._groups()
         inflight: collections.deque[BlockGroup] = collections.deque()
 
@@ -419,7 +407,7 @@ class _Plan:
             return True
 
         pending: PartialBatch | None = None
-        self._epoch_batches = 0
+        self._epoch_items = 0
         try:
             while inflight or issue_next():
                 group = inflight.popleft()
@@ -428,7 +416,7 @@ class _Plan:
                 try:
                     self._complete(group)
                 except Exception:
-                    if pending is not None:  # hand over the whole batches cut before it
+                    if pending is not None:  # hand over the whole items cut before it
                         early, pending = self._finish(pending, group.epoch, False), None
                         if early:
                             yield early
@@ -436,30 +424,38 @@ class _Plan:
                 base, source, row, start = self._starts(group)
                 flat = [buf.reshape(-1, *buf.shape[2:]) for buf in group.buffers[: self.out_count]]
                 where, epoch, pos, n = (row, start, source), group.epoch, 0, base.size
-                if self.cut_on_device:  # the host tops up a batch begun before; then the device
-                    pos = 0 if pending is None else min(self.batch - pending.fill, n)
+                if self.cut_on_device:  # the host tops up an item begun before; then the device
+                    pos = 0 if pending is None else min(self.unit - pending.fill, n)
                     pending = yield from self._host_cut(pending, flat, base, where, epoch, 0, pos)
-                    whole = pos + (n - pos) // self.batch * self.batch
+                    whole = pos + (n - pos) // self.unit * self.unit
                     yield from self._device_cut(flat, base, where, epoch, pos, whole)
                     pos = whole
                 pending = yield from self._host_cut(pending, flat, base, where, epoch, pos, n)
                 del group.buffers[:], flat[:]  # release the block before the next is read
                 if group.last:
                     if pending is not None:
-                        batches = self._finish(pending, epoch, True)
-                        if batches:
-                            self._epoch_batches += len(batches)
-                            yield batches
+                        items = self._finish(pending, epoch, True)
+                        if items:
+                            yield items
                     pending = None
-                    if self._epoch_batches == 0 and self.epochs is None:
+                    if self._epoch_items == 0 and self.epochs is None:
                         raise self._no_batch()
-                    self._epoch_batches = 0
+                    self._epoch_items = 0
         finally:
             self._cancel(inflight)
 
 
 class DatasetStream(Stream[StreamBatch]):
     """The iterator :meth:`Vault.as_dataset` returns, with the layout it chose (ints).
+
+    Its items are :class:`StreamBatch` items: one batch each, or with ``stack=S`` a stack of
+    ``S`` consecutive batches of one epoch on a new leading axis (leaves ``[S, batch,
+    sequence_length, ...]``, ``row``/``start``/``source`` ``[S, batch]``), for a
+    ``jax.lax.scan`` over them in one jitted call: exactly the unstacked stream's batches, in
+    its order. An epoch's last stack is shorter when its batch count is not a multiple of
+    ``S`` (a jitted scan compiles once more for it); without ``drop_remainder`` the
+    incomplete last batch follows alone (``[1, rest, ...]``). :meth:`state` counts batches,
+    whatever the stack.
 
     Attributes:
         block_timesteps: timesteps of one block.
@@ -482,6 +478,7 @@ class DatasetStream(Stream[StreamBatch]):
         self._args = args or {}  # how it was made, for state()
         self._pins = [(s.snap.where, s.snap.commit) for s in lay.sources]
         self._position = plan.first_epoch, plan.skip  # of the next batch handed over
+        self._stacked = plan.stack is not None
         self.block_timesteps = lay.block
         self.block_rows = lay.block_rows
         self.block_bytes = lay.block * lay.block_rows * lay.step_bytes
@@ -495,7 +492,8 @@ class DatasetStream(Stream[StreamBatch]):
 
     def __next__(self) -> StreamBatch:
         batch, (epoch, count) = super().__next__(), self._position
-        self._position = (batch.epoch, count + 1 if batch.epoch == epoch else 1)
+        n = batch.row.shape[0] if self._stacked else 1  # the batches it holds
+        self._position = (batch.epoch, count + n if batch.epoch == epoch else n)
         return batch
 
     def state(self) -> dict[str, Any]:
@@ -535,6 +533,7 @@ def as_dataset(
     process_count: int | None = None,
     resume_at: tuple[int, int] = (0, 0),
     cut_on_device: bool = False,
+    stack: int | None = None,
 ) -> DatasetStream:
     """Batches of sequences streamed from disk, for data larger than memory.
 
@@ -600,15 +599,28 @@ def as_dataset(
             the done/truncated leaves once when the stream is made, to count the shares.
         resume_at: ``(epoch, batch)`` to start from (set by :func:`vault.resume_stream` from
             :meth:`DatasetStream.state`; the batches before it are cut again, not yielded).
+        stack: hand over ``stack`` consecutive batches per item, stacked on a new leading
+            axis, for a ``jax.lax.scan`` over them in one jitted call (one dispatch per stack
+            instead of one per batch): every leaf ``[stack, sample_batch_size,
+            sequence_length, ...]``, ``row``/``start``/``source`` ``[stack, batch]``. Exactly
+            the unstacked stream's batches in its order; stack ``k`` of an epoch holds its
+            batches ``[k * stack, (k + 1) * stack)``, so the epoch's last stack is shorter
+            when its batch count is not a multiple of ``stack`` (a jitted scan compiles once
+            more for it), and without ``drop_remainder`` the incomplete last batch follows
+            alone, ``[1, rest, ...]``. Never across epochs. With ``cut_on_device`` a stack is
+            one gather on the device (a stack spanning two groups is cut on the host); on
+            the host it is cut straight into one array per leaf. A stream resumed inside a
+            stack first yields the rest of it. Not with a ``sharding``. Default ``None``:
+            one batch per item.
 
     Memory: about ``(1 + prefetch) * interleave`` blocks (``DatasetStream.block_bytes`` is
-    one), TensorStore's buffers for the chunks being decoded, and 2 to 16 batches (about
-    4 MiB) cut ahead of the consumer; a stream that would hold more than the machine's memory
-    is refused (:class:`VaultReadError`) before anything is allocated. Every argument is
-    checked at the call (a wrong type is :class:`VaultArgumentError`, flags must be bools).
-    The returned :class:`DatasetStream` is an iterator and a context manager; ``close()`` (or
-    leaving the ``with`` block, or dropping it) stops its thread. Errors met while reading
-    (for example :class:`VaultCorruptError`) are raised by ``next()``.
+    one), TensorStore's buffers for the chunks being decoded, and 2 to 16 batches or stacks
+    (about 4 MiB, at least 2) cut ahead of the consumer; a stream that would hold more than
+    the machine's memory is refused (:class:`VaultReadError`) before anything is allocated.
+    Every argument is checked at the call (a wrong type is :class:`VaultArgumentError`, flags
+    must be bools). The returned :class:`DatasetStream` is an iterator and a context manager;
+    ``close()`` (or leaving the ``with`` block, or dropping it) stops its thread. Errors met
+    while reading (for example :class:`VaultCorruptError`) are raised by ``next()``.
     """
     args = dict(locals())
     for name in ("snaps", "resume_at", "sharding", "process_index"):
@@ -622,6 +634,15 @@ def as_dataset(
     args["process_count"] = process[1]
     local = local_batch_size(batch, process[1])
     drop_remainder = bool_arg("drop_remainder", drop_remainder)
+    if stack is not None:
+        args["stack"] = stack = _args.int_arg("stack", stack, 1)
+        if sharding is not None:
+            raise VaultArgumentError(
+                f"stack={stack} hands over this process's batches stacked on a new leading "
+                "axis; sharding= builds global batches along the first axis: give one or the "
+                "other (to shard stacks, build them from the stacked leaves with "
+                "jax.make_array_from_process_local_data and a sharding of [stack, batch, ...])"
+            )
     if bool_arg("cut_on_device", cut_on_device) and sharding is not None:
         raise VaultArgumentError(
             "cut_on_device=True cuts batches on JAX's default device; with a sharding= the "
@@ -662,5 +683,6 @@ def as_dataset(
         sharding=sharding,
         resume_at=resume_at,
         cut_on_device=cut_on_device,
+        stack=stack,
     )
     return DatasetStream(plan, args)
