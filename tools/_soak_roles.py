@@ -160,10 +160,20 @@ def _open_generation(location: str, gen: int, storage: dict[str, Any] | None) ->
         break_lock(where)  # the conductor killed its writer: its lease outlives it
         return Vault.open(where, "a", storage=storage)
     example = {k: v[0, 0] for k, v in content(np.arange(1), np.arange(1)).items()}
-    try:
+
+    def create() -> Any:
         return Vault.create(
             where, example, rows=ROWS, done_leaf="done", reward_leaf="reward", storage=storage
         )
+
+    try:
+        try:
+            return create()
+        except VaultLockedError:  # a creation killed half-way: its lease outlives it
+            if not location.startswith("s3://"):
+                raise
+            break_lock(where)
+            return create()  # (takes the interrupted creation over)
     except Exception:
         if location.startswith("s3://"):
             raise
@@ -185,7 +195,12 @@ def run_writer(args: argparse.Namespace, board: Board) -> None:
     writes = 0
     while True:
         if vault.committed_length >= args.generation_steps:
-            vault.close()
+            try:
+                vault.close()  # a background write that failed is reported here
+            except VaultError as err:
+                if not disk_full(err):
+                    raise
+                _disk_full(stats, board)  # (the lock is released: close frees it in any case)
             gen += 1
             vault = _retry_full(
                 lambda g=gen: _open_generation(args.location, g, args.storage), stats, board
@@ -226,10 +241,15 @@ def run_writer(args: argparse.Namespace, board: Board) -> None:
         except VaultError as err:
             if not disk_full(err):
                 raise
-            stats["disk_full"] += 1
-            board.put("writer", stats)
-            board.put("disk_full_seen", time.time())
-            _wait_for_space(board)
+            _disk_full(stats, board)
+
+
+def _disk_full(stats: dict[str, Any], board: Board) -> None:
+    """Count a write refused by the full disk and wait until the conductor frees it."""
+    stats["disk_full"] += 1
+    board.put("writer", stats)
+    board.put("disk_full_seen", time.time())
+    _wait_for_space(board)
 
 
 def _ring(vault: Any) -> Ring:
@@ -256,10 +276,7 @@ def _retry_full(make: Any, stats: dict[str, Any], board: Board) -> Any:
         except VaultError as err:
             if not disk_full(err):
                 raise
-            stats["disk_full"] += 1
-            board.put("writer", stats)
-            board.put("disk_full_seen", time.time())
-            _wait_for_space(board)
+            _disk_full(stats, board)
 
 
 def _wait_for_space(board: Board) -> None:

@@ -365,8 +365,8 @@ def test_derived_vaults_between_disk_and_s3_and_interrupted_builds(
     assert vault.find_vaults(parent) == []  # never listed as a vault
     with pytest.raises(vault.VaultNotFoundError):
         Vault.open(dest)
-    with pytest.raises(vault.VaultExistsError, match="unfinished copy"):
-        Vault.create(dest, EXAMPLE, rows=ROWS)
+    # (it died before its first commit: a Vault.create there would take it over, as a build
+    # does; tests/vault/test_create_interrupted.py)
     out = vault.derive_slice(src, dest, rows=[0])  # the next build clears it
     np.testing.assert_array_equal(out.read_numpy()["obs"], expected(4)[:1])
     assert [f.location for f in vault.find_vaults(parent)] == [dest]

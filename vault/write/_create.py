@@ -31,13 +31,17 @@ from vault.format._episodes import index_metadata
 from vault.format._limits import MAX_CHUNK_BYTES, MAX_RECORD_BYTES
 from vault.format._records import (
     BOUNDS,
+    COMMIT_ATTR,
     COMMIT_KEY,
     EPISODES,
     EXPERIENCE,
     HISTORY,
+    LOCK_DIR,
     MANIFEST_ATTR,
     MANIFEST_KEY,
     RETURNS,
+    TAGS,
+    TRASH_DIR,
     ZARR_JSON,
     CommitRecord,
     EpisodeLeaves,
@@ -59,6 +63,7 @@ from vault.storage._arrays import (
     dimension_names,
 )
 from vault.storage._location import Location
+from vault.write._faults import run_point
 from vault.write._plan import BufferView
 from vault.write._writer import Writer
 
@@ -268,19 +273,26 @@ def create_vault(location: Location, manifest: Manifest, publish: bool = True) -
             "Vault.open(path, mode='a'); to start afresh, choose a new path or delete the old "
             "one first"
         )
+    interrupted = False
     if not location.is_empty():
-        if location.abandoned_build():
+        interrupted = interrupted_create(location)
+        if interrupted:
+            pass  # taken over below, once the writer lock shows that its creator is gone
+        elif location.abandoned_build():
             raise VaultExistsError(
                 f"{location} holds an unfinished copy (a derive or import that was "
                 "interrupted): run it again to replace it, or delete what is there"
             )
-        raise VaultExistsError(
-            f"{location} is not empty and holds no vault ({_contents(location)}): "
-            "create the vault in a new or empty directory, or move what is there away"
-        )
+        else:
+            raise VaultExistsError(
+                f"{location} is not empty and holds no vault ({_contents(location)}): "
+                "create the vault in a new or empty directory, or move what is there away"
+            )
     location.prepare()
-    lock = location.writer_lock()
+    lock = location.writer_lock()  # a creator still at work holds it: VaultLockedError
     try:
+        if interrupted:
+            _remove_creation(location)
         location.recover()
         with location.failures("create the vault", "free space there and try again"):
             materialise(location, manifest, publish)
@@ -291,6 +303,47 @@ def create_vault(location: Location, manifest: Manifest, publish: bool = True) -
             location.clear()
         lock.release()
         raise
+
+
+CREATION_NAMES = frozenset(
+    {LOCK_DIR, EXPERIENCE, EPISODES, COMMIT_KEY.partition("/")[0], HISTORY, TAGS, TRASH_DIR}
+)
+"""The top-level names a ``Vault.create`` makes before its manifest."""
+
+
+def interrupted_create(location: Location) -> bool:
+    """Whether ``location`` holds only what a ``Vault.create`` stopped half-way leaves (its
+    process killed before the manifest, written last, was published): no manifest, nothing
+    but a vault's own top-level names, and no commit record beyond an empty vault's. Such a
+    location holds no data, and a new create may take it over (with the writer lock, so never
+    while its creator still runs)."""
+    if location.read(MANIFEST_KEY) is not None:
+        return False
+    try:
+        keys = location.kvstore().list().result()
+    except (OSError, ValueError):  # a file where the vault's directory would be
+        return False
+    top = {bytes(k).decode(errors="replace").partition("/")[0] for k in keys}
+    if not top or not top <= CREATION_NAMES:
+        return False
+    raw = location.read(COMMIT_KEY)
+    if raw is None:
+        return True
+    try:
+        record = json.loads(raw)["attributes"][COMMIT_ATTR]
+    except (ValueError, KeyError, TypeError):
+        return False  # not a commit record this writer made: leave it to the user
+    return isinstance(record, dict) and record.get("committed_length") == 0
+
+
+def _remove_creation(location: Location) -> None:
+    """Remove what an interrupted create left, but the writer lock (held now)."""
+    import tensorstore as ts
+
+    kv = location.kvstore()
+    with location.failures("remove an interrupted creation", "free space there and try again"):
+        for name in sorted(CREATION_NAMES - {LOCK_DIR}):
+            kv.delete_range(ts.KvStore.KeyRange(f"{name}/", f"{name}0")).result()
 
 
 def initial_commit(manifest: Manifest) -> CommitRecord:
@@ -336,7 +389,7 @@ def materialise(location: Location, manifest: Manifest, publish: bool = True) ->
     commit = initial_commit(manifest)
     kv.write(COMMIT_KEY, commit.to_bytes()).result()
     if publish:
-        publish_manifest(location, manifest)
+        run_point("create", {}, lambda: publish_manifest(location, manifest))
     return commit
 
 

@@ -23,6 +23,9 @@ Points, in the order an append runs them:
   ``info = {"length", "episodes"}``.
 * ``"fence"``: only where the writer lock is a lease (object stores), once when a writer
   starts: rewriting the commit record so that an earlier holder cannot commit; ``info = {}``.
+* ``"create"``: not an append's: ``Vault.create`` publishing the new vault's manifest, the
+  last step of a creation (its arrays, groups and empty commit record are made); ``info = {}``.
+  A creation stopped before it is taken over by the next ``Vault.create`` there.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any, TypeVar
 R = TypeVar("R")
 FaultHook = Callable[[str, dict[str, Any], Callable[[], Any]], Any]
 """The type of a fault hook: ``hook(point, info, step)``, see :func:`set_fault_hook`."""
-FAULT_POINTS = ("append", "resize", "grow", "index", "commit", "trim", "fence")
+FAULT_POINTS = ("append", "resize", "grow", "index", "commit", "trim", "fence", "create")
 """The fault points, in the order an append runs them.
 
 ``"append"`` (the whole append job), ``"resize"`` (growing the arrays' time axis),
