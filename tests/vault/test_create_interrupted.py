@@ -83,7 +83,7 @@ def test_a_create_killed_before_its_manifest_is_taken_over_on_s3(s3_env: Any) ->
     where = f"s3://{s3_env.bucket}/t-{uuid.uuid4().hex[:12]}/v"
     killed_create(where)
     # its lease outlives it: a creator that may still be at work is never overrun
-    with pytest.raises(VaultLockedError, match="holds the writer lock|lease"):
+    with pytest.raises(VaultLockedError, match=r"holds the writer lock|lease"):
         Vault.create(where, EXAMPLE, rows=ROWS, done_leaf="done")
     assert vault.break_lock(where)  # `vault unlock`: the creator is known dead
     create_appends_and_reads(where)
@@ -95,7 +95,7 @@ def test_data_without_a_manifest_is_never_taken_over(tmp_path: Path) -> None:
         v.append(data(0, 5))
     (where / "zarr.json").unlink()  # a vault whose manifest was lost: its data is not
     before = sorted(p.relative_to(where) for p in where.rglob("*"))
-    with pytest.raises(VaultExistsError, match="holds an unfinished copy|holds no vault"):
+    with pytest.raises(VaultExistsError, match=r"holds an unfinished copy|holds no vault"):
         Vault.create(where, EXAMPLE, rows=ROWS, done_leaf="done")
     assert sorted(p.relative_to(where) for p in where.rglob("*")) == before
 
@@ -104,6 +104,6 @@ def test_a_location_with_other_files_is_never_taken_over(tmp_path: Path) -> None
     where = str(tmp_path / "v")
     killed_create(where)
     (Path(where) / "notes.txt").write_text("mine")  # something a creation never makes
-    with pytest.raises(VaultExistsError, match="holds an unfinished copy|holds no vault"):
+    with pytest.raises(VaultExistsError, match=r"holds an unfinished copy|holds no vault"):
         Vault.create(where, EXAMPLE, rows=ROWS, done_leaf="done")
     assert (Path(where) / "notes.txt").read_text() == "mine"
