@@ -14,7 +14,8 @@ round every measurement runs cold (every vault file's pages dropped from the pag
 * read all: ``vault.read_numpy()`` of every leaf; MB/s = raw bytes / seconds (MB = 10**6 B);
 * streaming: one epoch of ``vault.as_dataset(...)`` per configuration, with the default
   ``device_put`` (on CPU: numpy batches, which a jitted step takes as they are) unless the
-  label says ``JAX arrays (device_put=True)``. The consumer calls
+  label says ``JAX arrays (device_put=True)``; ``stack=32``: 32 batches handed over at a
+  time, stacked (one JAX array per leaf per stack; batches/s counts batches). The consumer calls
   ``jax.block_until_ready(batch.experience)`` on each batch, or, where the label says
   ``consumer: a jitted step``, a jitted function that takes every leaf (numpy leaves are
   copied in by that call), blocking on its result. Reported: batches/s; yielded MB/s (bytes
@@ -109,6 +110,12 @@ FORCED = (
         {"sample_batch_size": 256, "sequence_length": 1, "device_put": True},
     ),
 )
+STACKED = (
+    (
+        "shuffled, L=1, batch 256, stack=32" + JAX_ARRAYS,
+        {"sample_batch_size": 256, "sequence_length": 1, "device_put": True, "stack": 32},
+    ),
+)
 FORCED_BIG = (
     (
         "shuffled, L=1, batch 4096" + JAX_ARRAYS,
@@ -121,7 +128,7 @@ STEPPED = tuple(
 )
 STREAMS = {
     "image": COMMON + FORCED,
-    "vector": COMMON + BIG_BATCH + FORCED + FORCED_BIG + STEPPED,
+    "vector": COMMON + BIG_BATCH + FORCED + STACKED + FORCED_BIG + STEPPED,
 }
 
 FULL = Config(
@@ -223,7 +230,7 @@ def stream_epoch(path: Path, kwargs: dict[str, Any]) -> dict[str, Any]:
                 _step(batch.experience).block_until_ready()
             else:
                 jax.block_until_ready(batch.experience)
-            batches += 1
+            batches += batch.row.shape[0] if batch.row.ndim > 1 else 1  # (stack=S: S batches)
             yielded += tree_nbytes(batch.experience)
     return {"batches": batches, "yielded_bytes": yielded, "block_bytes": stream.block_bytes}
 
