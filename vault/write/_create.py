@@ -273,23 +273,24 @@ def create_vault(location: Location, manifest: Manifest, publish: bool = True) -
             "Vault.open(path, mode='a'); to start afresh, choose a new path or delete the old "
             "one first"
         )
-    interrupted = False
-    if not location.is_empty():
-        interrupted = interrupted_create(location)
-        if interrupted:
-            pass  # taken over below, once the writer lock shows that its creator is gone
-        elif location.abandoned_build():
+    # a creation stopped half-way is taken over, once the writer lock shows its creator gone
+    empty = location.is_empty()
+    interrupted = not empty and interrupted_create(location)
+    if not interrupted and not empty:
+        if location.abandoned_build():
             raise VaultExistsError(
                 f"{location} holds an unfinished copy (a derive or import that was "
                 "interrupted): run it again to replace it, or delete what is there"
             )
-        else:
-            raise VaultExistsError(
-                f"{location} is not empty and holds no vault ({_contents(location)}): "
-                "create the vault in a new or empty directory, or move what is there away"
-            )
+        raise VaultExistsError(
+            f"{location} is not empty and holds no vault ({_contents(location)}): "
+            "create the vault in a new or empty directory, or move what is there away"
+        )
     location.prepare()
     lock = location.writer_lock()  # a creator still at work holds it: VaultLockedError
+    if interrupted and not interrupted_create(location):  # created meanwhile: not ours
+        lock.release()
+        raise VaultExistsError(f"a Zarr node already exists at {location}: created meanwhile")
     try:
         if interrupted:
             _remove_creation(location)
