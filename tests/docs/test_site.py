@@ -22,8 +22,10 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _markdown_blocks import ROOT
@@ -82,6 +84,21 @@ def test_the_site_builds_strictly(built: tuple[subprocess.CompletedProcess, Path
     changelog = (site / "changelog" / "index.html").read_text()
     assert "0.1.0" in changelog  # CHANGELOG.md, included
     assert "--8&lt;--" not in changelog
+
+
+def settled_hrefs(page: Any, timeout: float = 15.0) -> list[str]:
+    """The search results' links once the list stops changing (it is re-rendered as each typed
+    letter's results arrive): read whole, in one evaluation, until two reads agree."""
+    links = page.locator("a.md-search-result__link")
+    read = 'els => els.map(e => e.getAttribute("href"))'
+    last, deadline = links.evaluate_all(read), time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        page.wait_for_timeout(300)
+        now = links.evaluate_all(read)
+        if now == last:
+            return list(now)
+        last = now
+    return list(last)
 
 
 def test_the_search_index_holds_every_public_name(
@@ -164,8 +181,7 @@ def test_the_site_renders_in_chromium_without_errors(served: str, tmp_path: Path
                 search.fill("")
                 search.press_sequentially(query)  # typed, as a reader types
                 page.locator(".md-search-result__item").first.wait_for(timeout=15_000)
-                links = page.locator("a.md-search-result__link")
-                found[query] = [links.nth(i).get_attribute("href") for i in range(links.count())]
+                found[query] = settled_hrefs(page)
         finally:
             browser.close()
     assert not problems, problems
