@@ -209,6 +209,32 @@ def test_a_writer_that_lost_its_lease_can_never_commit(s3_env: S3TestServer) -> 
     assert vault.verify(loc).ok
 
 
+def test_a_writer_whose_lease_was_broken_writes_no_data_once_its_last_check_is_stale(
+    s3_env: S3TestServer,
+) -> None:
+    """Each commit sends the next append's lease check with it; an append that starts later
+    than ``CHECK_FRESH`` after that sends its own, so a writer whose lease was broken and taken
+    meanwhile PUTs no chunk at all (the new holder's data stays untouched)."""
+    from vault.storage._s3 import CHECK_FRESH
+
+    loc = fresh(s3_env)
+    old = Vault.create(loc, EXAMPLE, rows=ROWS, done_leaf="done")
+    old.append(block(0))
+    old.append(block(1))  # its commit sent a lease check that saw the lease held
+    assert vault.break_lock(loc)
+    new = Vault.open(loc, "a")
+    new.append(block(2))
+    kv = parse_location(loc).kvstore()
+    before = {bytes(k): kv.read(k).result().stamp.generation for k in kv.list().result()}
+    time.sleep(2 * CHECK_FRESH)
+    with pytest.raises(VaultLockedError, match="lost its lock"):
+        old.append(block(99))
+    after = {bytes(k): kv.read(k).result().stamp.generation for k in kv.list().result()}
+    assert after == before  # not one object written or replaced
+    new.close()
+    np.testing.assert_array_equal(Vault.open(loc).read_numpy()["obs"], expected(3))
+
+
 def test_a_stale_commit_after_a_takeover_is_refused_by_fencing(s3_env: S3TestServer) -> None:
     """The fence alone (no lease check): a writer whose commit-record generation is stale
     cannot replace the record, even if it believes it holds the lock."""

@@ -58,7 +58,10 @@ class LeaseLock(WriterLock, Protocol):
     """What the relay needs of the writer lock: fenced records (``S3Lease``)."""
 
     def fence_all(
-        self, rewrites: Mapping[str, Callable[[bytes | None], bytes]], doing: str = ...
+        self,
+        rewrites: Mapping[str, Callable[[bytes | None], bytes]],
+        doing: str = ...,
+        reads: Mapping[str, Any] | None = ...,
     ) -> dict[str, bytes]: ...
 
     def replace_all(self, values: Mapping[str, bytes], doing: str = ...) -> None: ...
@@ -70,6 +73,8 @@ class LeaseLock(WriterLock, Protocol):
     def read_all(self, keys: list[str], doing: str = ...) -> dict[str, bytes | None]: ...
 
     def start_check(self) -> Callable[[], None]: ...
+
+    def send_check(self) -> None: ...
 
 
 def array_keys(snap: Any) -> list[str]:
@@ -83,12 +88,13 @@ def meta_key(key: str) -> str:
 
 
 def grown(need: int, size: int, step: int) -> int:
-    """The time length to grow an array of ``size`` to for ``need``: at least twice as long
-    (on disk ``vault.write._commit.grow`` grows by a quarter), in whole chunks. Each growth is a
-    fenced PUT of every array's metadata, and the handles reopened after it; doubling makes
-    them O(log n) over a writer's appends (the overshoot is trimmed at close, and readers
-    read up to the committed length only)."""
-    return -(-max(need, 2 * size) // step) * step
+    """The time length to grow an array of ``size`` to for ``need``: twice ``need`` and at
+    least four times ``size`` (on disk ``vault.write._commit.grow`` grows by a quarter), in
+    whole chunks. Each growth is a fenced PUT of the array's metadata, and its handle reopened
+    after it; growing fourfold makes them O(log n) over a writer's appends, and a writer that
+    appends steady blocks grows once every few doublings of its length (the overshoot is
+    trimmed at close, and readers read up to the committed length only)."""
+    return -(-max(2 * need, 4 * size) // step) * step
 
 
 class WriteRelay:
@@ -107,6 +113,7 @@ class WriteRelay:
         self._staged: list[tuple[Any, Any, list[tuple[str, int]], int]] = []
         self._tails: dict[str, bytes] = {}
         self._puts: list[Any] = []
+        self._claims: dict[str, Any] = {}  # the claim's reads, sent by :meth:`prepare`
         weakref.finalize(self, _relay.forget, self.prefix)  # a writer dropped unclosed
 
     # ----------------------------------------------------------------------- lifecycle
@@ -121,6 +128,7 @@ class WriteRelay:
         self._staged.clear()
         self._tails.clear()
         self._puts.clear()
+        self._claims.clear()
 
     def close(self) -> None:
         self.reset()
@@ -133,6 +141,8 @@ class WriteRelay:
         if self._loaded:
             return
         kv = snap.location.kvstore()
+        if self.docs is None:  # the claim's reads (:meth:`grow`), sent with these
+            self._claims = {meta_key(key): kv.read(meta_key(key)) for key in array_keys(snap)}
         edges: list[tuple[str, Any]] = []
         tags: list[tuple[str, int, Any, Any]] = []
         with snap.location.failures("read the vault"):
@@ -315,7 +325,8 @@ class WriteRelay:
 
                 return rewrite
 
-            written = lock.fence_all({meta_key(key): claim(key) for key in keys})
+            claims, self._claims = self._claims, {}
+            written = lock.fence_all({meta_key(key): claim(key) for key in keys}, reads=claims)
             self.docs = {key: json.loads(written[meta_key(key)]) for key in keys}
             self._stale.update(keys)
             return lambda: None

@@ -22,6 +22,9 @@ can be taken over, or broken at once with :func:`break_lease` (``vault unlock``)
 replacement of the commit record is conditional on the generation (ETag) this writer last
 wrote or read, and a writer that takes the lock first rewrites the commit record with a fresh
 token, so a writer that lost its lease can never commit: it gets :class:`VaultLockedError`.
+Before an append PUTs any data the writer checks that the lease is still its own (a GET sent
+with its previous commit, if that was less than :data:`CHECK_FRESH` seconds ago, else a new
+one): a writer whose lease was broken writes nothing.
 Data it wrote past the commit is overwritten by the next append; a paused writer's data writes
 landing after a new writer's are caught by the chunk checksums bound to their places
 (``VaultCorruptError`` on read, a problem in ``vault verify``), never read as data. Both lease
@@ -312,6 +315,12 @@ class S3Location(Location):
 
 
 # ----------------------------------------------------------------------------- the lease
+CHECK_FRESH = 0.1
+"""Seconds for which a lease check sent with a commit stands for the next append's check: an
+append's data PUTs go out only once the lease was seen held by a GET sent at most this long
+before (or during the append itself)."""
+
+
 class S3Lease:
     """The writer lock of an S3 vault (see the module docstring); ``replace`` and ``fence``
     make every commit-record replacement conditional."""
@@ -328,6 +337,7 @@ class S3Lease:
         self._nonce = uuid.uuid4().hex
         self._renewals = 0
         self._deadline = 0.0  # monotonic time until which the lease is surely ours
+        self._sent: tuple[float, bytes, Any] | None = None  # send_check's (when, ours, GET)
         self._stop = threading.Event()
         self._holding = [b""]  # the lease's generation while held (shared with the finalizer)
         self._generation = self._holding[0] = self._acquire()
@@ -427,14 +437,30 @@ class S3Lease:
         taken over, run out): one GET, before an append writes any data."""
         self.start_check()()
 
+    def send_check(self) -> None:
+        """Send the next :meth:`start_check`'s GET now (a writer sends it with each commit
+        record's PUT, so that the answer is back when its next append starts): an append that
+        starts less than :data:`CHECK_FRESH` seconds after it was sent waits for that answer
+        instead of a new round trip, and one that starts later sends its own."""
+        with self._guard:
+            if self._lost is not None:
+                return
+            with self.location.failures("check the writer lock"):
+                self._sent = (time.monotonic(), self._generation, self._kv.read(LEASE_KEY))
+
     def start_check(self) -> Callable[[], None]:
-        """Send :meth:`check`'s GET; returns what waits for it and raises (work that writes
-        nothing, such as encoding chunks in memory, can go on meanwhile)."""
+        """Send :meth:`check`'s GET (or take the one :meth:`send_check` sent, if recent);
+        returns what waits for it and raises (work that writes nothing, such as encoding
+        chunks in memory, can go on meanwhile)."""
         with self._guard:
             self._check_held()
-            ours = self._generation
-            with self.location.failures("check the writer lock"):
-                pending = self._kv.read(LEASE_KEY)
+            sent, self._sent = self._sent, None
+            if sent is not None and time.monotonic() - sent[0] < CHECK_FRESH:
+                _, ours, pending = sent
+            else:
+                ours = self._generation
+                with self.location.failures("check the writer lock"):
+                    pending = self._kv.read(LEASE_KEY)
 
         def finish() -> None:
             with self._guard:
@@ -500,17 +526,20 @@ class S3Lease:
         self,
         rewrites: Mapping[str, Callable[[bytes | None], bytes]],
         doing: str = "write the vault",
+        reads: Mapping[str, Any] | None = None,
     ) -> dict[str, bytes]:
         """:meth:`fence` of several records at once (reads, then conditional writes, each
         round of requests sent together; a record that changed between the two is read and
-        rewritten again); returns what was written to each."""
+        rewritten again); returns what was written to each. ``reads``: the first round's
+        reads (TensorStore read futures of those keys), sent earlier by the caller."""
         done: dict[str, bytes] = {}
+        sent = dict(reads or {})
         with self._guard:
             self._check_held()
             todo = list(rewrites)
             for _ in range(10):
                 with self.location.failures(doing):
-                    reads = {key: self._kv.read(key) for key in todo}
+                    reads = {key: sent.pop(key, None) or self._kv.read(key) for key in todo}
                     writes = {}
                     for key, future in reads.items():
                         current = future.result()

@@ -198,7 +198,8 @@ def _append_remote(snap: Snapshot, job: AppendJob, lock: LeaseLock, relay: Write
     """:func:`_append` on a remote location, through the writer's relay: chunks encoded in
     memory and PUT with their checksums known, tags written whole, array metadata fenced
     (``vault/storage/_relay_write.py``). The same steps and fault points, in the same order. The
-    lease check's GET goes out first, and nothing is written before it returns."""
+    lease check's GET goes out first (or went out with the previous commit, less than
+    ``CHECK_FRESH`` ago: ``S3Lease.send_check``), and nothing is written before it returns."""
     checked = lock.start_check()  # a writer that lost its lock writes nothing
     cfg, episodes = snap.manifest.episodes, snap.commit.episodes
     count = 0 if episodes is None else episodes.count
@@ -235,9 +236,11 @@ def _append_remote(snap: Snapshot, job: AppendJob, lock: LeaseLock, relay: Write
     edges = None
     if _tags.enabled(snap.manifest):
         edges = _bind_places(grown, job, added, relay.tails_of, relay.write_tags)
-    relay.wait()
-    grown_meta()
-    history.result()
+    with snap.location.failures("write the vault"):
+        relay.wait()
+        grown_meta()
+        history.result()
+    lock.send_check()  # the next append's lease check, answered while this one commits
     commit = _commit(snap, job, lock, episodes, edges)
     return dataclasses.replace(grown, commit=commit)
 
