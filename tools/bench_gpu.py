@@ -37,6 +37,11 @@ Usage::
     python tools/bench_gpu.py --out results.json     # full run
     python tools/bench_gpu.py --json                 # JSON on stdout, the table on stderr
     python tools/bench_gpu.py --no-flashbax --stream-batches 256,4096 --stream-stacks 32,4
+    python tools/bench_gpu.py --sweep --stream-batches 256 --stream-stacks 32 --rounds 2
+
+``--sweep`` adds the stacked stream of the first ``--stream-batches`` size with each
+prefetch depth (2, 4, 8), streaming 1 and 4 epochs in one stream, each against Flashbax's
+read + sample of as many batches.
 """
 
 from __future__ import annotations
@@ -146,17 +151,24 @@ def read_and_sample(lib: str, cls: Any, where: Path, sample: Any, n: int) -> Non
 
 
 def stream_epoch(
-    cls: Any, where: Path, cfg: Config, batch: int | None = None, step: bool = True, **kw: Any
+    cls: Any,
+    where: Path,
+    cfg: Config,
+    batch: int | None = None,
+    step: bool = True,
+    epochs: int = 1,
+    **kw: Any,
 ) -> tuple[int, int]:
-    """Stream an epoch through the jitted step (or, ``step=False``, only take the batches,
-    waiting for the last one's arrays); return the sequences and batches it yielded. With a
-    ``stack`` in ``kw`` each item is a stack of batches, passed to the scanned step."""
+    """Stream an epoch (``epochs`` of them, in one stream) through the jitted step (or,
+    ``step=False``, only take the batches, waiting for the last one's arrays); return the
+    sequences and batches it yielded. With a ``stack`` in ``kw`` each item is a stack of
+    batches, passed to the scanned step."""
     sequences = batches = 0
     out = None
     stacked = kw.get("stack") is not None
     run = _scan_step if stacked else _step
     with cls.open(str(where), "r").as_dataset(
-        batch or cfg.batch, 1, seed=0, epochs=1, device_put=True, **kw
+        batch or cfg.batch, 1, seed=0, epochs=epochs, device_put=True, **kw
     ) as stream:
         for item in stream:
             out = run(item.experience) if step else item.experience
@@ -236,6 +248,40 @@ def stream_rates(libs: dict[str, Any], paths: dict[str, Path], cfg: Config) -> d
             secs, _ = timed(partial(read_and_sample, lib, cls, paths[lib], sample, n))
             r[f"{lib}_read_sample"] = {"s": secs, "batches": n}
         out[str(batch)] = r
+    return out
+
+
+SWEEP_PREFETCH = (2, 4, 8)
+SWEEP_EPOCHS = (1, 4)
+
+
+def sweep(libs: dict[str, Any], paths: dict[str, Path], cfg: Config) -> dict[str, Any]:
+    """``--sweep``: the stacked stream of the first stream batch size with each prefetch depth
+    of ``SWEEP_PREFETCH``, streaming ``SWEEP_EPOCHS`` epochs in one stream (its start paid once
+    for them all), against Flashbax's read + sample of as many batches (its read paid once).
+    Batches/s, the median of ``cfg.rounds`` runs of each."""
+    batch = cfg.stream_batches[0]
+    stack = stream_modes(cfg, batch)["device_stack"]["stack"]
+    out: dict[str, Any] = {"batch": batch, "stack": stack, "rates": {}}
+    for epochs in SWEEP_EPOCHS:
+        n = epochs * (cfg.rows * cfg.steps // batch)
+        for lib, (module, cls) in libs.items():
+            runs: list[float] = []
+            for prefetch in SWEEP_PREFETCH if lib == "rlvault" else (None,):
+                runs = []
+                for _ in range(cfg.rounds):
+                    if lib == "rlvault":
+                        kw = {"cut_on_device": True, "stack": stack, "prefetch": prefetch}
+                        run = partial(stream_epoch, cls, paths[lib], cfg, batch, True, epochs, **kw)
+                        secs, (_, got) = timed(run)
+                    else:
+                        sample = cached_sampler(lib, module, cfg, batch)
+                        secs, _ = timed(partial(read_and_sample, lib, cls, paths[lib], sample, n))
+                        got = n
+                    runs.append(got / secs)
+                name = f"{lib}_prefetch{prefetch}" if prefetch else f"{lib}_read_sample"
+                out["rates"][f"{name}_epochs{epochs}"] = statistics.median(runs)
+                log(f"sweep {name}, {epochs} epochs: {out['rates'][f'{name}_epochs{epochs}']:.0f}")
     return out
 
 
@@ -337,6 +383,17 @@ def table(summary: dict[str, Any], cfg: Config) -> list[str]:
                  "batches/s", rates.get("step_alone"), None, True)  # fmt: skip
         rows.add("vector", f"the scanned step alone, stacks of {stack} x {int(batch):,} (floor)",
                  "batches/s", rates.get("scan_step_alone"), None, True)  # fmt: skip
+    swept = summary.get("sweep")
+    if swept:
+        batch, stack = swept["batch"], swept["stack"]
+        for epochs in SWEEP_EPOCHS:
+            fb_rate = swept["rates"].get(f"flashbax_read_sample_epochs{epochs}")
+            for prefetch in SWEEP_PREFETCH:
+                rows.add("vector", f"stream {batch:,} (cut_on_device, stack={stack}, "
+                         f"prefetch={prefetch}), {epochs} epoch(s) per stream, scanned step, vs "
+                         "Flashbax read + sample as many", "batches/s",
+                         swept["rates"].get(f"rlvault_prefetch{prefetch}_epochs{epochs}"),
+                         fb_rate, True)  # fmt: skip
     return list(table_lines(rows.rows))
 
 
@@ -347,6 +404,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-flashbax", action="store_true", help="benchmark rlvault alone")
     p.add_argument("--tmpdir", type=Path, help="parent of the temp directory")
     p.add_argument("--json", action="store_true", help="JSON on stdout (the table on stderr)")
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="add the stacked stream over prefetch depths and epochs per stream",
+    )
     p.add_argument(
         "--stream-batches",
         type=lambda v: tuple(int(x) for x in v.split(",")),
@@ -380,7 +442,10 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(cfg.rounds):
             rounds.append(one_round(libs, paths, cfg))
             log(f"round {i + 1}/{cfg.rounds}: {rounds[-1]}")
+        swept = sweep(libs, paths, cfg) if args.sweep else None
     summary = summarise(rounds, nbytes, cfg)
+    if swept:
+        summary["sweep"] = swept
     result = {
         "command": " ".join(sys.argv),
         "code": code_provenance("buffers", ("buffers", "vault")),
