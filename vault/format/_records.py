@@ -19,6 +19,7 @@ naming every problem, one from a newer format is :class:`VaultVersionError`.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import math
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from vault.format._limits import (
     MAX_STRUCTURE_DEPTH,
     codec_problems,
     json_depth,
+    max_json_depth,
 )
 from vault.format._parts import Edge, EpisodeState, OpenEpisodes, Seam
 
@@ -96,11 +98,19 @@ def chunk_key(index: Sequence[int], encoding: str = "default", separator: str = 
 
 def is_int(value: Any, minimum: int) -> TypeGuard[int]:
     """An int (not a bool) in ``[minimum, MAX_EXTENT]``."""
+    if type(value) is int:  # what JSON gives: no subclass (a bool) to refuse
+        return minimum <= value <= MAX_EXTENT
     return isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_EXTENT
 
 
 def is_int_list(value: Any, minimum: int) -> TypeGuard[list[int]]:
-    return isinstance(value, list) and all(is_int(x, minimum) for x in value)
+    """A list of ints as :func:`is_int` takes them."""
+    if not isinstance(value, list):
+        return False
+    for x in value:
+        if type(x) is not int or not minimum <= x <= MAX_EXTENT:
+            return all(is_int(y, minimum) for y in value)  # the rest of the rule decides
+    return True
 
 
 def group_json(attributes: dict[str, Any] | None = None) -> bytes:
@@ -113,11 +123,15 @@ def group_json(attributes: dict[str, Any] | None = None) -> bytes:
 
 def digest(doc: dict[str, Any]) -> str:
     """The checksum a record keeps of its own content (every key but ``digest``)."""
-    import hashlib
-
     body = {k: v for k, v in doc.items() if k != DIGEST}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+    return hashlib.sha256(_CANONICAL.encode(body).encode()).hexdigest()[:32]
+
+
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), allow_nan=True, check_circular=False
+)
+"""What a digest is taken of: ``json.dumps(body, sort_keys=True, separators=(",", ":"))``
+(records are trees of JSON values: no cycle to look for)."""
 
 
 def digest_problems(doc: dict[str, Any], required: bool) -> list[str]:
@@ -149,7 +163,9 @@ def parse_json(raw: bytes, where: str) -> dict[str, Any]:
         raise VaultCorruptError(f"{where} is not valid JSON: {err}") from None
     except RecursionError:
         doc = None
-    if doc is None or json_depth(doc) > MAX_RECORD_DEPTH:
+    # the walk over the parsed document only where the text's brackets could nest too deep
+    shallow = doc is not None and max_json_depth(raw) <= MAX_RECORD_DEPTH
+    if not shallow and (doc is None or json_depth(doc) > MAX_RECORD_DEPTH):
         raise VaultCorruptError(
             f"{where} nests objects and lists more than {MAX_RECORD_DEPTH} levels deep: not "
             "a vault's record. Restore the vault from a copy."
