@@ -19,6 +19,7 @@ naming every problem, one from a newer format is :class:`VaultVersionError`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -148,31 +149,36 @@ def digest_problems(doc: dict[str, Any], required: bool) -> list[str]:
     return []
 
 
-def parse_json(raw: bytes, where: str) -> dict[str, Any]:
+def parse_json(raw: bytes, where: object, key: str = "") -> dict[str, Any]:
     """A JSON object from ``raw``; anything else (not JSON, larger than
     ``MAX_RECORD_BYTES``, nested deeper than ``MAX_RECORD_DEPTH``) is VaultCorruptError naming
-    ``where``."""
+    ``where`` (a location, or anything that prints as one: made into text only for a message)
+    and ``key``."""
     if len(raw) > MAX_RECORD_BYTES:
         raise VaultCorruptError(
-            f"{where} is {len(raw)} bytes, more than a metadata document can be "
+            f"{_named(where, key)} is {len(raw)} bytes, more than a metadata document can be "
             f"({MAX_RECORD_BYTES}): not a vault's record. Restore the vault from a copy."
         )
     try:
         doc = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise VaultCorruptError(f"{where} is not valid JSON: {err}") from None
+        raise VaultCorruptError(f"{_named(where, key)} is not valid JSON: {err}") from None
     except RecursionError:
         doc = None
     # the walk over the parsed document only where the text's brackets could nest too deep
     shallow = doc is not None and max_json_depth(raw) <= MAX_RECORD_DEPTH
     if not shallow and (doc is None or json_depth(doc) > MAX_RECORD_DEPTH):
         raise VaultCorruptError(
-            f"{where} nests objects and lists more than {MAX_RECORD_DEPTH} levels deep: not "
-            "a vault's record. Restore the vault from a copy."
+            f"{_named(where, key)} nests objects and lists more than {MAX_RECORD_DEPTH} levels "
+            "deep: not a vault's record. Restore the vault from a copy."
         )
     if not isinstance(doc, dict):
-        raise VaultCorruptError(f"{where}: expected a JSON object")
+        raise VaultCorruptError(f"{_named(where, key)}: expected a JSON object")
     return doc
+
+
+def _named(where: object, key: str) -> str:
+    return f"{where}/{key}" if key else str(where)
 
 
 # --------------------------------------------------------------------------------- records
@@ -312,6 +318,11 @@ class Manifest:
         """Bytes of one timestep of one row, every leaf."""
         return sum(leaf.step_bytes for leaf in self.leaves)
 
+    @functools.cached_property
+    def chunk_times(self) -> dict[str, int]:
+        """Timesteps per chunk of each leaf's array, by its key (``experience/obs``)."""
+        return {leaf_key(leaf.name): leaf.chunk[1] for leaf in self.leaves}
+
     def to_json(self) -> dict[str, Any]:
         """Returns the manifest as the root ``zarr.json`` stores it, with its digest."""
         doc: dict[str, Any] = {
@@ -429,7 +440,7 @@ class CommitRecord:
         return group_json({COMMIT_ATTR: self.to_json()})
 
     @classmethod
-    def from_json(cls, doc: Any, where: str, manifest: Manifest) -> CommitRecord:
+    def from_json(cls, doc: Any, where: object, manifest: Manifest) -> CommitRecord:
         """A validated commit record.
 
         Args:
@@ -482,11 +493,14 @@ def read_manifest_bytes(raw: bytes | None, where: str) -> Manifest:
     return Manifest.from_json(doc, where)
 
 
-def read_commit_bytes(raw: bytes | None, where: str, manifest: Manifest) -> CommitRecord:
+def read_commit_bytes(raw: bytes | None, where: object, manifest: Manifest) -> CommitRecord:
+    """The commit record from ``commit/zarr.json`` (``None``: absent), checked against
+    ``manifest``; ``where`` names the vault (made into text only for a message)."""
     if raw is None:
         raise VaultCorruptError(f"{where}: missing {COMMIT_KEY} (the commit record)")
-    group = parse_json(raw, f"{where}/{COMMIT_KEY}")
-    doc = group.get("attributes", {}).get(COMMIT_ATTR)
+    group = parse_json(raw, where, COMMIT_KEY)
+    attributes = group.get("attributes")
+    doc = attributes.get(COMMIT_ATTR) if isinstance(attributes, dict) else None
     if not isinstance(doc, dict):
         raise VaultCorruptError(f"{where}/{COMMIT_KEY}: no '{COMMIT_ATTR}' attributes")
     return CommitRecord.from_json(doc, where, manifest)
@@ -562,15 +576,16 @@ def _edge_place_problems(
 ) -> list[str]:
     """An edge names an array of the vault and the start of its partly filled last chunk
     (``committed // chunk * chunk``, short of the committed end)."""
-    ends = {leaf_key(leaf.name): (length, leaf.chunk[1]) for leaf in manifest.leaves}
-    if episodes is not None:
-        ends[BOUNDS] = ends[RETURNS] = (episodes, INDEX_CHUNK)
+    steps = manifest.chunk_times
     out = []
     for key, edge in edges.items():
-        if key not in ends:
+        if key in steps:
+            end, step = length, steps[key]
+        elif episodes is not None and key in (BOUNDS, RETURNS):
+            end, step = episodes, INDEX_CHUNK
+        else:
             out.append(f"edges[{key!r}] names no array of this vault")
             continue
-        end, step = ends[key]
         if edge["from"] != end // step * step or edge["from"] >= end:
             out.append(
                 f"edges[{key!r}] starts at {edge['from']}, not where the partly filled last "
@@ -607,17 +622,26 @@ def episode_record_problems(record: Any, rows: int, length: int) -> list[str]:
         )
     opened = record.get("open")
     columns = ("start", "return", "flags")
-    if not isinstance(opened, dict) or not all(
-        isinstance(opened.get(k), list) and len(opened[k]) == rows for k in columns
-    ):
+    starts, returns, flags = (
+        (opened.get("start"), opened.get("return"), opened.get("flags"))
+        if isinstance(opened, dict)
+        else (None, None, None)
+    )
+    if not (_has_rows(starts, rows) and _has_rows(returns, rows) and _has_rows(flags, rows)):
         return [*out, f"episodes.open must hold {columns} lists of {rows} entries"]
-    if not is_int_list(opened["start"], 0) or any(s > length for s in opened["start"]):
-        out.append(f"episodes.open.start must be ints in [0, {length}], got {opened['start']}")
-    if not is_int_list(opened["flags"], 0):
-        out.append(f"episodes.open.flags must be ints >= 0, got {opened['flags']}")
-    if not all(isinstance(x, (int, float)) for x in opened["return"]):
-        out.append(f"episodes.open.return must be numbers, got {opened['return']}")
+    if not is_int_list(starts, 0) or (starts and max(starts) > length):
+        out.append(f"episodes.open.start must be ints in [0, {length}], got {starts}")
+    if not is_int_list(flags, 0):
+        out.append(f"episodes.open.flags must be ints >= 0, got {flags}")
+    for x in returns:
+        if not isinstance(x, (int, float)):
+            out.append(f"episodes.open.return must be numbers, got {returns}")
+            break
     return out
+
+
+def _has_rows(column: Any, rows: int) -> TypeGuard[list[Any]]:
+    return isinstance(column, list) and len(column) == rows
 
 
 def _episodes_config_problems(cfg: Any, shapes: dict[Any, Any]) -> list[str]:

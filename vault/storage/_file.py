@@ -86,18 +86,28 @@ class FileLocation(Location):
         file inside the vault of at most ``MAX_RECORD_BYTES`` (:meth:`open_inside`): a
         symbolic link, a FIFO or a device there is never followed, waited on or read."""
         with self.failures("read the vault"):
-            fd = self.open_inside(key, MAX_RECORD_BYTES)
-            if fd is None:
-                return None
-            try:
-                chunks = []
-                while data := os.read(fd, 1 << 20):
-                    chunks.append(data)
-                    if sum(map(len, chunks)) > MAX_RECORD_BYTES:  # it grew while read
-                        raise self.corrupt(key, "it grew past the size a record can be")
-                return b"".join(chunks)
-            finally:
-                os.close(fd)
+            return self._read(key)
+
+    def _read(self, key: str) -> bytes | None:
+        opened = self._open_inside(key, MAX_RECORD_BYTES)
+        if opened is None:
+            return None
+        fd, size = opened
+        try:
+            data = os.read(fd, size + 1)  # one more than it holds: its end seen in one call
+            if len(data) == size:
+                return data
+            chunks, total = [data], len(data)  # it changed size since: read to its end
+            while data := os.read(fd, 1 << 20):
+                chunks.append(data)
+                total += len(data)
+                if total > MAX_RECORD_BYTES:  # it grew while read
+                    raise self.corrupt(key, "it grew past the size a record can be")
+            if total > MAX_RECORD_BYTES:
+                raise self.corrupt(key, "it grew past the size a record can be")
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
 
     def read_tails(self, keys: list[str], size: int = 4) -> list[bytes | None]:
         out: list[bytes | None] = []
@@ -182,7 +192,8 @@ class FileLocation(Location):
 
     def read_many(self, keys: Sequence[str]) -> list[bytes | None]:
         """The values of ``keys`` (None where absent), each read as :meth:`read` reads."""
-        return [self.read(key) for key in keys]
+        with self.failures("read the vault"):
+            return [self._read(key) for key in keys]
 
     def open_inside(self, key: str, max_bytes: int | None) -> int | None:
         """A read-only descriptor of the regular file ``key`` inside the vault (None when there
@@ -190,6 +201,11 @@ class FileLocation(Location):
         a folder on the way, which could lead out of the vault), never blocking (a FIFO),
         never a device, and (``max_bytes``) never larger than that. Anything else is
         :class:`VaultCorruptError` naming the file: a vault's writer makes none of these."""
+        opened = self._open_inside(key, max_bytes)
+        return None if opened is None else opened[0]
+
+    def _open_inside(self, key: str, max_bytes: int | None) -> tuple[int, int] | None:
+        """:meth:`open_inside`'s descriptor and the file's size when opened."""
         parent = key.rpartition("/")[0]
         if parent and parent not in self._inside:
             self._check_folders(parent)
@@ -211,7 +227,7 @@ class FileLocation(Location):
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return fd, info.st_size
 
     def _check_folders(self, parent: str) -> None:
         """Every folder on the way from the root to ``parent`` is a real folder (not a
