@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import math
 from collections.abc import Sequence
 from typing import Any, TypeGuard
@@ -30,17 +28,21 @@ import numpy as np
 
 from vault._errors import VaultCorruptError, VaultNotFoundError, VaultVersionError
 from vault.format import _structure
+from vault.format._json import (
+    DIGEST,
+    digest,
+    digest_problems,
+    group_json,
+    is_int,
+    is_int_list,
+    parse_json,
+)
 from vault.format._limits import (
     DTYPES,
     MAX_CHUNK_BYTES,
-    MAX_EXTENT,
     MAX_RANK,
-    MAX_RECORD_BYTES,
-    MAX_RECORD_DEPTH,
     MAX_STRUCTURE_DEPTH,
     codec_problems,
-    json_depth,
-    max_json_depth,
 )
 from vault.format._parts import Edge, EpisodeState, OpenEpisodes, Seam
 
@@ -66,7 +68,6 @@ HISTORY = "history"  # history/<seq>: the record of every commit before the late
 REFS = "refs"  # refs/<name>: tags, each naming a commit id (never moved)
 TRASH_DIR = "trash"
 TAGS = "tags"  # tags/<array key>: the stored crc32c of every complete chunk, by place
-DIGEST = "digest"  # a record's checksum of its own content
 MANIFEST_ATTR = "rlvault"
 DATASET_ATTR = "rlvault_dataset"  # a dataset root's attributes (vault/dataset/_dataset.py)
 COMMIT_ATTR = "rlvault_commit"
@@ -95,90 +96,6 @@ def chunk_key(index: Sequence[int], encoding: str = "default", separator: str = 
     """The key of a chunk (relative to its array) under a Zarr v3 chunk-key encoding."""
     parts = separator.join(str(int(i)) for i in index)
     return f"c{separator}{parts}" if encoding == "default" else parts
-
-
-def is_int(value: Any, minimum: int) -> TypeGuard[int]:
-    """An int (not a bool) in ``[minimum, MAX_EXTENT]``."""
-    if type(value) is int:  # what JSON gives: no subclass (a bool) to refuse
-        return minimum <= value <= MAX_EXTENT
-    return isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_EXTENT
-
-
-def is_int_list(value: Any, minimum: int) -> TypeGuard[list[int]]:
-    """A list of ints as :func:`is_int` takes them."""
-    if not isinstance(value, list):
-        return False
-    for x in value:
-        if type(x) is not int or not minimum <= x <= MAX_EXTENT:
-            return all(is_int(y, minimum) for y in value)  # the rest of the rule decides
-    return True
-
-
-def group_json(attributes: dict[str, Any] | None = None) -> bytes:
-    """A Zarr v3 group's ``zarr.json`` with these attributes."""
-    doc: dict[str, Any] = {"zarr_format": 3, "node_type": "group"}
-    if attributes:
-        doc["attributes"] = attributes
-    return json.dumps(doc, indent=1, sort_keys=True).encode()
-
-
-def digest(doc: dict[str, Any]) -> str:
-    """The checksum a record keeps of its own content (every key but ``digest``)."""
-    body = {k: v for k, v in doc.items() if k != DIGEST}
-    return hashlib.sha256(_CANONICAL.encode(body).encode()).hexdigest()[:32]
-
-
-_CANONICAL = json.JSONEncoder(
-    sort_keys=True, separators=(",", ":"), allow_nan=True, check_circular=False
-)
-"""What a digest is taken of: ``json.dumps(body, sort_keys=True, separators=(",", ":"))``
-(records are trees of JSON values: no cycle to look for)."""
-
-
-def digest_problems(doc: dict[str, Any], required: bool) -> list[str]:
-    """Why ``doc`` does not match its own digest (none when it does, or when it has none and
-    none is ``required``)."""
-    stored = doc.get(DIGEST)
-    if stored is None:
-        return [f"it has no {DIGEST} (every record of this format version has one)"] * required
-    if stored != digest(doc):
-        got = digest(doc)
-        return [
-            f"its content does not match its {DIGEST} (edited or damaged): {stored!r} != {got!r}"
-        ]
-    return []
-
-
-def parse_json(raw: bytes, where: object, key: str = "") -> dict[str, Any]:
-    """A JSON object from ``raw``; anything else (not JSON, larger than
-    ``MAX_RECORD_BYTES``, nested deeper than ``MAX_RECORD_DEPTH``) is VaultCorruptError naming
-    ``where`` (a location, or anything that prints as one: made into text only for a message)
-    and ``key``."""
-    if len(raw) > MAX_RECORD_BYTES:
-        raise VaultCorruptError(
-            f"{_named(where, key)} is {len(raw)} bytes, more than a metadata document can be "
-            f"({MAX_RECORD_BYTES}): not a vault's record. Restore the vault from a copy."
-        )
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise VaultCorruptError(f"{_named(where, key)} is not valid JSON: {err}") from None
-    except RecursionError:
-        doc = None
-    # the walk over the parsed document only where the text's brackets could nest too deep
-    shallow = doc is not None and max_json_depth(raw) <= MAX_RECORD_DEPTH
-    if not shallow and (doc is None or json_depth(doc) > MAX_RECORD_DEPTH):
-        raise VaultCorruptError(
-            f"{_named(where, key)} nests objects and lists more than {MAX_RECORD_DEPTH} levels "
-            "deep: not a vault's record. Restore the vault from a copy."
-        )
-    if not isinstance(doc, dict):
-        raise VaultCorruptError(f"{_named(where, key)}: expected a JSON object")
-    return doc
-
-
-def _named(where: object, key: str) -> str:
-    return f"{where}/{key}" if key else str(where)
 
 
 # --------------------------------------------------------------------------------- records
@@ -464,20 +381,26 @@ class CommitRecord:
                 + f". Run `vault verify {where}` for a full report."
             )
         episodes = doc.get("episodes") if manifest.episodes is not None else None
+        seams = doc.get(SEAMS_KEY)
+        edges = doc.get("edges", {}) if manifest.format_version >= DIGESTS_SINCE else None
         return cls(
-            committed_length=doc["committed_length"],
-            source_counter=doc.get("source_counter"),
-            seq=doc.get("seq", 0),
-            seams=tuple(Seam(int(g["at"]), int(g["lost"])) for g in doc.get(SEAMS_KEY, [])),
-            episodes=None
+            doc["committed_length"],
+            doc.get("source_counter"),
+            doc.get("seq", 0),
+            tuple([Seam(int(g["at"]), int(g["lost"])) for g in seams]) if seams else (),
+            None
             if episodes is None
             else EpisodeState(int(episodes["count"]), OpenEpisodes.from_json(episodes["open"])),
-            edges=None
-            if manifest.format_version < DIGESTS_SINCE
-            else {k: Edge.from_json(e) for k, e in doc.get("edges", {}).items()},
-            fence=doc.get(FENCE),
-            uid=doc.get(UID),
+            None if edges is None else {k: _edge(e) for k, e in edges.items()},
+            doc.get(FENCE),
+            doc.get(UID),
         )
+
+
+def _edge(doc: dict[str, Any]) -> Edge:
+    """An edge of a commit record that :func:`commit_problems` passed: its values are ints
+    already (as ``committed_length`` and ``seq`` are taken)."""
+    return Edge(doc["from"], tuple(doc["crc"]), tuple(doc.get("tail", ())))
 
 
 def read_manifest_bytes(raw: bytes | None, where: str) -> Manifest:
@@ -720,15 +643,18 @@ def _edge_problems(edges: Any, rows: int) -> list[str]:
         return [f"edges must be an object, got {type(edges).__name__}"]
     out = []
     for key, edge in edges.items():
+        crc = edge.get("crc") if isinstance(edge, dict) else None
         if not (
-            isinstance(edge, dict)
+            is_int_list(crc, 0)
+            and (len(crc) == 1 or len(crc) == rows)
             and is_int(edge.get("from"), 0)
-            and is_int_list(edge.get("crc"), 0)
-            and len(edge["crc"]) in (1, rows)
-            and is_int_list(edge.get("tail", []), 0)
+            and is_int_list(edge.get("tail", _NONE), 0)
         ):
             out.append(
                 f"edges[{key!r}] must be {{'from': int, 'crc': [int per row], 'tail': [int per "
                 "row block]}"
             )
     return out
+
+
+_NONE: list[Any] = []  # never changed

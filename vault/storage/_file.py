@@ -44,6 +44,7 @@ from vault.storage._reclaim import Reclaimer
 from vault.storage._writer_id import holder_record, locked_message
 
 _log = logging.getLogger(__name__)
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 class FileLocation(Location):
@@ -89,21 +90,17 @@ class FileLocation(Location):
             return self._read(key)
 
     def _read(self, key: str) -> bytes | None:
-        opened = self._open_inside(key, MAX_RECORD_BYTES)
+        opened = self.open_inside(key, MAX_RECORD_BYTES)
         if opened is None:
             return None
         fd, size = opened
-        try:
-            data = os.read(fd, size + 1)  # one more than it holds: its end seen in one call
-            if len(data) == size:
-                return data
-            chunks, total = [data], len(data)  # it changed size since: read to its end
-            while data := os.read(fd, 1 << 20):
+        try:  # a byte more than it holds: its end is seen in one call
+            chunks = [os.read(fd, size + 1)]
+            while len(chunks[0]) != size and (data := os.read(fd, 1 << 20)):  # it changed size
                 chunks.append(data)
-                total += len(data)
-                if total > MAX_RECORD_BYTES:  # it grew while read
-                    raise self.corrupt(key, "it grew past the size a record can be")
-            if total > MAX_RECORD_BYTES:
+                if sum(map(len, chunks)) > MAX_RECORD_BYTES:
+                    break
+            if sum(map(len, chunks)) > MAX_RECORD_BYTES:  # it grew while read
                 raise self.corrupt(key, "it grew past the size a record can be")
             return b"".join(chunks)
         finally:
@@ -113,10 +110,11 @@ class FileLocation(Location):
         out: list[bytes | None] = []
         with self.failures("read the vault"):
             for key in keys:
-                fd = self.open_inside(key, None)
-                if fd is None:
+                opened = self.open_inside(key, None)
+                if opened is None:
                     out.append(None)
                     continue
+                fd = opened[0]
                 try:  # system calls per chunk: open, fstat, seek from the end, read
                     try:
                         os.lseek(fd, -size, os.SEEK_END)
@@ -158,10 +156,11 @@ class FileLocation(Location):
                     else:
                         self._check_info(key, info, max_bytes)
                     continue
-                fd = self.open_inside(key, max_bytes)  # open, fstat, read the header, close
-                if fd is None:
+                opened = self.open_inside(key, max_bytes)  # open, fstat, read the header, close
+                if opened is None:
                     absent.append(key)
                     continue
+                fd = opened[0]
                 try:
                     head = os.pread(fd, 16, 0)
                 finally:
@@ -195,23 +194,17 @@ class FileLocation(Location):
         with self.failures("read the vault"):
             return [self._read(key) for key in keys]
 
-    def open_inside(self, key: str, max_bytes: int | None) -> int | None:
-        """A read-only descriptor of the regular file ``key`` inside the vault (None when there
-        is no such file, or a folder there): never through a symbolic link (its last part or
-        a folder on the way, which could lead out of the vault), never blocking (a FIFO),
-        never a device, and (``max_bytes``) never larger than that. Anything else is
-        :class:`VaultCorruptError` naming the file: a vault's writer makes none of these."""
-        opened = self._open_inside(key, max_bytes)
-        return None if opened is None else opened[0]
-
-    def _open_inside(self, key: str, max_bytes: int | None) -> tuple[int, int] | None:
-        """:meth:`open_inside`'s descriptor and the file's size when opened."""
+    def open_inside(self, key: str, max_bytes: int | None) -> tuple[int, int] | None:
+        """A read-only descriptor of the regular file ``key`` inside the vault, and its size
+        (None when there is no such file, or a folder there): never through a symbolic link
+        (its last part or a folder on the way, which could lead out of the vault), never
+        blocking (a FIFO), never a device, and (``max_bytes``) never larger than that. Anything
+        else is :class:`VaultCorruptError` naming the file: a vault's writer makes none."""
         parent = key.rpartition("/")[0]
         if parent and parent not in self._inside:
             self._check_folders(parent)
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
         try:
-            fd = os.open(self._root + key, flags)
+            fd = os.open(self._root + key, _READ_FLAGS)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as err:
@@ -232,11 +225,11 @@ class FileLocation(Location):
     def _check_folders(self, parent: str) -> None:
         """Every folder on the way from the root to ``parent`` is a real folder (not a
         symbolic link): noted once per location."""
-        done = ""
-        for part in parent.split("/"):
-            done = f"{done}/{part}" if done else part
-            if done in self._inside:
-                continue
+        unchecked = []  # from ``parent`` up to the first folder already checked
+        while parent and parent not in self._inside:
+            unchecked.append(parent)
+            parent = parent.rpartition("/")[0]
+        for done in reversed(unchecked):  # from the top down
             try:
                 info = os.lstat(self._root + done)
             except (FileNotFoundError, NotADirectoryError):
