@@ -147,3 +147,12 @@ def test_a_record_over_the_limit_is_refused_unread(tmp_path: Path) -> None:
     with open(tmp_path / "edge", "wb") as out:
         out.truncate(MAX_RECORD_BYTES)
     assert FileLocation(tmp_path).read("edge") == bytes(MAX_RECORD_BYTES)
+
+
+@pytest.mark.skipif(not Path("/proc/self/cmdline").is_file(), reason="needs Linux's /proc")
+def test_a_record_whose_size_changed_since_it_was_opened_is_read_to_its_end() -> None:
+    # a /proc file says it holds 0 bytes and holds more: the read goes on to its end
+    assert os.stat("/proc/self/cmdline").st_size == 0
+    assert (
+        FileLocation(Path("/proc/self")).read("cmdline") == Path("/proc/self/cmdline").read_bytes()
+    )

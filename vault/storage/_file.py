@@ -94,12 +94,13 @@ class FileLocation(Location):
         if opened is None:
             return None
         fd, size = opened
-        try:  # a byte more than it holds: its end is seen in one call
-            chunks = [os.read(fd, size + 1)]
-            while len(chunks[0]) != size and (data := os.read(fd, 1 << 20)):  # it changed size
+        try:
+            data = os.read(fd, size + 1)  # a byte more than it holds: its end seen in one call
+            if len(data) == size:
+                return data
+            chunks = [data]  # it changed size since: read to its end
+            while sum(map(len, chunks)) <= MAX_RECORD_BYTES and (data := os.read(fd, 1 << 20)):
                 chunks.append(data)
-                if sum(map(len, chunks)) > MAX_RECORD_BYTES:
-                    break
             if sum(map(len, chunks)) > MAX_RECORD_BYTES:  # it grew while read
                 raise self.corrupt(key, "it grew past the size a record can be")
             return b"".join(chunks)
