@@ -5,6 +5,8 @@ read. Real TensorStore/Zarr in a temp dir."""
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 from pathlib import Path
 
@@ -13,6 +15,7 @@ import pytest
 
 import vault
 from vault import Dataset, Vault
+from vault.format._limits import MAX_RECORD_DEPTH
 
 EXAMPLE = {"obs": np.zeros((3,), np.float32), "reward": np.float32(0), "done": np.bool_(False)}
 ROWS = 2
@@ -170,3 +173,35 @@ def test_refresh_sees_new_commits_and_new_shards(tmp_path: Path) -> None:
     assert len(after) > len(before)
     for column in ("row", "start", "length", "returns", "complete"):
         np.testing.assert_array_equal(getattr(after, column), getattr(expected, column))
+
+
+@pytest.mark.parametrize("damage", ["edited", "attributes", "not_json", "deep"])
+def test_a_shard_with_a_damaged_commit_record_is_an_error_naming_it(
+    built: Path, tmp_path: Path, damage: str
+) -> None:
+    root = _damaged(built, tmp_path)
+    (root / "catalog").unlink(missing_ok=True)  # every shard's record read and checked
+    record = root / "shards" / "b" / "commit" / "zarr.json"
+    group = json.loads(record.read_bytes())
+    if damage == "edited":  # its digest no longer matches
+        group["attributes"]["rlvault_commit"]["seq"] += 1
+        expected = f"{root}/shards/b: the commit record (commit/zarr.json) is malformed"
+    elif damage == "attributes":  # not an object
+        group["attributes"] = ["rlvault_commit"]
+        expected = f"{root}/shards/b/commit/zarr.json: no 'rlvault_commit' attributes"
+    elif damage == "deep":
+        group["attributes"]["rlvault_commit"]["x"] = [[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]] * 8
+        for _ in range(MAX_RECORD_DEPTH):
+            group["attributes"]["rlvault_commit"]["x"] = [
+                group["attributes"]["rlvault_commit"]["x"]
+            ]
+        expected = f"{root}/shards/b/commit/zarr.json nests objects and lists more than"
+    if damage == "not_json":
+        record.write_bytes(b"{")
+        expected = f"{root}/shards/b/commit/zarr.json is not valid JSON"
+    else:
+        record.write_text(json.dumps(group))
+    with pytest.raises(vault.VaultCorruptError, match=re.escape(expected)):
+        Dataset.open(str(root))
+    with pytest.raises(vault.VaultCorruptError):  # the shard opened alone refuses it too
+        Vault.open(str(root / "shards" / "b"))

@@ -68,10 +68,14 @@ class Shard:
     def where(self) -> Location:
         return self.folder.child(self.name)
 
+    def __str__(self) -> str:
+        """The shard's location (what a message about it names: made only for one)."""
+        return str(self.where)
+
     @property
     def commit(self) -> CommitRecord:
         if self.parsed is None:
-            self.parsed = read_commit_bytes(self.raw_commit, str(self.where), self.manifest)
+            self.parsed = read_commit_bytes(self.raw_commit, self, self.manifest)
         return self.parsed
 
     @property
@@ -199,7 +203,7 @@ def _fresh(
 ) -> Shard:
     manifest = cache.manifest(name, folder, raw_manifest)
     shard = Shard(name, folder, manifest, raw_manifest, raw_commit or b"")
-    shard.parsed = read_commit_bytes(raw_commit, str(shard.where), manifest)
+    shard.parsed = read_commit_bytes(raw_commit, shard, manifest)
     return shard
 
 
@@ -207,7 +211,7 @@ def _moved(shard: Shard, raw_commit: bytes | None) -> Shard:
     """``shard`` at the commit record ``raw_commit`` (itself when that has not changed)."""
     if raw_commit == shard.raw_commit:
         return shard
-    commit = read_commit_bytes(raw_commit, str(shard.where), shard.manifest)
+    commit = read_commit_bytes(raw_commit, shard, shard.manifest)
     if shard.vault is not None:
         shard.vault.refresh()
         if shard.vault.snapshot.commit != commit:  # it moved again meanwhile

@@ -71,15 +71,32 @@ def indices(counts: Sequence[int]) -> Iterator[tuple[int, ...]]:
 
 
 def json_depth(doc: Any) -> int:
-    """How deep objects and lists nest in ``doc`` (a scalar: 0), without recursion."""
-    deepest, todo = 0, [(doc, 1)]
-    while todo:
-        node, depth = todo.pop()
-        if isinstance(node, (dict, list)):
-            deepest = max(deepest, depth)
-            children = node.values() if isinstance(node, dict) else node
-            todo.extend((child, depth + 1) for child in children)
-    return deepest
+    """How deep objects and lists nest in ``doc`` (a scalar: 0), without recursion: one level
+    at a time, only containers visited twice (a scalar is looked at once, never queued)."""
+    level = [doc] if isinstance(doc, _CONTAINERS) else []
+    depth = 0
+    while level:
+        depth += 1
+        below = []
+        for node in level:
+            for child in node.values() if isinstance(node, dict) else node:
+                if isinstance(child, _CONTAINERS):
+                    below.append(child)
+        level = below
+    return depth
+
+
+_CONTAINERS = (dict, list)
+
+
+def max_json_depth(raw: bytes | str) -> int:
+    """An upper bound of how deep objects and lists can nest in the JSON text ``raw``, from
+    its text alone: every object and list opens with a ``{`` or ``[`` outside strings, and the
+    byte of each is in the text whatever its encoding (UTF-8, -16 or -32), so their count bounds
+    the nesting (and any bracket inside a string only raises the bound)."""
+    if isinstance(raw, str):
+        return raw.count("{") + raw.count("[")
+    return raw.count(b"{") + raw.count(b"[")
 
 
 def codec_problems(codecs: Any) -> list[str]:

@@ -47,9 +47,9 @@ class OpenEpisodes:
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> OpenEpisodes:
         return cls(
-            tuple(int(x) for x in doc["start"]),
-            tuple(float(x) for x in doc["return"]),
-            tuple(int(x) for x in doc["flags"]),
+            tuple(map(int, doc["start"])),
+            tuple(map(float, doc["return"])),
+            tuple(map(int, doc["flags"])),
         )
 
 
@@ -82,5 +82,5 @@ class Edge:
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Edge:
-        tails = tuple(int(c) for c in doc.get("tail", []))
-        return cls(int(doc["from"]), tuple(int(c) for c in doc["crc"]), tails)
+        tails = tuple(map(int, doc.get("tail", ())))
+        return cls(int(doc["from"]), tuple(map(int, doc["crc"])), tails)

@@ -19,7 +19,7 @@ naming every problem, one from a newer format is :class:`VaultVersionError`.
 from __future__ import annotations
 
 import dataclasses
-import json
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, TypeGuard
@@ -28,16 +28,21 @@ import numpy as np
 
 from vault._errors import VaultCorruptError, VaultNotFoundError, VaultVersionError
 from vault.format import _structure
+from vault.format._json import (
+    DIGEST,
+    digest,
+    digest_problems,
+    group_json,
+    is_int,
+    is_int_list,
+    parse_json,
+)
 from vault.format._limits import (
     DTYPES,
     MAX_CHUNK_BYTES,
-    MAX_EXTENT,
     MAX_RANK,
-    MAX_RECORD_BYTES,
-    MAX_RECORD_DEPTH,
     MAX_STRUCTURE_DEPTH,
     codec_problems,
-    json_depth,
 )
 from vault.format._parts import Edge, EpisodeState, OpenEpisodes, Seam
 
@@ -63,7 +68,6 @@ HISTORY = "history"  # history/<seq>: the record of every commit before the late
 REFS = "refs"  # refs/<name>: tags, each naming a commit id (never moved)
 TRASH_DIR = "trash"
 TAGS = "tags"  # tags/<array key>: the stored crc32c of every complete chunk, by place
-DIGEST = "digest"  # a record's checksum of its own content
 MANIFEST_ATTR = "rlvault"
 DATASET_ATTR = "rlvault_dataset"  # a dataset root's attributes (vault/dataset/_dataset.py)
 COMMIT_ATTR = "rlvault_commit"
@@ -92,71 +96,6 @@ def chunk_key(index: Sequence[int], encoding: str = "default", separator: str = 
     """The key of a chunk (relative to its array) under a Zarr v3 chunk-key encoding."""
     parts = separator.join(str(int(i)) for i in index)
     return f"c{separator}{parts}" if encoding == "default" else parts
-
-
-def is_int(value: Any, minimum: int) -> TypeGuard[int]:
-    """An int (not a bool) in ``[minimum, MAX_EXTENT]``."""
-    return isinstance(value, int) and not isinstance(value, bool) and minimum <= value <= MAX_EXTENT
-
-
-def is_int_list(value: Any, minimum: int) -> TypeGuard[list[int]]:
-    return isinstance(value, list) and all(is_int(x, minimum) for x in value)
-
-
-def group_json(attributes: dict[str, Any] | None = None) -> bytes:
-    """A Zarr v3 group's ``zarr.json`` with these attributes."""
-    doc: dict[str, Any] = {"zarr_format": 3, "node_type": "group"}
-    if attributes:
-        doc["attributes"] = attributes
-    return json.dumps(doc, indent=1, sort_keys=True).encode()
-
-
-def digest(doc: dict[str, Any]) -> str:
-    """The checksum a record keeps of its own content (every key but ``digest``)."""
-    import hashlib
-
-    body = {k: v for k, v in doc.items() if k != DIGEST}
-    text = json.dumps(body, sort_keys=True, separators=(",", ":"), allow_nan=True)
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-def digest_problems(doc: dict[str, Any], required: bool) -> list[str]:
-    """Why ``doc`` does not match its own digest (none when it does, or when it has none and
-    none is ``required``)."""
-    stored = doc.get(DIGEST)
-    if stored is None:
-        return [f"it has no {DIGEST} (every record of this format version has one)"] * required
-    if stored != digest(doc):
-        got = digest(doc)
-        return [
-            f"its content does not match its {DIGEST} (edited or damaged): {stored!r} != {got!r}"
-        ]
-    return []
-
-
-def parse_json(raw: bytes, where: str) -> dict[str, Any]:
-    """A JSON object from ``raw``; anything else (not JSON, larger than
-    ``MAX_RECORD_BYTES``, nested deeper than ``MAX_RECORD_DEPTH``) is VaultCorruptError naming
-    ``where``."""
-    if len(raw) > MAX_RECORD_BYTES:
-        raise VaultCorruptError(
-            f"{where} is {len(raw)} bytes, more than a metadata document can be "
-            f"({MAX_RECORD_BYTES}): not a vault's record. Restore the vault from a copy."
-        )
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise VaultCorruptError(f"{where} is not valid JSON: {err}") from None
-    except RecursionError:
-        doc = None
-    if doc is None or json_depth(doc) > MAX_RECORD_DEPTH:
-        raise VaultCorruptError(
-            f"{where} nests objects and lists more than {MAX_RECORD_DEPTH} levels deep: not "
-            "a vault's record. Restore the vault from a copy."
-        )
-    if not isinstance(doc, dict):
-        raise VaultCorruptError(f"{where}: expected a JSON object")
-    return doc
 
 
 # --------------------------------------------------------------------------------- records
@@ -296,6 +235,11 @@ class Manifest:
         """Bytes of one timestep of one row, every leaf."""
         return sum(leaf.step_bytes for leaf in self.leaves)
 
+    @functools.cached_property
+    def chunk_times(self) -> dict[str, int]:
+        """Timesteps per chunk of each leaf's array, by its key (``experience/obs``)."""
+        return {leaf_key(leaf.name): leaf.chunk[1] for leaf in self.leaves}
+
     def to_json(self) -> dict[str, Any]:
         """Returns the manifest as the root ``zarr.json`` stores it, with its digest."""
         doc: dict[str, Any] = {
@@ -413,7 +357,7 @@ class CommitRecord:
         return group_json({COMMIT_ATTR: self.to_json()})
 
     @classmethod
-    def from_json(cls, doc: Any, where: str, manifest: Manifest) -> CommitRecord:
+    def from_json(cls, doc: Any, where: object, manifest: Manifest) -> CommitRecord:
         """A validated commit record.
 
         Args:
@@ -437,20 +381,26 @@ class CommitRecord:
                 + f". Run `vault verify {where}` for a full report."
             )
         episodes = doc.get("episodes") if manifest.episodes is not None else None
+        seams = doc.get(SEAMS_KEY)
+        edges = doc.get("edges", {}) if manifest.format_version >= DIGESTS_SINCE else None
         return cls(
-            committed_length=doc["committed_length"],
-            source_counter=doc.get("source_counter"),
-            seq=doc.get("seq", 0),
-            seams=tuple(Seam(int(g["at"]), int(g["lost"])) for g in doc.get(SEAMS_KEY, [])),
-            episodes=None
+            doc["committed_length"],
+            doc.get("source_counter"),
+            doc.get("seq", 0),
+            tuple([Seam(int(g["at"]), int(g["lost"])) for g in seams]) if seams else (),
+            None
             if episodes is None
             else EpisodeState(int(episodes["count"]), OpenEpisodes.from_json(episodes["open"])),
-            edges=None
-            if manifest.format_version < DIGESTS_SINCE
-            else {k: Edge.from_json(e) for k, e in doc.get("edges", {}).items()},
-            fence=doc.get(FENCE),
-            uid=doc.get(UID),
+            None if edges is None else {k: _edge(e) for k, e in edges.items()},
+            doc.get(FENCE),
+            doc.get(UID),
         )
+
+
+def _edge(doc: dict[str, Any]) -> Edge:
+    """An edge of a commit record that :func:`commit_problems` passed: its values are ints
+    already (as ``committed_length`` and ``seq`` are taken)."""
+    return Edge(doc["from"], tuple(doc["crc"]), tuple(doc.get("tail", ())))
 
 
 def read_manifest_bytes(raw: bytes | None, where: str) -> Manifest:
@@ -466,11 +416,14 @@ def read_manifest_bytes(raw: bytes | None, where: str) -> Manifest:
     return Manifest.from_json(doc, where)
 
 
-def read_commit_bytes(raw: bytes | None, where: str, manifest: Manifest) -> CommitRecord:
+def read_commit_bytes(raw: bytes | None, where: object, manifest: Manifest) -> CommitRecord:
+    """The commit record from ``commit/zarr.json`` (``None``: absent), checked against
+    ``manifest``; ``where`` names the vault (made into text only for a message)."""
     if raw is None:
         raise VaultCorruptError(f"{where}: missing {COMMIT_KEY} (the commit record)")
-    group = parse_json(raw, f"{where}/{COMMIT_KEY}")
-    doc = group.get("attributes", {}).get(COMMIT_ATTR)
+    group = parse_json(raw, where, COMMIT_KEY)
+    attributes = group.get("attributes")
+    doc = attributes.get(COMMIT_ATTR) if isinstance(attributes, dict) else None
     if not isinstance(doc, dict):
         raise VaultCorruptError(f"{where}/{COMMIT_KEY}: no '{COMMIT_ATTR}' attributes")
     return CommitRecord.from_json(doc, where, manifest)
@@ -546,15 +499,16 @@ def _edge_place_problems(
 ) -> list[str]:
     """An edge names an array of the vault and the start of its partly filled last chunk
     (``committed // chunk * chunk``, short of the committed end)."""
-    ends = {leaf_key(leaf.name): (length, leaf.chunk[1]) for leaf in manifest.leaves}
-    if episodes is not None:
-        ends[BOUNDS] = ends[RETURNS] = (episodes, INDEX_CHUNK)
+    steps = manifest.chunk_times
     out = []
     for key, edge in edges.items():
-        if key not in ends:
+        if key in steps:
+            end, step = length, steps[key]
+        elif episodes is not None and key in (BOUNDS, RETURNS):
+            end, step = episodes, INDEX_CHUNK
+        else:
             out.append(f"edges[{key!r}] names no array of this vault")
             continue
-        end, step = ends[key]
         if edge["from"] != end // step * step or edge["from"] >= end:
             out.append(
                 f"edges[{key!r}] starts at {edge['from']}, not where the partly filled last "
@@ -591,17 +545,26 @@ def episode_record_problems(record: Any, rows: int, length: int) -> list[str]:
         )
     opened = record.get("open")
     columns = ("start", "return", "flags")
-    if not isinstance(opened, dict) or not all(
-        isinstance(opened.get(k), list) and len(opened[k]) == rows for k in columns
-    ):
+    starts, returns, flags = (
+        (opened.get("start"), opened.get("return"), opened.get("flags"))
+        if isinstance(opened, dict)
+        else (None, None, None)
+    )
+    if not (_has_rows(starts, rows) and _has_rows(returns, rows) and _has_rows(flags, rows)):
         return [*out, f"episodes.open must hold {columns} lists of {rows} entries"]
-    if not is_int_list(opened["start"], 0) or any(s > length for s in opened["start"]):
-        out.append(f"episodes.open.start must be ints in [0, {length}], got {opened['start']}")
-    if not is_int_list(opened["flags"], 0):
-        out.append(f"episodes.open.flags must be ints >= 0, got {opened['flags']}")
-    if not all(isinstance(x, (int, float)) for x in opened["return"]):
-        out.append(f"episodes.open.return must be numbers, got {opened['return']}")
+    if not is_int_list(starts, 0) or (starts and max(starts) > length):
+        out.append(f"episodes.open.start must be ints in [0, {length}], got {starts}")
+    if not is_int_list(flags, 0):
+        out.append(f"episodes.open.flags must be ints >= 0, got {flags}")
+    for x in returns:
+        if not isinstance(x, (int, float)):
+            out.append(f"episodes.open.return must be numbers, got {returns}")
+            break
     return out
+
+
+def _has_rows(column: Any, rows: int) -> TypeGuard[list[Any]]:
+    return isinstance(column, list) and len(column) == rows
 
 
 def _episodes_config_problems(cfg: Any, shapes: dict[Any, Any]) -> list[str]:
@@ -680,15 +643,18 @@ def _edge_problems(edges: Any, rows: int) -> list[str]:
         return [f"edges must be an object, got {type(edges).__name__}"]
     out = []
     for key, edge in edges.items():
+        crc = edge.get("crc") if isinstance(edge, dict) else None
         if not (
-            isinstance(edge, dict)
+            is_int_list(crc, 0)
+            and (len(crc) == 1 or len(crc) == rows)
             and is_int(edge.get("from"), 0)
-            and is_int_list(edge.get("crc"), 0)
-            and len(edge["crc"]) in (1, rows)
-            and is_int_list(edge.get("tail", []), 0)
+            and is_int_list(edge.get("tail", _NONE), 0)
         ):
             out.append(
                 f"edges[{key!r}] must be {{'from': int, 'crc': [int per row], 'tail': [int per "
                 "row block]}"
             )
     return out
+
+
+_NONE: list[Any] = []  # never changed

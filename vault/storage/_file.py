@@ -44,6 +44,7 @@ from vault.storage._reclaim import Reclaimer
 from vault.storage._writer_id import holder_record, locked_message
 
 _log = logging.getLogger(__name__)
+_READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
 
 
 class FileLocation(Location):
@@ -86,27 +87,35 @@ class FileLocation(Location):
         file inside the vault of at most ``MAX_RECORD_BYTES`` (:meth:`open_inside`): a
         symbolic link, a FIFO or a device there is never followed, waited on or read."""
         with self.failures("read the vault"):
-            fd = self.open_inside(key, MAX_RECORD_BYTES)
-            if fd is None:
-                return None
-            try:
-                chunks = []
-                while data := os.read(fd, 1 << 20):
-                    chunks.append(data)
-                    if sum(map(len, chunks)) > MAX_RECORD_BYTES:  # it grew while read
-                        raise self.corrupt(key, "it grew past the size a record can be")
-                return b"".join(chunks)
-            finally:
-                os.close(fd)
+            return self._read(key)
+
+    def _read(self, key: str) -> bytes | None:
+        opened = self.open_inside(key, MAX_RECORD_BYTES)
+        if opened is None:
+            return None
+        fd, size = opened
+        try:
+            data = os.read(fd, size + 1)  # a byte more than it holds: its end seen in one call
+            if len(data) == size:
+                return data
+            chunks = [data]  # it changed size since: read to its end
+            while sum(map(len, chunks)) <= MAX_RECORD_BYTES and (data := os.read(fd, 1 << 20)):
+                chunks.append(data)
+            if sum(map(len, chunks)) > MAX_RECORD_BYTES:  # it grew while read
+                raise self.corrupt(key, "it grew past the size a record can be")
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
 
     def read_tails(self, keys: list[str], size: int = 4) -> list[bytes | None]:
         out: list[bytes | None] = []
         with self.failures("read the vault"):
             for key in keys:
-                fd = self.open_inside(key, None)
-                if fd is None:
+                opened = self.open_inside(key, None)
+                if opened is None:
                     out.append(None)
                     continue
+                fd = opened[0]
                 try:  # system calls per chunk: open, fstat, seek from the end, read
                     try:
                         os.lseek(fd, -size, os.SEEK_END)
@@ -148,10 +157,11 @@ class FileLocation(Location):
                     else:
                         self._check_info(key, info, max_bytes)
                     continue
-                fd = self.open_inside(key, max_bytes)  # open, fstat, read the header, close
-                if fd is None:
+                opened = self.open_inside(key, max_bytes)  # open, fstat, read the header, close
+                if opened is None:
                     absent.append(key)
                     continue
+                fd = opened[0]
                 try:
                     head = os.pread(fd, 16, 0)
                 finally:
@@ -182,20 +192,20 @@ class FileLocation(Location):
 
     def read_many(self, keys: Sequence[str]) -> list[bytes | None]:
         """The values of ``keys`` (None where absent), each read as :meth:`read` reads."""
-        return [self.read(key) for key in keys]
+        with self.failures("read the vault"):
+            return [self._read(key) for key in keys]
 
-    def open_inside(self, key: str, max_bytes: int | None) -> int | None:
-        """A read-only descriptor of the regular file ``key`` inside the vault (None when there
-        is no such file, or a folder there): never through a symbolic link (its last part or
-        a folder on the way, which could lead out of the vault), never blocking (a FIFO),
-        never a device, and (``max_bytes``) never larger than that. Anything else is
-        :class:`VaultCorruptError` naming the file: a vault's writer makes none of these."""
+    def open_inside(self, key: str, max_bytes: int | None) -> tuple[int, int] | None:
+        """A read-only descriptor of the regular file ``key`` inside the vault, and its size
+        (None when there is no such file, or a folder there): never through a symbolic link
+        (its last part or a folder on the way, which could lead out of the vault), never
+        blocking (a FIFO), never a device, and (``max_bytes``) never larger than that. Anything
+        else is :class:`VaultCorruptError` naming the file: a vault's writer makes none."""
         parent = key.rpartition("/")[0]
         if parent and parent not in self._inside:
             self._check_folders(parent)
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
         try:
-            fd = os.open(self._root + key, flags)
+            fd = os.open(self._root + key, _READ_FLAGS)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as err:
@@ -211,16 +221,16 @@ class FileLocation(Location):
         except BaseException:
             os.close(fd)
             raise
-        return fd
+        return fd, info.st_size
 
     def _check_folders(self, parent: str) -> None:
         """Every folder on the way from the root to ``parent`` is a real folder (not a
         symbolic link): noted once per location."""
-        done = ""
-        for part in parent.split("/"):
-            done = f"{done}/{part}" if done else part
-            if done in self._inside:
-                continue
+        unchecked = []  # from ``parent`` up to the first folder already checked
+        while parent and parent not in self._inside:
+            unchecked.append(parent)
+            parent = parent.rpartition("/")[0]
+        for done in reversed(unchecked):  # from the top down
             try:
                 info = os.lstat(self._root + done)
             except (FileNotFoundError, NotADirectoryError):
