@@ -215,7 +215,7 @@ def test_a_writer_whose_lease_was_broken_writes_no_data_once_its_last_check_is_s
     """Each commit sends the next append's lease check with it; an append that starts later
     than ``CHECK_FRESH`` after that sends its own, so a writer whose lease was broken and taken
     meanwhile PUTs no chunk at all (the new holder's data stays untouched)."""
-    from vault.storage._s3 import CHECK_FRESH
+    from vault.storage._s3_lease import CHECK_FRESH
 
     loc = fresh(s3_env)
     old = Vault.create(loc, EXAMPLE, rows=ROWS, done_leaf="done")
