@@ -234,6 +234,41 @@ def test_a_writer_closing_after_a_takeover_cannot_cut_the_new_holders_arrays(
     assert vault.verify(loc).ok
 
 
+def test_a_claim_whose_metadata_changed_after_it_was_read_claims_it_again(
+    s3_env: S3TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer's first append reads every array's metadata early and claims it with
+    conditional writes while its chunks go out. If the metadata changed in between (the
+    previous holder's close landing late), the claim reads it again and claims what is there
+    now: the writer's later growth, fenced on the generations it claimed, still succeeds."""
+    from vault.storage._relay_write import WRITER_ATTR, WriteRelay
+
+    loc = make(s3_env, 10)
+    key = "experience/obs/zarr.json"
+    stage = WriteRelay.stage
+    moved: list[str] = []
+
+    def stage_after_a_late_write(self: WriteRelay, *args: Any) -> None:
+        if not moved:  # after the claim's reads, before its writes
+            doc = json.loads(get(loc, key))
+            doc["attributes"] = {**doc.get("attributes", {}), "late": True}
+            kv(loc).write(key, json.dumps(doc).encode()).result()
+            moved.append(key)
+        stage(self, *args)
+
+    monkeypatch.setattr(WriteRelay, "stage", stage_after_a_late_write)
+    with Vault.open(loc, "a") as v:
+        v.append(data(10, 3))
+        claimed = json.loads(get(loc, key))["attributes"]
+        assert claimed["late"] is True  # claimed again from what was there
+        assert claimed[WRITER_ATTR] == v._writer._relay.nonce  # type: ignore[union-attr]
+        v.append(data(13, 60))  # grows every array: conditional on the claimed generations
+    got = Vault.open(loc).read_numpy()
+    for name, values in data(0, 73).items():
+        np.testing.assert_array_equal(got[name], values)
+    assert vault.verify(loc).ok
+
+
 @pytest.mark.parametrize("point", ["resize", "index", "commit"])
 def test_an_append_that_fails_part_way_leaves_the_next_one_exact(
     s3_env: S3TestServer, point: str

@@ -64,6 +64,14 @@ class LeaseLock(WriterLock, Protocol):
         reads: Mapping[str, Any] | None = ...,
     ) -> dict[str, bytes]: ...
 
+    def start_fence_all(
+        self,
+        rewrites: Mapping[str, Callable[[bytes | None], bytes]],
+        doing: str = ...,
+        reads: Mapping[str, Any] | None = ...,
+        retry: bool = ...,
+    ) -> tuple[dict[str, bytes], Callable[[], dict[str, bytes]]]: ...
+
     def replace_all(self, values: Mapping[str, bytes], doing: str = ...) -> None: ...
 
     def start_replace_all(
@@ -326,10 +334,20 @@ class WriteRelay:
                 return rewrite
 
             claims, self._claims = self._claims, {}
-            written = lock.fence_all({meta_key(key): claim(key) for key in keys}, reads=claims)
-            self.docs = {key: json.loads(written[meta_key(key)]) for key in keys}
+            rewrites = {meta_key(key): claim(key) for key in keys}
+            sent, fenced = lock.start_fence_all(rewrites, reads=claims)
+            self.docs = {key: json.loads(sent[meta_key(key)]) for key in keys}
             self._stale.update(keys)
-            return lambda: None
+
+            def claimed() -> None:  # a key rewritten again (replaced meanwhile): reopened later
+                written = fenced()
+                for key in keys:
+                    if written[meta_key(key)] != sent[meta_key(key)]:
+                        assert self.docs is not None
+                        self.docs[key] = json.loads(written[meta_key(key)])
+                        self._stale.add(key)
+
+            return claimed
         changed = {
             key: self._resized(snap, key, self.docs[key], n)
             for key, n in wants.items()

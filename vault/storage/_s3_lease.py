@@ -246,32 +246,58 @@ class S3Lease:
         rewritten again); returns what was written to each. ``reads``: the first round's
         reads (TensorStore read futures of those keys), sent earlier by the caller."""
         done: dict[str, bytes] = {}
+        todo = dict(rewrites)
+        for _ in range(10):
+            _, finish = self.start_fence_all(todo, doing, reads, retry=False)
+            reads = None
+            done.update(finish())
+            todo = {key: rewrite for key, rewrite in todo.items() if key not in done}
+            if not todo:
+                return done
+        raise VaultLockedError(
+            f"{self.location}: {next(iter(todo))} kept changing while this writer took the lock; "
+            "another writer is still committing"
+        )
+
+    def start_fence_all(
+        self,
+        rewrites: Mapping[str, Callable[[bytes | None], bytes]],
+        doing: str = "write the vault",
+        reads: Mapping[str, Any] | None = None,
+        retry: bool = True,
+    ) -> tuple[dict[str, bytes], Callable[[], dict[str, bytes]]]:
+        """The first round of :meth:`fence_all`: the reads waited for (``reads``: sent earlier
+        by the caller), the conditional writes sent. Returns what they write to each key, and
+        what waits for them and returns what was written: a key replaced by another writer
+        between the read and the write is fenced again then, as :meth:`fence_all` does
+        (``retry`` false: left out)."""
         sent = dict(reads or {})
         with self._guard:
             self._check_held()
-            todo = list(rewrites)
-            for _ in range(10):
-                with self.location.failures(doing):
-                    reads = {key: sent.pop(key, None) or self._kv.read(key) for key in todo}
-                    writes = {}
-                    for key, future in reads.items():
-                        current = future.result()
-                        raw = bytes(current.value) if current.state == "value" else None
-                        new = rewrites[key](raw)
-                        expect = bytes(current.stamp.generation) if raw is not None else ABSENT
-                        writes[key] = (new, self._kv.write(key, new, if_equal=expect))
-                    for key, (new, future) in writes.items():
-                        written = future.result()
-                        if written.generation:
-                            self._generations[key] = bytes(written.generation)
-                            done[key] = new
-                todo = [key for key in todo if key not in done]
-                if not todo:
-                    return done
-        raise VaultLockedError(
-            f"{self.location}: {todo[0]} kept changing while this writer took the lock; another "
-            "writer is still committing"
-        )
+            with self.location.failures(doing):
+                got = {key: sent.pop(key, None) or self._kv.read(key) for key in rewrites}
+                writes = {}
+                for key, future in got.items():
+                    current = future.result()
+                    raw = bytes(current.value) if current.state == "value" else None
+                    new = rewrites[key](raw)
+                    expect = bytes(current.stamp.generation) if raw is not None else ABSENT
+                    writes[key] = (new, self._kv.write(key, new, if_equal=expect))
+
+        def finish() -> dict[str, bytes]:
+            done: dict[str, bytes] = {}
+            with self._guard, self.location.failures(doing):
+                for key, (new, future) in writes.items():
+                    written = future.result()
+                    if written.generation:
+                        self._generations[key] = bytes(written.generation)
+                        done[key] = new
+            rest = {key: rewrite for key, rewrite in rewrites.items() if key not in done}
+            if retry and rest:
+                done.update(self.fence_all(rest, doing))
+            return done
+
+        return {key: new for key, (new, _) in writes.items()}, finish
 
     def read_all(self, keys: list[str], doing: str = "read the vault") -> dict[str, bytes | None]:
         """Read records (together), remembering their generations: a later :meth:`replace_all`
