@@ -57,13 +57,6 @@ WRITER_ATTR = "rlvault_writer"  # the array metadata's attribute holding the wri
 class LeaseLock(WriterLock, Protocol):
     """What the relay needs of the writer lock: fenced records (``S3Lease``)."""
 
-    def fence_all(
-        self,
-        rewrites: Mapping[str, Callable[[bytes | None], bytes]],
-        doing: str = ...,
-        reads: Mapping[str, Any] | None = ...,
-    ) -> dict[str, bytes]: ...
-
     def start_fence_all(
         self,
         rewrites: Mapping[str, Callable[[bytes | None], bytes]],

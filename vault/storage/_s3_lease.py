@@ -239,17 +239,14 @@ class S3Lease:
         self,
         rewrites: Mapping[str, Callable[[bytes | None], bytes]],
         doing: str = "write the vault",
-        reads: Mapping[str, Any] | None = None,
     ) -> dict[str, bytes]:
         """:meth:`fence` of several records at once (reads, then conditional writes, each
         round of requests sent together; a record that changed between the two is read and
-        rewritten again); returns what was written to each. ``reads``: the first round's
-        reads (TensorStore read futures of those keys), sent earlier by the caller."""
+        rewritten again); returns what was written to each."""
         done: dict[str, bytes] = {}
         todo = dict(rewrites)
         for _ in range(10):
-            _, finish = self.start_fence_all(todo, doing, reads, retry=False)
-            reads = None
+            _, finish = self.start_fence_all(todo, doing, retry=False)
             done.update(finish())
             todo = {key: rewrite for key, rewrite in todo.items() if key not in done}
             if not todo:
