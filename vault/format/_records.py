@@ -384,23 +384,17 @@ class CommitRecord:
         seams = doc.get(SEAMS_KEY)
         edges = doc.get("edges", {}) if manifest.format_version >= DIGESTS_SINCE else None
         return cls(
-            doc["committed_length"],
-            doc.get("source_counter"),
-            doc.get("seq", 0),
-            tuple([Seam(int(g["at"]), int(g["lost"])) for g in seams]) if seams else (),
-            None
+            committed_length=doc["committed_length"],
+            source_counter=doc.get("source_counter"),
+            seq=doc.get("seq", 0),
+            seams=tuple(Seam(int(g["at"]), int(g["lost"])) for g in seams) if seams else (),
+            episodes=None
             if episodes is None
             else EpisodeState(int(episodes["count"]), OpenEpisodes.from_json(episodes["open"])),
-            None if edges is None else {k: _edge(e) for k, e in edges.items()},
-            doc.get(FENCE),
-            doc.get(UID),
+            edges=None if edges is None else {k: Edge.from_json(e) for k, e in edges.items()},
+            fence=doc.get(FENCE),
+            uid=doc.get(UID),
         )
-
-
-def _edge(doc: dict[str, Any]) -> Edge:
-    """An edge of a commit record that :func:`commit_problems` passed: its values are ints
-    already (as ``committed_length`` and ``seq`` are taken)."""
-    return Edge(doc["from"], tuple(doc["crc"]), tuple(doc.get("tail", ())))
 
 
 def read_manifest_bytes(raw: bytes | None, where: str) -> Manifest:
@@ -648,13 +642,10 @@ def _edge_problems(edges: Any, rows: int) -> list[str]:
             is_int_list(crc, 0)
             and (len(crc) == 1 or len(crc) == rows)
             and is_int(edge.get("from"), 0)
-            and is_int_list(edge.get("tail", _NONE), 0)
+            and is_int_list(edge.get("tail", []), 0)
         ):
             out.append(
                 f"edges[{key!r}] must be {{'from': int, 'crc': [int per row], 'tail': [int per "
                 "row block]}"
             )
     return out
-
-
-_NONE: list[Any] = []  # never changed

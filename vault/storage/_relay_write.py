@@ -62,7 +62,6 @@ class LeaseLock(WriterLock, Protocol):
         rewrites: Mapping[str, Callable[[bytes | None], bytes]],
         doing: str = ...,
         reads: Mapping[str, Any] | None = ...,
-        retry: bool = ...,
     ) -> tuple[dict[str, bytes], Callable[[], dict[str, bytes]]]: ...
 
     def replace_all(self, values: Mapping[str, bytes], doing: str = ...) -> None: ...

@@ -243,31 +243,45 @@ class S3Lease:
         """:meth:`fence` of several records at once (reads, then conditional writes, each
         round of requests sent together; a record that changed between the two is read and
         rewritten again); returns what was written to each."""
-        done: dict[str, bytes] = {}
-        todo = dict(rewrites)
-        for _ in range(10):
-            _, finish = self.start_fence_all(todo, doing, retry=False)
-            done.update(finish())
-            todo = {key: rewrite for key, rewrite in todo.items() if key not in done}
-            if not todo:
-                return done
-        raise VaultLockedError(
-            f"{self.location}: {next(iter(todo))} kept changing while this writer took the lock; "
-            "another writer is still committing"
-        )
+        return self.start_fence_all(rewrites, doing)[1]()
 
     def start_fence_all(
         self,
         rewrites: Mapping[str, Callable[[bytes | None], bytes]],
         doing: str = "write the vault",
         reads: Mapping[str, Any] | None = None,
-        retry: bool = True,
     ) -> tuple[dict[str, bytes], Callable[[], dict[str, bytes]]]:
-        """The first round of :meth:`fence_all`: the reads waited for (``reads``: sent earlier
-        by the caller), the conditional writes sent. Returns what they write to each key, and
-        what waits for them and returns what was written: a key replaced by another writer
-        between the read and the write is fenced again then, as :meth:`fence_all` does
-        (``retry`` false: left out)."""
+        """The first round of :meth:`fence_all` sent: the reads waited for (``reads``: sent
+        earlier by the caller), the conditional writes sent. Returns what they write to each
+        key, and what waits for them and returns what was written to each key: a key that
+        another writer replaced between the read and the write is read and rewritten again
+        (up to ten rounds)."""
+        first = self._fence_round(rewrites, doing, reads)
+
+        def finish() -> dict[str, bytes]:
+            done: dict[str, bytes] = {}
+            todo, pending = dict(rewrites), first
+            for _ in range(10):
+                done.update(self._fenced(pending, doing))
+                todo = {key: rewrite for key, rewrite in todo.items() if key not in done}
+                if not todo:
+                    return done
+                pending = self._fence_round(todo, doing, None)
+            raise VaultLockedError(
+                f"{self.location}: {next(iter(todo))} kept changing while this writer took the "
+                "lock; another writer is still committing"
+            )
+
+        return {key: new for key, (new, _) in first.items()}, finish
+
+    def _fence_round(
+        self,
+        rewrites: Mapping[str, Callable[[bytes | None], bytes]],
+        doing: str,
+        reads: Mapping[str, Any] | None,
+    ) -> dict[str, tuple[bytes, Any]]:
+        """Read each key (``reads``: already sent), rewrite it and send the write conditional
+        on the generation read; by key, what is written and its write's future."""
         sent = dict(reads or {})
         with self._guard:
             self._check_held()
@@ -280,21 +294,18 @@ class S3Lease:
                     new = rewrites[key](raw)
                     expect = bytes(current.stamp.generation) if raw is not None else ABSENT
                     writes[key] = (new, self._kv.write(key, new, if_equal=expect))
+        return writes
 
-        def finish() -> dict[str, bytes]:
-            done: dict[str, bytes] = {}
-            with self._guard, self.location.failures(doing):
-                for key, (new, future) in writes.items():
-                    written = future.result()
-                    if written.generation:
-                        self._generations[key] = bytes(written.generation)
-                        done[key] = new
-            rest = {key: rewrite for key, rewrite in rewrites.items() if key not in done}
-            if retry and rest:
-                done.update(self.fence_all(rest, doing))
-            return done
-
-        return {key: new for key, (new, _) in writes.items()}, finish
+    def _fenced(self, writes: Mapping[str, tuple[bytes, Any]], doing: str) -> dict[str, bytes]:
+        """What :meth:`_fence_round`'s writes wrote (a key replaced meanwhile is left out)."""
+        done: dict[str, bytes] = {}
+        with self._guard, self.location.failures(doing):
+            for key, (new, future) in writes.items():
+                written = future.result()
+                if written.generation:
+                    self._generations[key] = bytes(written.generation)
+                    done[key] = new
+        return done
 
     def read_all(self, keys: list[str], doing: str = "read the vault") -> dict[str, bytes | None]:
         """Read records (together), remembering their generations: a later :meth:`replace_all`
