@@ -51,7 +51,9 @@ class WriteMethods:
             block: ``False`` returns once the fresh timesteps have been copied out of the
                 buffer into host memory (so the buffer may be donated or overwritten at
                 once); compression, I/O and the commit continue on a background thread, in
-                order. At most :attr:`max_pending` writes wait there (then the call blocks).
+                order, compressing on one core fewer than the machine has (at least one), so
+                that a training step running beside it keeps a core. At most
+                :attr:`max_pending` writes wait there (then the call blocks).
                 :meth:`flush`, :meth:`close` and leaving a ``with`` block wait for them; an
                 error in the background is raised by the next ``write``/``flush``/``close``,
                 and nothing after the failed write is committed.

@@ -11,10 +11,11 @@ overwrites any partial tail. Each step runs as a named fault point (``vault/writ
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -54,13 +55,16 @@ def apply(
     lock: WriterLock,
     reclaimer: Reclaimer | None = None,
     relay: WriteRelay | None = None,
+    lanes: int | None = None,
 ) -> Snapshot:
     """Append ``job`` to the vault at ``snap`` (its writer's latest commit) as the holder of
     ``lock``; returns the snapshot of the new commit. ``reclaimer``: where old versions of
     replaced files go; ``relay``: the writer's in-memory side on a remote location
-    (``vault/storage/_relay_write.py``)."""
+    (``vault/storage/_relay_write.py``); ``lanes``: at most this many chunks of a local
+    location's data are written (encoded) at once (None: all of them, see
+    :func:`write_parts`)."""
     info = {"begin": job.begin, "end": job.end}
-    return run_point("append", info, lambda: _apply(snap, job, lock, reclaimer, relay))
+    return run_point("append", info, lambda: _apply(snap, job, lock, reclaimer, relay, lanes))
 
 
 def fence(snap: Snapshot, lock: WriterLock) -> Snapshot:
@@ -94,6 +98,7 @@ def _apply(
     lock: WriterLock,
     reclaimer: Reclaimer | None,
     relay: WriteRelay | None,
+    lanes: int | None,
 ) -> Snapshot:
     if relay is not None:
         try:
@@ -105,7 +110,7 @@ def _apply(
     held: list[tuple[Path, int]] = []
     with reclaimer.appending() if reclaimer is not None else contextlib.nullcontext():
         try:
-            return _append(snap, job, lock, reclaimer, held)
+            return _append(snap, job, lock, reclaimer, held, lanes)
         finally:
             if reclaimer is not None:
                 reclaimer.release(held)
@@ -117,6 +122,7 @@ def _append(
     lock: WriterLock,
     rec: Reclaimer | None,
     held: list[tuple[Path, int]],
+    lanes: int | None,
 ) -> Snapshot:
     futures = []
     arrays = snap.arrays
@@ -124,7 +130,8 @@ def _append(
         if rec is not None:
             held += rec.hold(replaced_by_append(snap, job.begin, job.end))
         arrays = grow(snap, job.end)
-        futures = write_parts(arrays, job)
+        chunks = [leaf.chunk for leaf in snap.manifest.leaves]
+        futures = write_parts(arrays, job, chunks, lanes)
     index = snap.index
     episodes = snap.commit.episodes
     cfg = snap.manifest.episodes
@@ -151,24 +158,52 @@ def _append(
     return dataclasses.replace(snap, commit=commit, arrays=arrays, index=index)
 
 
-def write_parts(arrays: tuple[Any, ...], job: AppendJob) -> list[Any]:
+def write_parts(
+    arrays: tuple[Any, ...],
+    job: AppendJob,
+    chunks: Sequence[Sequence[int]] = (),
+    lanes: int | None = None,
+) -> list[Any]:
     """Start writing the job's data to ``arrays`` (grown to hold it); the write futures.
 
     Staged data (``vault.write._plan.Staged``) is written in whole chunks, clipped to an
     array's shape (which ``grow`` leaves at a chunk boundary, so only an array shaped
-    otherwise, by an older writer, clips), and TensorStore may encode straight from it."""
+    otherwise, by an older writer, clips), and TensorStore may encode straight from it.
+
+    ``lanes`` (with ``chunks``, each leaf's chunk shape): staged data is written
+    chunk by chunk, at most ``lanes`` chunks at once (this waits for the oldest before it
+    starts another). A write queued in the background runs so, one lane fewer than the
+    machine's cores: TensorStore encodes every chunk of one write at once, on as many threads
+    as there are cores, and a training step running beside it then waits for the core it
+    lost (docs/performance.md, "Recording")."""
     if not job.staged:
         return [
             arr[:, job.begin : job.end].write(part)
             for arr, part in zip(arrays, job.parts, strict=True)
         ]
-    futures = []
-    for arr, staged in zip(arrays, job.staged, strict=True):
+    pieces: list[tuple[Any, slice, slice, np.ndarray]] = []
+    for i, (arr, staged) in enumerate(zip(arrays, job.staged, strict=True)):
         stop = min(staged.begin + int(staged.data.shape[1]), int(arr.shape[1]))
         data = staged.data[:, : stop - staged.begin]
-        futures.append(
-            arr[:, staged.begin : stop].write(data, can_reference_source_data_indefinitely=True)
-        )
+        if lanes is None:
+            pieces.append((arr, slice(None), slice(staged.begin, stop), data))
+            continue
+        rows, step = (int(n) for n in chunks[i][:2])
+        for r in range(0, int(data.shape[0]), rows):
+            t = staged.begin
+            while t < stop:
+                cut = min(stop, (t // step + 1) * step)
+                part = data[r : r + rows, t - staged.begin : cut - staged.begin]
+                pieces.append((arr, slice(r, r + rows), slice(t, cut), part))
+                t = cut
+    futures: list[Any] = []
+    waiting: collections.deque[Any] = collections.deque()
+    for arr, rows_at, times, part in pieces:
+        if lanes is not None and len(waiting) >= lanes:
+            waiting.popleft().result()
+        future = arr[rows_at, times].write(part, can_reference_source_data_indefinitely=True)
+        futures.append(future)
+        waiting.append(future)
     return futures
 
 

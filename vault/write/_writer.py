@@ -11,6 +11,7 @@ what is missing.
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from typing import Any
 
@@ -41,6 +42,18 @@ from vault.write._plan import (
     same_buffer,
 )
 from vault.write._stage import StagingPool
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+# chunks a background write (``write(block=False)``) encodes at once: one core is left to the
+# training loop that queued it (measured: docs/performance.md, "Recording")
+BACKGROUND_LANES = max(1, _cores() - 1)
 
 
 class Writer:
@@ -109,7 +122,7 @@ class Writer:
         if block:
             self.run_now(job)
         else:
-            self._queue.submit(lambda: self._apply(job))
+            self._queue.submit(lambda: self._apply(job, BACKGROUND_LANES))
             self.tip = job.tip_after(self.tip)
         return job.end - job.begin
 
@@ -203,12 +216,12 @@ class Writer:
             raise
         self.tip = job.tip_after(self.tip)
 
-    def _apply(self, job: AppendJob) -> None:
+    def _apply(self, job: AppendJob, lanes: int | None = None) -> None:
         if self._lock is None:
             raise VaultModeError(f"{self.where}: this Vault was closed")
         try:
             self.snapshot = _commit.apply(
-                self.snapshot, job, self._lock, self.reclaimer, self._relay
+                self.snapshot, job, self._lock, self.reclaimer, self._relay, lanes
             )
         finally:
             self._staging.release(job.staged)
