@@ -24,7 +24,11 @@ Vaults get the default codecs and chunks (``Vault.create(loc, example, rows=16)`
 * ``TensorStore S3 + commit PUT`` (writes only): the same raw writes, each round followed by
   one PUT of a 2 KB object, waited for: raw TensorStore plus the one round trip by which an
   append becomes visible atomically (a vault writes its commit record after the append's
-  chunks have landed). What remains between rlvault and this is rlvault's own work;
+  chunks have landed);
+* ``TensorStore S3 + the vault's requests`` (writes only): besides, each round sends with its
+  chunks the other requests of a vault's append (the lease check's GET, the replaced commit
+  record's PUT under ``history/``, a tag-chunk PUT per leaf whose chunks the round completed).
+  What remains between rlvault and this is rlvault's own client work;
 * ``zarr+s3fs``: zarr-python opening the vault's group at ``s3://bucket/prefix`` through
   s3fs, reading the committed length from the commit record's attributes and slicing every
   leaf ``[:, :length]``.
@@ -101,6 +105,12 @@ from vault.testing import ACCESS_KEY, REGION, SECRET_KEY, S3TestServer
 
 S3_METHODS = ("rlvault_s3", "tensorstore_s3")  # the methods whose requests are counted
 COMMIT_RECORD = b"x" * 2000  # about a vault's commit record (``commit/zarr.json``)
+# what a raw TensorStore write method sends besides its chunks (``write_raw_run``)
+RECORDS = {
+    "tensorstore_s3": "",
+    "tensorstore_s3_commit": "commit",
+    "tensorstore_s3_records": "vault",
+}
 S3_RETRIES = 3
 S3_CONCURRENCY = 32
 BATCH = 256
@@ -379,7 +389,7 @@ def run_variant(variant: str, cfg: Config, places: Places, phases: Phases) -> di
                 if method.startswith("tensorstore_s3"):
                     total, sent = counted(
                         lambda p=prefix, lay=layout, m=method: write_raw_run(
-                            places, p, lay, batches, length + len(extra), m.endswith("_commit")
+                            places, p, lay, batches, length + len(extra), RECORDS[m]
                         )
                     )
                 else:
@@ -512,24 +522,42 @@ def write_raw_run(
     layout: list[dict[str, Any]],
     batches: list[dict[str, np.ndarray]],
     capacity: int,
-    commit: bool = False,
+    records: str = "",
 ) -> float:
     """Raw TensorStore arrays (created untimed at ``capacity`` timesteps) written round by
-    round; the rounds' summed time. With ``commit``, each round then PUTs one small object of
-    the size of a vault's commit record and waits for it: the one round trip that any store
-    whose appends become visible atomically adds to each append (rlvault's commit record,
-    written after the append's chunks have landed)."""
+    round; the rounds' summed time.
+
+    ``records="commit"``: each round then PUTs one small object of the size of a vault's commit
+    record and waits for it: the one round trip that any store whose appends become visible
+    atomically adds to each append (rlvault's commit record, written after the append's chunks
+    have landed). ``records="vault"``: besides, each round sends the other requests a vault's
+    append sends beside its chunks, together with them: the lease check's GET, the PUT of the
+    record the commit replaces (``history/``) and one PUT of a tag chunk (``1,024`` checksums
+    per row block) for each leaf whose chunks the round completed. What remains between
+    rlvault and this is rlvault's own client work (encoding through memory, Python)."""
     rows = next(iter(batches[0].values())).shape[0]
     arrays = raw_create(places, prefix, layout, rows, capacity)
     kv = ts.KvStore.open(places.kvstore(f"{prefix}/"), context=s3_context()).result()
+    tag = bytes(4 * 1024 * rows + 4)  # a tag chunk of one row block per row (the most)
     total, at = 0.0, 0
     for i, batch in enumerate(batches):
+        n = next(iter(batch.values())).shape[1]
         t0 = time.perf_counter()
+        sent = []
+        if records == "vault":
+            sent.append(kv.read("lock/lease.json"))
+            sent.append(kv.write(f"history/{i}", COMMIT_RECORD + str(i).encode()))
+            for leaf in layout:
+                step = leaf["chunk"][1]
+                if (at + n) // step > at // step:  # the round completed a chunk of the leaf
+                    sent.append(kv.write(f"tags/{leaf['name']}/c/0/{i}", tag))
         raw_write(arrays, batch, at)
-        if commit:
+        for future in sent:
+            future.result()
+        if records:
             kv.write("commit.json", COMMIT_RECORD + str(i).encode()).result()
         total += time.perf_counter() - t0
-        at += next(iter(batch.values())).shape[1]
+        at += n
     return total
 
 

@@ -14,7 +14,13 @@ TOOLS = Path(__file__).resolve().parents[2] / "tools"
 SCRIPT = TOOLS / "bench_s3.py"
 
 METRICS = {
-    ("write", "MB/s"): {"rlvault_s3", "rlvault_local", "tensorstore_s3", "tensorstore_s3_commit"},
+    ("write", "MB/s"): {
+        "rlvault_s3",
+        "rlvault_local",
+        "tensorstore_s3",
+        "tensorstore_s3_commit",
+        "tensorstore_s3_records",
+    },
     ("read all", "MB/s"): {"rlvault_s3", "rlvault_local", "tensorstore_s3", "zarr_s3fs"},
     ("one-step append", "ms"): {"rlvault_s3", "rlvault_local", "tensorstore_s3"},
     ("streaming (256 x 1, shuffled, 1 epoch)", "batches/s"): {"rlvault_s3", "rlvault_local"},
@@ -24,8 +30,15 @@ METRICS = {
     ("S3 requests per append", "GETs"): {"rlvault_s3", "tensorstore_s3"},
     ("S3 requests per append", "PUTs"): {"rlvault_s3", "tensorstore_s3"},
 }
-METHODS = {"rlvault_s3", "rlvault_local", "tensorstore_s3", "tensorstore_s3_commit", "zarr_s3fs"}
-READ_BACK = METHODS - {"tensorstore_s3_commit"}  # (writes only)
+METHODS = {
+    "rlvault_s3",
+    "rlvault_local",
+    "tensorstore_s3",
+    "tensorstore_s3_commit",
+    "tensorstore_s3_records",
+    "zarr_s3fs",
+}
+READ_BACK = METHODS - {"tensorstore_s3_commit", "tensorstore_s3_records"}  # (writes only)
 
 
 def test_bench_s3_quick(tmp_path: Path) -> None:
@@ -63,7 +76,7 @@ def test_bench_s3_quick(tmp_path: Path) -> None:
     assert len(doc["rows"]) == 2 * len(METRICS)
 
     targets = {(t["variant"], t["target"]): t for t in doc["targets"]}
-    assert len(targets) == 10
+    assert len(targets) == 12
     for t in targets.values():
         assert t["rlvault"] > 0
         assert t["reference"] > 0
