@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import buffers as fbx
-from vault import Vault, VaultError
+from vault import Vault, VaultError, verify
 
 ROWS, T = 2, 16
 BUFFER = fbx.make_trajectory_buffer(ROWS, 1, 1, 1, 1, max_length_time_axis=T)
@@ -39,6 +39,25 @@ def test_donated_buffer_with_non_blocking_writes_records_exactly(tmp_path: Path)
     np.testing.assert_array_equal(data["x"], codes(0, 200))
     np.testing.assert_array_equal(data["y"][..., 2], codes(0, 200).astype(np.float32))
     vault.close()
+
+
+def test_background_writes_split_into_chunks_store_exactly_the_data(tmp_path: Path) -> None:
+    # a queued write is written chunk by chunk (``BACKGROUND_LANES`` at once): appends that
+    # start and end inside chunks of 1 row x 4 timesteps and 2 rows x 8
+    state = BUFFER.init({"x": jnp.int32(0), "y": jnp.zeros(3, jnp.float32)})
+    path = str(tmp_path / "v")
+    vault = Vault.create(path, state, chunk={"x": [1, 4], "y": [2, 8, 3]})
+    for step in range(61):
+        c = codes(step, 1)
+        batch = {"x": jnp.asarray(c), "y": jnp.asarray(np.repeat(c[..., None], 3, -1), jnp.float32)}
+        state = ADD(state, batch)
+        if step % 7 == 6 or step == 60:
+            vault.write(state, block=False)
+    vault.close()
+    data = Vault.open(path).read_numpy()
+    np.testing.assert_array_equal(data["x"], codes(0, 61))
+    np.testing.assert_array_equal(data["y"][..., 1], codes(0, 61).astype(np.float32))
+    assert verify(path).ok  # every chunk matches its checksum and place tag
 
 
 def test_close_waits_for_pending_writes(tmp_path: Path) -> None:
