@@ -202,7 +202,7 @@ def vault_location(places: Places, method: str, prefix: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# Raw TensorStore: the vault's arrays without the vault
+# Raw TensorStore: the vault's arrays without the vault (the rest in tools/_s3_raw.py)
 # --------------------------------------------------------------------------------------------
 
 
