@@ -274,7 +274,8 @@ def unreadable_chunks(path: Path) -> None:
         (both, lambda: v.read_numpy()),
         (both, lambda: v.read(last=6)),
         ((edge,), lambda: v.read_numpy(start=8)),
-        ((middle,), lambda: next(iter(v.as_dataset(1, 2, shuffle=False)))),
+        # the stream reads a block of the whole vault at once: either chunk's error first
+        (both, lambda: next(iter(v.as_dataset(1, 2, shuffle=False)))),
         ((index,), lambda: Vault.open(path).episodes()),
         (both, lambda: vault.verify(path)),
     ]
