@@ -80,15 +80,22 @@ def raw_write(arrays: dict[str, ts.TensorStore], batch: dict[str, np.ndarray], a
         p.commit.result()
 
 
-def raw_read(
-    places: Places, prefix: str, layout: list[dict[str, Any]], length: int
-) -> dict[str, np.ndarray]:
+def raw_open(
+    places: Places, prefix: str, layout: list[dict[str, Any]]
+) -> dict[str, ts.TensorStore]:
+    """The raw arrays of ``layout`` under ``prefix``, opened together (one context)."""
     ctx = s3_context()
     opened = {
         leaf["name"]: ts.open(raw_spec(places, prefix, leaf, 0, 0), open=True, context=ctx)
         for leaf in layout
     }
-    arrays = {name: f.result() for name, f in opened.items()}
+    return {name: f.result() for name, f in opened.items()}
+
+
+def raw_read(
+    places: Places, prefix: str, layout: list[dict[str, Any]], length: int
+) -> dict[str, np.ndarray]:
+    arrays = raw_open(places, prefix, layout)
     reads = {name: a[:, :length].read() for name, a in arrays.items()}
     return {name: f.result() for name, f in reads.items()}
 
@@ -146,12 +153,7 @@ def one_step_raw(
     at: int,
 ) -> list[float]:
     """Raw TensorStore: one timestep of every leaf written at ``at``, ``at + 1``, ..."""
-    ctx = s3_context()
-    opened = {
-        leaf["name"]: ts.open(raw_spec(places, prefix, leaf, 0, 0), open=True, context=ctx)
-        for leaf in layout
-    }
-    arrays = {name: f.result() for name, f in opened.items()}
+    arrays = raw_open(places, prefix, layout)
     raw_write(arrays, extra[0], at)
     out = []
     for i, batch in enumerate(extra[1:]):
