@@ -15,6 +15,9 @@ Where the kill lands (``--fault``):
 * ``resize``: inside the array resize step of an append (one TensorStore metadata rewrite
   per array that grows, all in flight at once).
 * ``commit``: inside the replacement of the commit record.
+* ``background``: as ``random``, but the writer queues every write with ``block=False`` and
+  flushes (and reports) every other one, so kills land while its background thread writes
+  (chunk by chunk, ``vault/write/_commit.py`` ``write_parts``) and commits.
 
 The writer sees the steps of each append through the library's fault-injection hook
 (``vault.set_fault_hook``; points ``vault.FAULT_POINTS``): the hook is called around each
@@ -61,7 +64,7 @@ from typing import Any
 import numpy as np
 
 ROWS, T, STEP = 3, 64, 7  # buffer rows, time axis, timesteps per add (one write per add)
-FAULTS = ("random", "resize", "commit")
+FAULTS = ("random", "resize", "commit", "background")
 FAULT_CHUNK_TIME = 4  # time chunk of the targeted-fault vaults: frequent resizes
 MAX_SKIP = {"resize": 4, "commit": 11}  # targeted calls let through before arming
 CHILD_TIMEOUT_S = 120.0  # a targeted-fault writer that has not died by then is a failure
@@ -75,6 +78,7 @@ def expected(start: int, stop: int) -> dict[str, np.ndarray]:
         "code": code.astype(np.int32),
         "obs": np.repeat(code[..., None].astype(np.float32), 5, axis=-1),
         "flag": (code % 2 == 0),
+        "frame": np.repeat((code % 251).astype(np.uint8)[..., None, None], 4, -2).repeat(4, -1),
     }
 
 
@@ -82,7 +86,12 @@ def example() -> dict[str, Any]:
     """One timestep of the trials' experience (JAX scalars/arrays)."""
     import jax.numpy as jnp
 
-    return {"code": jnp.int32(0), "obs": jnp.zeros(5, jnp.float32), "flag": jnp.bool_(False)}
+    return {
+        "code": jnp.int32(0),
+        "obs": jnp.zeros(5, jnp.float32),
+        "flag": jnp.bool_(False),
+        "frame": jnp.zeros((4, 4), jnp.uint8),
+    }
 
 
 def batch(start: int) -> dict[str, Any]:
@@ -96,7 +105,12 @@ def chunks(chunk_time: int) -> dict[str, list[int]] | None:
     """``Vault.create``'s ``chunk`` argument for ``chunk_time``-step chunks (0: default)."""
     if not chunk_time:
         return None
-    return {"code": [ROWS, chunk_time], "obs": [ROWS, chunk_time, 5], "flag": [ROWS, chunk_time]}
+    return {
+        "code": [ROWS, chunk_time],
+        "obs": [ROWS, chunk_time, 5],
+        "flag": [ROWS, chunk_time],
+        "frame": [ROWS, chunk_time, 4, 4],
+    }
 
 
 @functools.cache
@@ -192,12 +206,15 @@ def child(
     seed: int = 0,
     chunk_time: int = 0,
     markers: bool = False,
+    background: bool = False,
 ) -> None:
     """Append forever (until killed), continuing from ``start`` timesteps per row; print every
-    commit's length (and, with ``markers`` or a targeted fault, the step markers)."""
+    commit's length (and, with ``markers`` or a targeted fault, the step markers).
+    ``background``: every write is ``block=False``, and every other one is followed by a
+    ``flush()`` and the length then committed."""
     from vault import Vault
 
-    if markers or fault != "random":
+    if markers or fault in MAX_SKIP:
         from vault import FAULT_POINTS, set_fault_hook
 
         unknown = [p for p in MARKED if p not in FAULT_POINTS]
@@ -216,8 +233,12 @@ def child(
     while True:
         state = add(state, batch(t))
         t += STEP
-        vault.write(state, new_buffer=first)
+        vault.write(state, new_buffer=first, block=not background)
         first = False
+        if background and t // STEP % 2:
+            continue
+        if background:
+            vault.flush()
         print(vault.committed_length, flush=True)
 
 
@@ -241,7 +262,9 @@ def trial(workdir: Path, rng: random.Random, index: int, fault: str = "random") 
         resume = Vault.open(str(path)).committed_length
     extra = ["--markers", "--chunk-time", str(chunk_time)]
     problems: list[str] = []
-    if fault == "random":
+    if fault == "background":
+        extra += ["--background"]
+    if fault not in MAX_SKIP:
         lines, returncode, err = _kill_at_random(_child_cmd(path, resume, *extra), rng)
     else:
         skip, seed = rng.randint(0, MAX_SKIP[fault]), rng.randrange(1 << 31)
@@ -254,7 +277,7 @@ def trial(workdir: Path, rng: random.Random, index: int, fault: str = "random") 
     events = _parse(lines)
     reported = max([resume, *events["commits"]])
     where = _where(events["last"])
-    if fault != "random" and where != fault and not problems:
+    if fault in MAX_SKIP and where != fault and not problems:
         problems.append(f"the kill landed in {where!r}, not in {fault!r}")
     record = {
         "path": str(path),
@@ -398,7 +421,7 @@ def _check(path: Path, reported: int) -> dict[str, Any]:
         problems.append(f"committed length {length} is not a whole number of writes")
     data = vault.read_numpy()
     want = expected(0, length)
-    for leaf in ("code", "obs", "flag"):
+    for leaf in ("code", "obs", "flag", "frame"):
         if not np.array_equal(data[leaf], want[leaf]):
             problems.append(f"leaf {leaf}: committed prefix differs from what was added")
     # The episode index committed with the data: an episode ends at every even timestep.
@@ -493,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--chunk-time", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--markers", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(
@@ -503,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
             seed=args.seed,
             chunk_time=args.chunk_time,
             markers=args.markers,
+            background=args.background,
         )
         return 0
     summary = run_trials(args.trials, args.seed, args.fault, args.workdir)

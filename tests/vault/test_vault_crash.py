@@ -5,7 +5,8 @@ Each kills a writer process and checks that the vault reopens at a committed len
 last commit the writer reported, that the committed prefix of every leaf is bit-identical to
 what was added, and that a new writer takes the lock at once and appends exactly. 50 trials
 kill at random moments of the append loop; 10 kill inside the array resize step of an append
-and 10 inside the replacement of the commit record (the writer kills itself there).
+and 10 inside the replacement of the commit record (the writer kills itself there); 10 kill
+writers whose writes run in the background (``block=False``).
 """
 
 from __future__ import annotations
@@ -54,3 +55,9 @@ def test_writers_killed_inside_a_step_of_the_append_leave_exact_prefixes(
     # Every kill was sent while the targeted call was in progress (the writer says so).
     assert summary["kill_in"] == {fault: 10}
     assert summary["armed"] == 10 + summary["missed"]
+
+
+def test_writers_killed_while_background_writes_run_leave_exact_prefixes(tmp_path: Path) -> None:
+    # block=False writes: the background thread writes chunk by chunk, then commits
+    summary = run_trials(tmp_path, 10, seed=3, fault="background")
+    assert summary["kill_in"].get("data write", 0) >= 3  # kills landed while chunks were written
