@@ -33,6 +33,8 @@ TARGET_MEDIAN_RATIO = 1.10
 TARGET_MEAN_RATIO = 1.05  # issue 32: mean step time
 TARGET_P99_RATIO = 1.5  # issue 32: the slowest 1 % of recorded steps / of unrecorded ones
 DEFAULTS = {"rounds": 6, "steps": 500, "every": 250, "time_axis": 2000}
+# ranges of steps since the last write that ``by_position`` reports (cut at the interval)
+POSITIONS = ((0, 1), (1, 5), (5, 20), (20, 50), (50, 100), (100, 1 << 30))
 
 
 def make_step(buf: Any) -> Any:
@@ -142,6 +144,47 @@ class Loop:
         }
 
 
+def since_write(starts: list[int], blocks: list[list[float]], every: int) -> np.ndarray:
+    """For each step of ``blocks`` (each begun after step ``starts[b]`` of its loop), how many
+    steps have run since the last write (0: the step that wrote; writes come at the steps
+    ``i`` with ``i % every == every // 2``, as :meth:`Loop.run` makes them)."""
+    steps = [np.arange(s + 1, s + 1 + len(b)) for s, b in zip(starts, blocks, strict=True)]
+    return (np.concatenate(steps) - every // 2) % every
+
+
+def by_position(
+    recorded: list[list[float]],
+    rec_starts: list[int],
+    plain: list[list[float]],
+    plain_starts: list[int],
+    every: int,
+) -> list[dict[str, Any]]:
+    """Where the recording's cost lands: per range of steps since the last write
+    (:data:`POSITIONS`), the mean recorded and unrecorded step time at the same positions and
+    the share of the recorded loop's whole excess over the unrecorded mean that lies there."""
+    rec, base = np.concatenate(recorded) * 1e3, np.concatenate(plain) * 1e3
+    at_rec = since_write(rec_starts, recorded, every)
+    at_base = since_write(plain_starts, plain, every)
+    total = float((rec - base.mean()).sum())
+    out = []
+    for lo, hi in POSITIONS:
+        hi = min(hi, every)
+        mine, theirs = (at_rec >= lo) & (at_rec < hi), (at_base >= lo) & (at_base < hi)
+        if lo >= hi or not mine.any() or not theirs.any():
+            continue
+        excess = float((rec[mine] - base.mean()).sum())
+        out.append(
+            {
+                "steps_since_write": f"{lo}-{hi - 1}",
+                "steps": int(mine.sum()),
+                "recorded_ms": float(rec[mine].mean()),
+                "unrecorded_ms": float(base[theirs].mean()),
+                "excess_share": excess / total if total else 0.0,
+            }
+        )
+    return out
+
+
 def _stats(times: list[float]) -> dict[str, float]:
     return {
         "median_ms": statistics.median(times) * 1e3,
@@ -169,6 +212,7 @@ def measure(
     pool = jnp.asarray(frame_steps(ROWS, POOL_FRAMES, POOL_GAMES, POOL_FRAMES))
     load_start = loadavg()
     blocks: dict[str | None, list[list[float]]] = {None: [], **{c: [] for c in codecs}}
+    starts: dict[str | None, list[int]] = {key: [] for key in blocks}  # each block's first i
     settle: dict[str, list[float]] = {c: [] for c in codecs}
     rounds_out: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -180,6 +224,7 @@ def measure(
             loop.settle()
 
         def block(codec: str | None) -> dict[str, float]:
+            starts[codec].append(loops[codec].i)
             times = loops[codec].run(steps)
             blocks[codec].append(times)
             if codec is not None:
@@ -222,6 +267,9 @@ def measure(
             "round_mean_ratios": [r["mean_ratio"] for r in mine],
             "block_medians_ms": [statistics.median(b) * 1e3 for b in blocks[codec]],
             "settle_max_s": max(settle[codec]),
+            "by_steps_since_write": by_position(
+                blocks[codec], starts[codec], blocks[None], starts[None], every
+            ),
             **finished[codec],
         }
     first = per_codec[codecs[0]]

@@ -20,9 +20,11 @@ Reported per codec, over all its blocks' step times against all plain blocks' st
 median, mean and p99 step time and their ratios (> 1: recording is slower), the per-round
 median ratios (a recording block against the mean of the plain blocks on either side), the
 final flush (at the end, the steps since the last write are written with ``block=False`` and
-``close()`` is timed: what ending a run costs) and the compression ratio on disk. Targets (the
-default codec): median ratio <= 1.10, mean ratio <= 1.05, and p99 ratio (the slowest 1 % of
-recorded steps against the slowest 1 % of unrecorded ones) <= 1.5.
+``close()`` is timed: what ending a run costs), the compression ratio on disk, and where the
+recording's cost lands: the mean recorded and unrecorded step time by how many steps have run
+since the last write, and the share of the mean's excess at each (``by_steps_since_write``).
+Targets (the default codec): median ratio <= 1.10, mean ratio <= 1.05, and p99 ratio (the
+slowest 1 % of recorded steps against the slowest 1 % of unrecorded ones) <= 1.5.
 
 Usage::
 
@@ -53,6 +55,17 @@ def table(result: dict[str, Any]) -> list[str]:
     lines.append(_row("no recording", result["without"]))
     for codec, r in result["with"].items():
         lines.append(_row(f"recording, codec {codec}", r))
+    lines += ["", "Where the recording's cost lands, by steps since the last write:", ""]
+    lines.append(
+        "| codec | steps since the write | steps | recorded ms | unrecorded ms | share of excess |"
+    )
+    lines.append("|---|---|---:|---:|---:|---:|")
+    for codec, r in result["with"].items():
+        for p in r["by_steps_since_write"]:
+            lines.append(
+                f"| {codec} | {p['steps_since_write']} | {p['steps']} | {p['recorded_ms']:.2f} | "
+                f"{p['unrecorded_ms']:.2f} | {p['excess_share'] * 100:.0f} % |"
+            )
     return lines
 
 

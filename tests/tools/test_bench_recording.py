@@ -37,6 +37,13 @@ def test_bench_recording_smoke(tmp_path: Path) -> None:
         assert rec["median_ratio"] > 0
         assert rec["mean_ratio"] > 0
         assert rec["final_flush_s"] >= 0
+        # every recorded step falls in one range of steps since the last write (every 20)
+        positions = rec["by_steps_since_write"]
+        assert [p["steps_since_write"] for p in positions] == ["0-0", "1-4", "5-19"]
+        assert sum(p["steps"] for p in positions) == 2 * 40
+        assert positions[0]["steps"] == 4  # the writing steps of the two blocks
+        assert abs(sum(p["excess_share"] for p in positions) - 1) < 1e-9
     # zstd-3 (auto) compresses the Atari-like frames far better than blosc-lz4
     assert doc["with"]["auto"]["compression_ratio"] > doc["with"]["lz4"]["compression_ratio"] > 1
     assert "| recording, codec lz4 |" in run.stdout
+    assert "| lz4 | 5-19 |" in run.stdout
