@@ -11,8 +11,10 @@ from typing import Any, Protocol
 import numpy as np
 import tensorstore as ts
 
-S3_RETRIES = 3
-S3_CONCURRENCY = 32
+from vault.storage._s3 import S3Config, context_spec
+
+S3_RETRIES = S3Config.retries  # the vault's defaults
+S3_CONCURRENCY = S3Config.request_concurrency
 COMMIT_RECORD = b"x" * 2000  # about a vault's commit record (``commit/zarr.json``)
 # what a raw TensorStore write method sends besides its chunks (``write_raw_run``)
 RECORDS = {
@@ -31,17 +33,9 @@ class Places(Protocol):
 
 
 def s3_context() -> ts.Context:
-    """A TensorStore context with the vault's S3 defaults (retries, concurrent requests)."""
-    return ts.Context(
-        {
-            "s3_request_retries": {
-                "max_retries": S3_RETRIES,
-                "initial_delay": "0.1s",
-                "max_delay": "1s",
-            },
-            "s3_request_concurrency": {"limit": S3_CONCURRENCY},
-        }
-    )
+    """A TensorStore context of its own with the vault's S3 defaults (retries, concurrent
+    requests): the vault's spec, not its shared context."""
+    return ts.Context(context_spec(S3_RETRIES, S3_CONCURRENCY))
 
 
 def raw_spec(places: Places, prefix: str, leaf: dict[str, Any], rows: int, length: int) -> dict:

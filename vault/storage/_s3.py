@@ -306,20 +306,23 @@ class S3Location(Location):
 
 
 # ------------------------------------------------------------------------------ plumbing
+def context_spec(retries: int, concurrency: int) -> dict[str, Any]:
+    """The TensorStore context spec of an S3 location.
+
+    Bounded retries with 0.1-1 s delays, at most ``concurrency`` requests in flight;
+    ``tools/_s3_raw.py`` opens its raw arrays with it too.
+    """
+    return {
+        "s3_request_retries": {"max_retries": retries, "initial_delay": "0.1s", "max_delay": "1s"},
+        "s3_request_concurrency": {"limit": concurrency},
+    }
+
+
 @functools.cache
 def _context(retries: int, concurrency: int) -> Any:
     import tensorstore as ts
 
-    return ts.Context(
-        {
-            "s3_request_retries": {
-                "max_retries": retries,
-                "initial_delay": "0.1s",
-                "max_delay": "1s",
-            },
-            "s3_request_concurrency": {"limit": concurrency},
-        }
-    )
+    return ts.Context(context_spec(retries, concurrency))
 
 
 _REACHED: set[str] = set()
