@@ -35,7 +35,7 @@ from zarr.abc.store import SuffixByteRequest
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
-FORMAT = 4  # the newest format version this reader knows (§9)
+FORMAT = 5  # the newest format version this reader knows (§9)
 DATASET_FORMAT = 1
 INDEX_CHUNK = 8192  # episodes per chunk of the episode index (§4.4)
 TAG_CHUNK = 1024  # tags per chunk of a tag array (§4.5)
@@ -122,9 +122,7 @@ def _aws_options() -> dict[str, Any]:
     env = os.environ
     endpoint = env.get("AWS_ENDPOINT_URL_S3") or env.get("AWS_ENDPOINT_URL")
     region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
-    kwargs: dict[str, Any] = {"region_name": region}
-    if endpoint:
-        kwargs["endpoint_url"] = endpoint
+    kwargs = {"region_name": region, **({"endpoint_url": endpoint} if endpoint else {})}
     options: dict[str, Any] = {"client_kwargs": kwargs}
     if env.get("AWS_ACCESS_KEY_ID"):
         options.update(key=env["AWS_ACCESS_KEY_ID"], secret=env.get("AWS_SECRET_ACCESS_KEY"))
@@ -303,12 +301,9 @@ def grids(manifest: dict[str, Any]) -> dict[str, Grid]:
 
 
 def index_metadata(kind: str) -> dict[str, Any]:
-    codecs = [
-        {"configuration": {"endian": "little"}, "name": "bytes"},
-        {"configuration": {"checksum": False, "level": 3}, "name": "zstd"},
-        {"name": "crc32c"},
-    ]
-    bounds = kind == "bounds"
+    codecs = [{"configuration": {"endian": "little"}, "name": "bytes"}]
+    codecs += [{"configuration": {"checksum": False, "level": 3}, "name": "zstd"}]
+    bounds, codecs = kind == "bounds", [*codecs, {"name": "crc32c"}]
     return {
         "data_type": "int64" if bounds else "float64",
         "chunk_shape": [INDEX_CHUNK, 4] if bounds else [INDEX_CHUNK],
@@ -323,12 +318,7 @@ def index_metadata(kind: str) -> dict[str, Any]:
 class SpecVault:
     """A vault at one commit, read as the specification says."""
 
-    def __init__(
-        self,
-        store: Store,
-        manifest: dict[str, Any] | None = None,
-        commit: dict[str, Any] | None = None,
-    ) -> None:
+    def __init__(self, store: Store, manifest: Any = None, commit: Any = None) -> None:
         self.store = store
         where = store.url
         raw_commit = None
@@ -502,13 +492,23 @@ class SpecVault:
                     raise SpecError(f"{self.store.url}: {chunk} is not the chunk written there")
 
     async def _tags(self, key: str, complete: int) -> np.ndarray:
-        """The place tags of the first ``complete`` time chunks of array ``key``."""
-        n, blocks = complete * self.grids[key].bound, self.grids[key].blocks
-        try:
+        """The place tags of the first ``complete`` time chunks of array ``key``: in its tag
+        array, but those the commit record keeps (format 5, §4.5)."""
+        bound, blocks = self.grids[key].bound, self.grids[key].blocks
+        kept = (self.commit.get("tags") or {}).get(key) if self.version >= 5 else None
+        if kept is not None and len(kept["tags"]) != blocks * (complete - kept["from"]) * bound:
+            raise SpecError(f"{self.store.url}: the record keeps a wrong count of {key}'s tags")
+        n = (complete if kept is None else min(kept["from"], complete)) * bound
+        try:  # none there until the first tags the record does not keep
             values = await self.store.read_array(f"tags/{key}", (slice(None), slice(0, n)))
         except Exception as err:  # absent or unreadable
-            raise SpecError(f"{self.store.url}: tags/{key} cannot be read ({err})") from None
-        if values.shape != (blocks, n):
+            if n:
+                raise SpecError(f"{self.store.url}: tags/{key} cannot be read ({err})") from None
+            values = np.zeros((blocks, 0), "<u4")
+        if kept is not None and complete > kept["from"]:
+            held = np.asarray(kept["tags"], "<u4").reshape(blocks, -1)
+            values = np.concatenate([values, held[:, : (complete - kept["from"]) * bound]], 1)
+        if values.shape != (blocks, complete * bound):
             raise SpecError(f"{self.store.url}: tags/{key} holds {values.shape} tags")
         return values
 

@@ -273,6 +273,6 @@ def test_vault_module_constants_are_the_vault_s(tmp_path: Any) -> None:
     v.close()
     root = tmp_path / "run" / "a"
     assert (root / vault_module.METADATA_FILE).is_file()
-    assert v.manifest.format_version == 3 <= vault_module.VERSION  # 4 only with cut items
+    assert v.manifest.format_version == 5 == vault_module.VERSION
     assert ts.inf == vault_module.TIME_AXIS_MAX_LENGTH
     assert vault_module.get_tree_shape_prefix(state.experience, 2) == (1, 8)

@@ -35,6 +35,7 @@ import pytest
 import vault
 from buffers.trajectory_buffer import TrajectoryBufferState
 from vault import Dataset, Vault
+from vault.write import _create
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT / "docs" / "schemas"
@@ -187,6 +188,21 @@ def build_dataset(where: str, names: list[str], storage: dict[str, Any] | None =
                           "done": rng.random((rows, n)) < 0.3})  # fmt: skip
 
 
+def build_flushed(where: str) -> None:
+    """One timestep per chunk, so more place tags than a commit record keeps: the first
+    append's go to the tag array, the second's stay in the record (format 5)."""
+    v = Vault.create(where, {"x": np.zeros((), np.float32)}, rows=1, chunk={"x": [1, 1]})
+    for t0, n in ((0, 300), (300, 50)):
+        v.append({"x": np.arange(t0, t0 + n, dtype=np.float32)[None]})
+    v.close()
+
+
+def written_before_format_5(leaves: Any) -> int:
+    """The format version rlvault chose before format 5: 4 where a leaf's chunks cut its
+    item axes, else 3 (each of whose writers rlvault still is, appending to such a vault)."""
+    return 4 if any(int(np.prod(leaf.item_chunks)) > 1 for leaf in leaves) else 3
+
+
 class Scenario(NamedTuple):
     local: Path  # every local vault and dataset lies under it
     s3_prefix: str  # every S3 vault and dataset lies under it
@@ -200,10 +216,13 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, s3_server: Any) -> Scenar
     local = tmp_path_factory.mktemp("spec")
     bucket = f"s3://{s3_server.bucket}/spec-{os.getpid()}"
     storage = s3_server.storage()
-    build_main(str(local / "main"))
-    for codec in ("none", "gzip", "lz4", "zstd", "blosc"):
-        build_codec(str(local / f"codec-{codec}"), None if codec == "none" else codec)
+    with pytest.MonkeyPatch.context() as older:  # vaults of formats 3 and 4, as written then
+        older.setattr(_create, "version_for", written_before_format_5)
+        build_main(str(local / "main"))
+        for codec in ("none", "gzip", "lz4", "zstd", "blosc"):
+            build_codec(str(local / f"codec-{codec}"), None if codec == "none" else codec)
     build_many_episodes(str(local / "many"))
+    build_flushed(str(local / "flushed"))
     build_dataset(str(local / "dataset"), ["alpha", "beta"])
     build_dataset(f"{bucket}/dataset", ["gamma"], storage)
     build_main(f"{bucket}/main", storage)
@@ -218,6 +237,7 @@ def scenario(tmp_path_factory: pytest.TempPathFactory, s3_server: Any) -> Scenar
         **{f"local {c}": str(local / f"codec-{c}") for c in ("none", "gzip", "lz4", "zstd")},
         "local blosc": str(local / "codec-blosc"),
         "local many episodes": str(local / "many"),
+        "local flushed": str(local / "flushed"),
         "local shard": f"{local / 'dataset'}#alpha",
         "local shard of one row": f"{local / 'dataset'}#beta",
         "s3 main": f"{bucket}/main",
@@ -383,7 +403,10 @@ def test_every_json_object_validates_against_its_schema(scenario: Scenario) -> N
     assert "fence" in record
     assert [s["lost"] for s in record["gaps"]] == [4, 0]
     assert "rlvault_writer" in json.loads(live["main/experience/obs/zarr.json"])["attributes"]
-    assert "many/tags/episodes/bounds/zarr.json" in scenario.walked["local"]
+    assert "main/tags/experience/obs/zarr.json" in scenario.walked["local"]  # format 3
+    assert "flushed/tags/experience/x/zarr.json" in scenario.walked["local"]  # format 5
+    many = json.loads(scenario.walked["local"]["many/commit/zarr.json"])["attributes"]
+    assert list(many["rlvault_commit"]["tags"]) == ["episodes/bounds", "episodes/returns"]
 
 
 def unknown_key_variants(doc: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, Any]]:
@@ -425,7 +448,8 @@ def test_every_schema_refuses_an_unknown_key_at_every_level(scenario: Scenario) 
 # ------------------------------------------------------------------------------- the reader
 KINDS = [
     "local main", "local none", "local gzip", "local lz4", "local zstd", "local blosc",
-    "local many episodes", "local shard", "local shard of one row", "s3 main", "s3 shard",
+    "local many episodes", "local flushed", "local shard", "local shard of one row", "s3 main",
+    "s3 shard",
 ]  # fmt: skip
 
 
@@ -496,9 +520,17 @@ def test_the_scenario_has_every_kind_of_vault(scenario: Scenario) -> None:
     names = main.leaf_names
     assert {"odd/%-", "odd/%2Ehidden", "odd/%7Aarr.json", "extra/right/0"} <= set(names)
     assert len(Vault.open(scenario.vaults["local many episodes"]).episodes()) > 8192
-    # both versions written: 3 (whole items per chunk), 4 (the codec vaults cut obs's items)
+    # every version written: 3 and 4 as before format 5 (the codec vaults cut obs's items), 5
     assert main.manifest.format_version == 3
     assert Vault.open(scenario.vaults["local zstd"]).manifest.format_version == 4
+    s3_main = Vault.open(scenario.vaults["s3 main"], storage=scenario.server.storage())
+    assert s3_main.manifest.format_version == 5
+    assert s3_main.snapshot.commit.tags  # place tags that only the commit record holds
+    flushed = Vault.open(scenario.vaults["local flushed"])
+    assert flushed.manifest.format_version == 5
+    [(key, kept)] = flushed.snapshot.commit.tags.items()
+    assert (key, kept.start, len(kept.values)) == ("experience/x", 300, 50)
+    assert (scenario.local / "flushed" / "tags" / "experience" / "x" / "c" / "0" / "0").exists()
     assert set(scenario.vaults) == set(KINDS)
 
 

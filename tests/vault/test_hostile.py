@@ -373,13 +373,26 @@ def _zstd_bomb(size: int) -> bytes:
 
 
 def _retag(root: Path, key: str, b: int, k: int, chunk: bytes) -> None:
-    """Record ``chunk``'s stored checksum as the tag of its place, as an attacker would."""
-    tag = root / "tags" / key / "c" / "0" / "0"
-    raw = tag.read_bytes()
+    """Record ``chunk``'s stored checksum as the tag of its place (row block ``b``, time chunk
+    ``k``, one chunk per place), as an attacker would: in the commit record where it keeps the
+    tag (format 5), else in the tag array."""
+    tag = struct.unpack("<I", chunk[-4:])[0]
+    commit = json.loads((root / "commit" / "zarr.json").read_bytes())
+    kept = commit["attributes"]["rlvault_commit"].get("tags", {}).get(key)
+    if kept is not None and k >= kept["from"]:
+
+        def change(r: dict[str, Any]) -> None:
+            values = r["tags"][key]["tags"]
+            values[b * len(values) // ROWS + k - kept["from"]] = tag  # ROWS row blocks
+
+        record(root, change)
+        return
+    place = root / "tags" / key / "c" / "0" / "0"
+    raw = place.read_bytes()
     values = np.frombuffer(raw[:-4], "<u4").reshape(-1, 1024).copy()
-    values[b, k] = struct.unpack("<I", chunk[-4:])[0]
+    values[b, k] = tag
     body = values.tobytes()
-    tag.write_bytes(body + _crc32c(body))
+    place.write_bytes(body + _crc32c(body))
 
 
 def lie_file(root: Path, which: str) -> None:

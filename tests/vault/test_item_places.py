@@ -58,7 +58,7 @@ def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def build(loc: str, version: int | None = None) -> None:
     """A vault at ``loc`` with :data:`SIZES` appended, the last by a writer that reopened it
     (which takes up the tags and the edge where the first left them); ``version``: written in
-    that format version (rlvault writes 4 for these chunks)."""
+    that format version (rlvault writes 5)."""
     manifest = plan_manifest(
         EXAMPLE, rows=ROWS, codec="auto", level=None, chunk=CHUNK, metadata=None,
         episodes={"done": "done", "truncated": None, "reward": None},
@@ -98,10 +98,12 @@ def caught(loc: str, message: str) -> None:
     assert any(re.search(message, p.message) for p in report.problems), report.problems
 
 
+@pytest.mark.parametrize("version", [None, 4])
 def test_an_item_chunk_copied_over_another_complete_place_is_caught(
-    where: str, monkeypatch: pytest.MonkeyPatch
+    where: str, version: int | None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    build(where)
+    """Caught where the tags are in the commit record (format 5) and in the tag array (4)."""
+    build(where, version)
     before = Vault.open(where).fingerprint()
     theirs = spec_read(where)  # the tags and edges written as the specification says
     np.testing.assert_array_equal(theirs.read()["obs"], data(0, 11)["obs"])
@@ -116,7 +118,7 @@ def test_an_item_chunk_copied_over_another_complete_place_is_caught(
         monkeypatch.setattr(_relay, "DIRECT", False)
         with pytest.raises(VaultCorruptError, match=wrong):
             Vault.open(where).read_numpy()
-    assert Vault.open(where).manifest.format_version == 4
+    assert Vault.open(where).manifest.format_version == (version or 5)
 
 
 def test_an_item_chunk_copied_over_the_partly_filled_place_is_caught(where: str) -> None:
@@ -152,12 +154,12 @@ def test_a_format_3_vault_with_cut_items_stays_readable(where: str) -> None:
         Vault.open(where).read_numpy()
 
 
-def test_only_cut_items_make_a_vault_format_4(tmp_path: Path) -> None:
-    """A vault of whole items per chunk is the same in formats 3 and 4: it is written in 3
-    (older rlvault reads it); cutting one leaf's items makes it 4 (older rlvault refuses it)."""
+def test_a_new_vault_is_format_5_whatever_its_chunks(tmp_path: Path) -> None:
+    """Whole items per chunk or cut ones: a new vault is written in format 5 (its latest
+    place tags in the commit record); older rlvault refuses it."""
     whole: dict[str, Any] = {"obs": [2, 4, 4]}
     kept = Vault.create(str(tmp_path / "a"), EXAMPLE, rows=ROWS, chunk=whole)
     cut = Vault.create(str(tmp_path / "b"), EXAMPLE, rows=ROWS, chunk=CHUNK)
-    assert (kept.manifest.format_version, cut.manifest.format_version) == (3, 4)
+    assert (kept.manifest.format_version, cut.manifest.format_version) == (5, 5)
     kept.close()
     cut.close()

@@ -244,7 +244,7 @@ def test_user_metadata_cannot_overwrite_reserved_keys(tmp_path: Path, rec: Recor
     vault = Vault.create(str(tmp_path / "v"), rec.state, metadata=meta)
     reopened = Vault.open(str(tmp_path / "v"))
     assert reopened.metadata == meta
-    assert reopened.manifest.format_version == 3  # whole items per chunk: format 3's bytes
+    assert reopened.manifest.format_version == 5  # the user's key changed nothing
     assert reopened.rows == ROWS
     assert vault.manifest.rlvault_version
     with pytest.raises(VaultMetadataError, match="JSON-serialisable"):
@@ -402,7 +402,7 @@ def test_zarr_python_reads_every_leaf(tmp_path: Path, rec: Recorder) -> None:
         check=True,
     ).stdout.splitlines()
     assert out[0] == str(rec.expected(0, 5).tolist())
-    assert out[1] == "(2, 5, 3) 3"  # chunks of whole items: written in format 3
+    assert out[1] == "(2, 5, 3) 5"  # written in format 5
 
 
 @pytest.mark.parametrize("codec", ["zstd", "lz4", "blosc", "gzip", None])

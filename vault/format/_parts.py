@@ -1,6 +1,7 @@
-"""The parts of a commit record: seams, the episode index's state and open episodes, and the
-edge of each array (its partly filled last chunk). Plain frozen records (docs/format.md, 4.3);
-the commit record itself is :class:`vault.format._records.CommitRecord`."""
+"""The parts of a commit record: seams, the episode index's state and open episodes, the
+edge of each array (its partly filled last chunk) and its place tags not yet in its tag
+array. Plain frozen records (docs/format.md, 4.3); the commit record itself is
+:class:`vault.format._records.CommitRecord`."""
 
 from __future__ import annotations
 
@@ -84,3 +85,20 @@ class Edge:
     def from_json(cls, doc: dict[str, Any]) -> Edge:
         tails = tuple(map(int, doc.get("tail", ())))
         return cls(int(doc["from"]), tuple(map(int, doc["crc"])), tails)
+
+
+@dataclasses.dataclass(frozen=True)
+class PendingTags:
+    """The place tags of an array's complete chunks not yet in its tag array (format 5): the
+    tags of time chunks ``[start, complete)``, ``values`` in the tag array's order (row
+    block, then time chunk, then item chunk). See ``vault/format/_tags.py``."""
+
+    start: int
+    values: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"from": self.start, "tags": list(self.values)}
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> PendingTags:
+        return cls(int(doc["from"]), tuple(map(int, doc["tags"])))

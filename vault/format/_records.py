@@ -44,13 +44,15 @@ from vault.format._limits import (
     MAX_STRUCTURE_DEPTH,
     codec_problems,
 )
-from vault.format._parts import Edge, EpisodeState, OpenEpisodes, Seam
+from vault.format._parts import Edge, EpisodeState, OpenEpisodes, PendingTags, Seam
 
-FORMAT_VERSION = 4
-"""2: optional episode index (episodes/); 3: digests on the manifest and the commit record,
-checksums bound to chunk places (tags/, the commit record's edges); 4: every item chunk bound
-(``vault/format/_tags.py``). Versions 1 and 2 still open (without those protections)."""
+FORMAT_VERSION = 5
+"""2: episode index; 3: digests, chunks bound to places (tags/, edges); 4: every item chunk
+bound; 5: the latest place tags kept in the commit record (``vault/format/_tags.py``). 1 and 2
+still open (without those protections)."""
 DIGESTS_SINCE = 3
+PENDING_TAGS_SINCE = 5
+PENDING_TAGS = "tags"  # commit record: per array, the place tags not yet in its tag array
 
 # ------------------------------------------------------------------------------- key names
 ZARR_JSON = "zarr.json"
@@ -73,14 +75,11 @@ DATASET_ATTR = "rlvault_dataset"  # a dataset root's attributes (vault/dataset/_
 COMMIT_ATTR = "rlvault_commit"
 FILL_CHUNKS_KEY = "fill_chunks_stored"
 """Manifest flag: the writer stores every chunk, even one equal to the fill value, so a chunk
-file missing inside the committed range is a lost chunk. Without it TensorStore leaves out
-chunks that equal the fill value, and a missing chunk can only be reported as a warning."""
+missing in the committed range is lost (without it, only a warning: TensorStore skips those)."""
 DIMS_KEY = "dimension_names"
 """Manifest flag: every array's ``zarr.json`` carries the dimension names of
-``vault.storage._arrays.dimension_names`` (``row``, ``time``, ``<leaf>_<i>``; the episode index
-``episode``, ``field``), and opening checks them. Vaults without it (item axes named ``dim_<i>``
-in every leaf) open unchecked. Older rlvault versions read vaults with it unchanged, so it needs
-no new format version."""
+``vault.storage._arrays.dimension_names``, checked on opening. Vaults without it (item axes named
+``dim_<i>``) open unchecked. Older rlvault reads it unchanged: no new format version."""
 SEAMS_KEY = "gaps"  # the commit record's list of seams (named "gaps" in format 1 and 2)
 
 _KINDS = {"dict", "namedtuple", "dataclass", "tuple", "list", "leaf", "none"}
@@ -322,6 +321,8 @@ class CommitRecord:
             format without them).
         fence: the token of the writer that fenced the record (object stores), or None.
         uid: random per commit (None: written before commits had ids).
+        tags: per array, the place tags of its latest complete chunks, not yet in its tag
+            array (format 5; None in an older format).
     """
 
     committed_length: int
@@ -332,6 +333,7 @@ class CommitRecord:
     edges: dict[str, Edge] | None = None  # by array key; None: a format without them
     fence: str | None = None  # the token of the writer that fenced the record (object stores)
     uid: str | None = None  # random per commit (None: written before commits had ids)
+    tags: dict[str, PendingTags] | None = None  # by array key; None: a format without them
 
     def to_json(self) -> dict[str, Any]:
         """Returns the record as ``commit/zarr.json`` stores it, with its digest."""
@@ -349,6 +351,8 @@ class CommitRecord:
             doc[FENCE] = self.fence
         if self.uid is not None:
             doc[UID] = self.uid
+        if self.tags:
+            doc[PENDING_TAGS] = {k: t.to_json() for k, t in sorted(self.tags.items())}
         doc[DIGEST] = digest(doc)
         return doc
 
@@ -383,6 +387,9 @@ class CommitRecord:
         episodes = doc.get("episodes") if manifest.episodes is not None else None
         seams = doc.get(SEAMS_KEY)
         edges = doc.get("edges", {}) if manifest.format_version >= DIGESTS_SINCE else None
+        pending = (
+            doc.get(PENDING_TAGS, {}) if manifest.format_version >= PENDING_TAGS_SINCE else None
+        )
         return cls(
             committed_length=doc["committed_length"],
             source_counter=doc.get("source_counter"),
@@ -394,6 +401,9 @@ class CommitRecord:
             edges=None if edges is None else {k: Edge.from_json(e) for k, e in edges.items()},
             fence=doc.get(FENCE),
             uid=doc.get(UID),
+            tags=None
+            if pending is None
+            else {k: PendingTags.from_json(t) for k, t in pending.items()},
         )
 
 
@@ -485,6 +495,45 @@ def commit_problems(record: Any, manifest: Manifest) -> list[str]:
         episodes = None if found else record["episodes"]["count"]
     if not edge_problems:
         out += _edge_place_problems(record.get("edges", {}), manifest, length, episodes)
+    if PENDING_TAGS in record and manifest.format_version >= PENDING_TAGS_SINCE:
+        out += _pending_problems(record[PENDING_TAGS], manifest, length, episodes)
+    return out
+
+
+def _pending_problems(
+    pending: Any, manifest: Manifest, length: int, episodes: int | None
+) -> list[str]:
+    """The kept place tags (format 5) name arrays of the vault, each from a time chunk ``from``
+    up to its complete chunks, one uint32 per chunk bound to those places."""
+    if not isinstance(pending, dict):
+        return [f"{PENDING_TAGS} must be an object, got {type(pending).__name__}"]
+    places = {  # array key -> (row blocks x chunks bound per place, chunk length, length)
+        leaf_key(leaf.name): (-(-manifest.rows // leaf.chunk[0]) * math.prod(leaf.item_chunks),
+                              leaf.chunk[1], length)
+        for leaf in manifest.leaves
+    }  # fmt: skip
+    if episodes is not None:
+        places.update(dict.fromkeys((BOUNDS, RETURNS), (1, INDEX_CHUNK, episodes)))
+    out = []
+    for key, entry in pending.items():
+        what = f"{PENDING_TAGS}[{key!r}]"
+        if key not in places:
+            out.append(f"{what} names no array of this vault")
+            continue
+        per, step, end = places[key]
+        start, values = (
+            (entry.get("from"), entry.get("tags")) if isinstance(entry, dict) else (0, 0)
+        )
+        if not is_int(start, 0) or start > end // step:
+            out.append(f"{what} must start at a time chunk in [0, {end // step}], got {start!r}")
+        elif (
+            not is_int_list(values, 0)
+            or len(values) != per * (end // step - start)
+            or any(v >> 32 for v in values)
+        ):
+            got = f"{len(values)} values" if isinstance(values, list) else repr(values)[:80]
+            want = per * (end // step - start)
+            out.append(f"{what}['tags'] must be {want} uint32 tags (from {start}), got {got}")
     return out
 
 

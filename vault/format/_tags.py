@@ -42,12 +42,15 @@ from vault._errors import VaultCorruptError
 from vault.format._limits import MAX_RECORD_BYTES
 from vault.format._records import (
     BOUNDS,
+    PENDING_TAGS,
+    PENDING_TAGS_SINCE,
     RETURNS,
     TAGS,
     CommitRecord,
     Edge,
     LeafSpec,
     Manifest,
+    PendingTags,
     leaf_key,
 )
 
@@ -55,15 +58,19 @@ TAG_CHUNK = 1024  # tags per chunk of a tag array (time chunks x bound item chun
 TAG_READ_BATCH = 64  # tag chunks read together
 PLACES_SINCE = 3  # the format version that keeps tags and edges
 ITEM_PLACES_SINCE = 4  # the format version that binds every item chunk of a place
+PENDING_MAX = 256
+"""Place tags of one array kept in the commit record (format 5) before the writer writes them
+to the tag array: a tag chunk is then written once per several appends, not by every append
+that completes a chunk (an object store's append sends one request fewer per such array)."""
 
 
 def version_for(leaves: Sequence[LeafSpec]) -> int:
-    """The format version a new vault of ``leaves`` is written in: ``ITEM_PLACES_SINCE`` when a
-    leaf's chunks cut its item axes (in version 3 only the first item chunk of each place would
-    be bound), else 3: the same bytes in either version, readable by rlvault 0.1.0, and its
-    fingerprints unchanged."""
-    cut = any(math.prod(leaf.item_chunks) > 1 for leaf in leaves)
-    return ITEM_PLACES_SINCE if cut else PLACES_SINCE
+    """The format version a new vault of ``leaves`` is written in: the newest
+    (``PENDING_TAGS_SINCE``: the latest tags kept in the commit record). ``leaves`` stays
+    in the signature for the versions that depend on them (format 4 was needed only where a
+    leaf's chunks cut its item axes)."""
+    del leaves
+    return PENDING_TAGS_SINCE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +123,11 @@ class Grid:
 
 def enabled(manifest: Manifest) -> bool:
     return manifest.format_version >= PLACES_SINCE
+
+
+def keeps_pending(manifest: Manifest) -> bool:
+    """Whether the commit record keeps the latest place tags (format 5, :func:`place_tags`)."""
+    return manifest.format_version >= PENDING_TAGS_SINCE
 
 
 def grids(manifest: Manifest) -> dict[str, Grid]:
@@ -195,16 +207,13 @@ def tag_keys(grid: Grid, k0: int, k1: int) -> list[str]:
     ]
 
 
-def write_tags(
-    snap: Any, grid: Grid, k0: int, k1: int, tails: Sequence[bytes | None]
-) -> Any | None:
-    """Start tagging chunks ``[k0, k1)`` of every row block (just completed and written) with
-    their stored checksums ``tails`` (read for :func:`tag_keys`); the write's future, or None
-    when there is nothing to tag."""
-    if k1 <= k0:
+def write_tags(snap: Any, grid: Grid, k0: int, values: np.ndarray | None) -> Any | None:
+    """Start writing the tags ``values`` (``[row blocks, n * bound]``: :func:`tag_values_of`) of
+    time chunks ``[k0, k0 + n)`` of every row block to the tag array; the write's future, or
+    None when there is nothing to write."""
+    if values is None or values.shape[1] == 0:
         return None
-    values = tag_values_of(snap, grid, k0, k1, tails)
-    e0, e1 = k0 * grid.bound, k1 * grid.bound  # where their tags are
+    e0, e1 = k0 * grid.bound, k0 * grid.bound + values.shape[1]  # where the tags go
     handle = tag_array(snap, grid, 0, create=True)
     if handle.shape[1] < e1:
         target = -(-max(e1, handle.shape[1] * 5 // 4) // TAG_CHUNK) * TAG_CHUNK
@@ -213,6 +222,38 @@ def write_tags(
         ).result()
         snap.cache[("tags", grid.key)] = handle
     return handle[:, e0:e1].write(values)
+
+
+def pending(snap: Any, key: str) -> PendingTags | None:
+    """The place tags of array ``key`` that the snapshot's commit record keeps (format 5)."""
+    return (snap.commit.tags or {}).get(key)
+
+
+def place_tags(
+    snap: Any, grid: Grid, k0: int, values: np.ndarray | None
+) -> tuple[int, np.ndarray | None, PendingTags | None]:
+    """Where the tags ``values`` (:func:`tag_values_of`) of the time chunks an append completed
+    from ``k0`` on go: ``(k, to_write, kept)``, the tags of time chunks from ``k`` to write to
+    the tag array now (None: none), and those the new commit record keeps instead (None:
+    none). Before format 5 every tag is written at once; from format 5 they join the commit
+    record's pending tags, all written together once more than :data:`PENDING_MAX` are held."""
+    if not keeps_pending(snap.manifest):
+        return k0, values, None
+    held = pending(snap, grid.key)
+    start = k0 if held is None else held.start
+    known = np.asarray(() if held is None else held.values, "<u4").reshape(grid.row_blocks, -1)
+    if start + known.shape[1] // grid.bound != k0:
+        raise VaultCorruptError(
+            f"{snap.where}: array {grid.key}: the commit record's pending tags end at time chunk "
+            f"{start + known.shape[1] // grid.bound}, not at the append's first, {k0}. Run "
+            f"`vault verify {snap.where}`."
+        )
+    both = known if values is None else np.concatenate([known, values.astype("<u4")], axis=1)
+    if both.size == 0:
+        return start, None, None
+    if both.size > PENDING_MAX:
+        return start, both, None
+    return start, None, PendingTags(start, tuple(int(x) for x in both.ravel()))
 
 
 def tag_values_of(
@@ -347,23 +388,44 @@ def place_error(snap: Any, key: str, wrong: Sequence[str]) -> VaultCorruptError:
 
 
 def read_tags(snap: Any, grid: Grid, complete: int) -> np.ndarray:
-    """The tags of time chunks ``[0, complete)``, ``[row blocks, complete, bound]``.
+    """The tags of time chunks ``[0, complete)``, ``[row blocks, complete, bound]``: those in
+    the tag array (:func:`in_array`) and those the commit record keeps.
 
     Read as the tag array's chunk files and decoded here (:func:`decode_tag_chunk`): for a
     small read, opening the array through TensorStore would cost more than the check."""
-    chunks = tag_chunk_keys(grid, complete)
+    chunks = tag_chunk_keys(grid, in_array(snap, grid, complete))
     values: list[np.ndarray] = []
     for j0 in range(0, len(chunks), TAG_READ_BATCH):  # a missing one ends it: nothing past it
         batch = [f"{TAGS}/{grid.key}/c/0/{j}" for j in chunks[j0 : j0 + TAG_READ_BATCH]]
         raws = snap.location.read_many(batch)
         values += [decode_tag_chunk(snap, grid, k, raw) for k, raw in zip(batch, raws, strict=True)]
-    return by_place(grid, values, complete)
+    return by_place(snap, grid, values, complete)
 
 
-def by_place(grid: Grid, values: Sequence[np.ndarray], complete: int) -> np.ndarray:
-    """The decoded tag chunks ``values`` (:func:`tag_chunk_keys`, in order) as the tags of the
-    first ``complete`` time chunks, ``[row blocks, complete, bound]``."""
-    flat = np.concatenate(values, axis=1)[:, : complete * grid.bound]
+def in_array(snap: Any, grid: Grid, complete: int) -> int:
+    """How many of the first ``complete`` time chunks of ``grid``'s array have their tags in
+    its tag array; the commit record keeps the rest (format 5, :func:`pending`)."""
+    held = pending(snap, grid.key)
+    return complete if held is None else min(held.start, complete)
+
+
+def by_place(snap: Any, grid: Grid, values: Sequence[np.ndarray], complete: int) -> np.ndarray:
+    """The decoded tag chunks ``values`` (:func:`tag_chunk_keys` of :func:`in_array`, in order)
+    and the commit record's pending tags as the tags of the first ``complete`` time chunks,
+    ``[row blocks, complete, bound]``."""
+    n = in_array(snap, grid, complete) * grid.bound
+    parts = [np.concatenate(values, axis=1)[:, :n]] if values else []
+    held = pending(snap, grid.key)
+    if held is not None and complete > held.start:
+        kept = np.asarray(held.values, "<u4").reshape(grid.row_blocks, -1)
+        parts.append(kept[:, : (complete - held.start) * grid.bound])
+    flat = np.concatenate(parts, axis=1) if parts else np.zeros((grid.row_blocks, 0), "<u4")
+    if flat.shape[1] != complete * grid.bound:
+        raise VaultCorruptError(
+            f"{snap.where}: array {grid.key}: {flat.shape[1]} place tags are recorded for the "
+            f"{complete * grid.bound} complete chunks of each row block. Run `vault verify "
+            f"{snap.where}`."
+        )
     return flat.reshape(grid.row_blocks, complete, grid.bound)
 
 
@@ -483,6 +545,7 @@ def verify_places(
     if not enabled(manifest):
         return []
     edges = record.get("edges", {})
+    kept = record.get(PENDING_TAGS, {}) if manifest.format_version >= PENDING_TAGS_SINCE else None
     view = PlaceView(
         location=location,
         manifest=manifest,
@@ -492,6 +555,9 @@ def verify_places(
         commit=CommitRecord(
             int(record["committed_length"]),
             edges={k: Edge.from_json(e) for k, e in edges.items() if isinstance(e, dict)},
+            tags=None
+            if not isinstance(kept, dict)
+            else {k: PendingTags.from_json(t) for k, t in kept.items() if isinstance(t, dict)},
         ),
     )
     found = []

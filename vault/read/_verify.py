@@ -34,6 +34,7 @@ from vault.format._records import (
     FORMAT_VERSION,
     MANIFEST_ATTR,
     MANIFEST_KEY,
+    PENDING_TAGS,
     RETURNS,
     SEAMS_KEY,
     TRASH_DIR,
@@ -186,12 +187,15 @@ class _Checker:
             bad_edges = [
                 m
                 for m in commit_problems(record, manifest)
-                if m.startswith("edges") or (m.startswith("episodes.count") and count)
+                if m.startswith(("edges", PENDING_TAGS))
+                or (m.startswith("episodes.count") and count)
             ]
             for message in bad_edges:
                 self.problem(_COMMIT, message)
-            if bad_edges:  # the places are checked without them (tags still hold)
-                record["edges"] = {}
+            if any(m.startswith("edges") for m in bad_edges):  # checked without them
+                record["edges"] = {}  # (the tags still hold)
+            if any(m.startswith(PENDING_TAGS) for m in bad_edges):
+                record[PENDING_TAGS] = {}  # the arrays they were for are reported then
         self.report.committed_length = length
         return record
 

@@ -444,14 +444,14 @@ class _Read:
 
 def tag_reads(snap: Any, grid: Any, complete: int) -> tuple[list[str], list[Any]]:
     """The keys and GETs of the tag chunks holding the tags of ``grid``'s first ``complete``
-    time chunks: sent once per snapshot (reads of the same array share them), ahead of the
-    data requests; none where the tags are known already."""
+    time chunks (but those the commit record keeps): sent once per snapshot (reads of the same
+    array share them), ahead of the data requests; none where the tags are known already."""
     known = snap.cache.get(("tag values", grid.key))
     if known is not None and known.shape[1] >= complete:
         return [], []
     sent = snap.cache.get(("tag reads", grid.key))
     if sent is None or sent[0] < complete:
-        chunks = _tags.tag_chunk_keys(grid, complete)
+        chunks = _tags.tag_chunk_keys(grid, _tags.in_array(snap, grid, complete))
         if len(chunks) > _tags.TAG_READ_BATCH:
             # many (or a claimed length): read in batches that stop at a missing one
             return [], []
@@ -476,6 +476,6 @@ def tag_values(snap: Any, grid: Any, complete: int, keys: list[str], gets: list[
         got = get.result()
         raw = bytes(got.value) if got.state == "value" else None
         values.append(_tags.decode_tag_chunk(snap, grid, key, raw))
-    tags = _tags.by_place(grid, values, complete)
+    tags = _tags.by_place(snap, grid, values, complete)
     snap.cache[("tag values", grid.key)] = tags
     return tags

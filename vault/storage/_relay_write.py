@@ -155,7 +155,8 @@ class WriteRelay:
                             if chunk not in self._resident:
                                 edges.append((chunk, kv.read(chunk)))
                 if _tags.enabled(snap.manifest):
-                    e = k * grid.bound  # where the next tag goes
+                    held = _tags.pending(snap, key)  # its tags go out with the next ones
+                    e = (k if held is None else held.start) * grid.bound  # the next tag's place
                     j = e // _tags.TAG_CHUNK
                     tag_chunk = kv.read(f"{TAGS}/{key}/c/0/{j}") if e % _tags.TAG_CHUNK else None
                     tags.append((key, j, tag_chunk, kv.read(meta_key(f"{TAGS}/{key}"))))
@@ -255,16 +256,14 @@ class WriteRelay:
         return [self._tails.get(key) for key in keys]
 
     # ----------------------------------------------------------------------- tags
-    def write_tags(
-        self, snap: Any, grid: Any, k0: int, k1: int, tails: Sequence[bytes | None]
-    ) -> None:
-        """Tag chunks ``[k0, k1)`` (as ``vault.format._tags.write_tags``): whole tag chunks PUT from
-        memory, and the tag array's metadata where it must grow. The PUTs go out with the
-        append's chunks (:meth:`wait` waits for them)."""
-        if k1 <= k0:
+    def write_tags(self, snap: Any, grid: Any, k0: int, values: np.ndarray | None) -> None:
+        """The tags ``values`` of time chunks from ``k0`` (as ``vault.format._tags.write_tags``):
+        whole tag chunks PUT from memory, and the tag array's metadata where it must grow. The
+        PUTs go out with the append's chunks (:meth:`wait` waits for them)."""
+        if values is None or values.shape[1] == 0:
             return
-        values = _tags.tag_values_of(snap, grid, k0, k1, tails)
-        e0, e1 = k0 * grid.bound, k1 * grid.bound  # where their tags are
+        e0 = k0 * grid.bound  # where the tags go
+        e1 = e0 + values.shape[1]
         kv = snap.location.kvstore()
         size = _tags.TAG_CHUNK
         futures = []

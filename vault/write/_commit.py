@@ -38,6 +38,7 @@ from vault.format._records import (
     EpisodeLeaves,
     EpisodeState,
     OpenEpisodes,
+    PendingTags,
     group_json,
     leaf_key,
     read_commit_bytes,
@@ -148,13 +149,13 @@ def _append(
     futures.append(kv.write(history_key(snap.commit.seq), snap.commit.to_bytes()))
     for future in futures:
         future.result()
-    edges = None
+    places = None
     if _tags.enabled(snap.manifest):
         grown = dataclasses.replace(snap, arrays=arrays, index=index)
-        edges = _bind_places(grown, job, added)
+        places = _bind_places(grown, job, added)
     if rec is not None:
         held += rec.hold([COMMIT_KEY])
-    commit = _commit(snap, job, lock, episodes, edges)
+    commit = _commit(snap, job, lock, episodes, places)
     return dataclasses.replace(snap, commit=commit, arrays=arrays, index=index)
 
 
@@ -212,9 +213,11 @@ def _commit(
     job: AppendJob,
     lock: WriterLock,
     episodes: EpisodeState | None,
-    edges: dict[str, Edge] | None,
+    places: tuple[dict[str, Edge], dict[str, PendingTags] | None] | None,
 ) -> CommitRecord:
-    """Replace the commit record with the one after ``job`` (the last step of an append)."""
+    """Replace the commit record with the one after ``job`` (the last step of an append);
+    ``places``: its edges and pending tags (:func:`_bind_places`)."""
+    edges, pending = (None, None) if places is None else places
     commit = CommitRecord(
         committed_length=job.end,
         source_counter=job.source_counter,
@@ -224,6 +227,7 @@ def _commit(
         edges=edges,
         fence=snap.commit.fence,
         uid=uuid.uuid4().hex[:12],
+        tags=pending,
     )
     run_point("commit", {"length": job.end}, lambda: lock.replace(COMMIT_KEY, commit.to_bytes()))
     return commit
@@ -268,15 +272,15 @@ def _append_remote(snap: Snapshot, job: AppendJob, lock: LeaseLock, relay: Write
     relay.upload(snap)
     arrays, index = relay.handles(snap)
     grown = dataclasses.replace(snap, arrays=arrays, index=index)
-    edges = None
+    places = None
     if _tags.enabled(snap.manifest):
-        edges = _bind_places(grown, job, added, relay.tails_of, relay.write_tags)
+        places = _bind_places(grown, job, added, relay.tails_of, relay.write_tags)
     with snap.location.failures("write the vault"):
         relay.wait()
         grown_meta()
         history.result()
     lock.send_check()  # the next append's lease check, answered while this one commits
-    commit = _commit(snap, job, lock, episodes, edges)
+    commit = _commit(snap, job, lock, episodes, places)
     return dataclasses.replace(grown, commit=commit)
 
 
@@ -286,11 +290,14 @@ def _bind_places(
     added: list[tuple[str, int, np.ndarray]],
     tails_of: Callable[[list[str]], list[bytes | None]] | None = None,
     write_tags: Callable[..., Any] = _tags.write_tags,
-) -> dict[str, Edge]:
+) -> tuple[dict[str, Edge], dict[str, PendingTags] | None]:
     """Tag the chunks this append completed and record the new edges (``vault/format/_tags.py``):
     the stored checksums of every array are read in one batch (``tails_of``: known instead)
-    and the tag arrays written together (by ``write_tags``)."""
+    and the tags either kept for the commit record (format 5, until enough are held) or
+    written to the tag arrays together (by ``write_tags``). Returns the new record's edges
+    and pending tags (None before format 5)."""
     edges = dict(snap.commit.edges or {})
+    pending = dict(snap.commit.tags or {}) if _tags.keeps_pending(snap.manifest) else None
     appends = [
         (leaf_key(name), job.begin, part)
         for name, part in zip(snap.names, job.parts, strict=bool(job.parts))
@@ -317,7 +324,16 @@ def _bind_places(
     futures = []
     at = 0
     for key, grid, k0, k1, edge, n_tagged, n_bound in plans:
-        futures.append(write_tags(snap, grid, k0, k1, tails[at : at + n_tagged]))
+        values = None
+        if k1 > k0:
+            values = _tags.tag_values_of(snap, grid, k0, k1, tails[at : at + n_tagged])
+        start, to_write, kept = _tags.place_tags(snap, grid, k0, values)
+        futures.append(write_tags(snap, grid, start, to_write))
+        if pending is not None:
+            if kept is None:
+                pending.pop(key, None)
+            else:
+                pending[key] = kept
         at += n_tagged
         if edge is None:
             edges.pop(key, None)
@@ -327,7 +343,7 @@ def _bind_places(
     for future in futures:
         if future is not None:
             future.result()
-    return edges
+    return edges, pending
 
 
 def _array_of(snap: Snapshot, key: str) -> Any:
