@@ -22,7 +22,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Sequence
-from typing import Any, TypeGuard
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +44,16 @@ from vault.format._limits import (
     MAX_STRUCTURE_DEPTH,
     codec_problems,
 )
-from vault.format._parts import Edge, EpisodeState, OpenEpisodes, PendingTags, Seam
+from vault.format._parts import (
+    SEAMS_KEY,
+    Edge,
+    EpisodeState,
+    OpenEpisodes,
+    PendingTags,
+    Seam,
+    episode_record_problems,
+    seam_problems,
+)
 
 FORMAT_VERSION = 5
 """2: episode index; 3: digests, chunks bound to places (tags/, edges); 4: every item chunk
@@ -80,7 +89,6 @@ DIMS_KEY = "dimension_names"
 """Manifest flag: every array's ``zarr.json`` carries the dimension names of
 ``vault.storage._arrays.dimension_names``, checked on opening. Vaults without it (item axes named
 ``dim_<i>``) open unchecked. Older rlvault reads it unchanged: no new format version."""
-SEAMS_KEY = "gaps"  # the commit record's list of seams (named "gaps" in format 1 and 2)
 
 _KINDS = {"dict", "namedtuple", "dataclass", "tuple", "list", "leaf", "none"}
 EPISODE_ROLES = ("done", "truncated", "reward")
@@ -357,8 +365,12 @@ class CommitRecord:
         return doc
 
     def to_bytes(self) -> bytes:
-        """Returns ``commit/zarr.json``: a Zarr group whose attributes hold the record."""
-        return group_json({COMMIT_ATTR: self.to_json()})
+        """Returns ``commit/zarr.json``: a Zarr group whose attributes hold the record.
+
+        Made once: an append writes its record, and the next one the same bytes to history."""
+        if "_bytes" not in self.__dict__:
+            self.__dict__["_bytes"] = group_json({COMMIT_ATTR: self.to_json()})
+        return self.__dict__["_bytes"]
 
     @classmethod
     def from_json(cls, doc: Any, where: object, manifest: Manifest) -> CommitRecord:
@@ -558,56 +570,6 @@ def _edge_place_problems(
                 f"chunk of {end} committed starts ({end // step * step})"
             )
     return out
-
-
-def seam_problems(seams: Any, length: int | None = None) -> list[str]:
-    """Why ``seams`` is not a list of seams (each inside the ``length`` committed)."""
-    if isinstance(seams, list) and all(
-        isinstance(g, dict)
-        and is_int(g.get("at"), 0)
-        and is_int(g.get("lost"), 0)
-        and (length is None or g["at"] <= length)
-        for g in seams
-    ):
-        return []
-    shown = repr(seams) if len(repr(seams)) < 200 else f"{repr(seams)[:200]}..."
-    within = "" if length is None else f" with 'at' <= {length}"
-    return [f"{SEAMS_KEY} must be a list of {{'at': int, 'lost': int}}{within}, got {shown}"]
-
-
-def episode_record_problems(record: Any, rows: int, length: int) -> list[str]:
-    if not isinstance(record, dict):
-        return [f"the vault keeps an episode index but the record has {record!r} for it"]
-    out = []
-    if not is_int(record.get("count"), 0):
-        out.append(f"episodes.count must be an int >= 0, got {record.get('count')!r}")
-    elif record["count"] > rows * length:  # an episode is at least one timestep long
-        out.append(
-            f"episodes.count {record['count']} is more than {rows} rows of {length} committed "
-            "timesteps can hold"
-        )
-    opened = record.get("open")
-    columns = ("start", "return", "flags")
-    starts, returns, flags = (
-        (opened.get("start"), opened.get("return"), opened.get("flags"))
-        if isinstance(opened, dict)
-        else (None, None, None)
-    )
-    if not (_has_rows(starts, rows) and _has_rows(returns, rows) and _has_rows(flags, rows)):
-        return [*out, f"episodes.open must hold {columns} lists of {rows} entries"]
-    if not is_int_list(starts, 0) or (starts and max(starts) > length):
-        out.append(f"episodes.open.start must be ints in [0, {length}], got {starts}")
-    if not is_int_list(flags, 0):
-        out.append(f"episodes.open.flags must be ints >= 0, got {flags}")
-    for x in returns:
-        if not isinstance(x, (int, float)):
-            out.append(f"episodes.open.return must be numbers, got {returns}")
-            break
-    return out
-
-
-def _has_rows(column: Any, rows: int) -> TypeGuard[list[Any]]:
-    return isinstance(column, list) and len(column) == rows
 
 
 def _episodes_config_problems(cfg: Any, shapes: dict[Any, Any]) -> list[str]:

@@ -24,6 +24,7 @@ from vault.commits._snapshot import storage_failure
 from vault.format import _tags
 from vault.format._episodes import index_expect
 from vault.format._limits import MAX_RECORD_BYTES, indices, max_encoded_bytes
+from vault.format._parts import episode_record_problems, seam_problems
 from vault.format._records import (
     BOUNDS,
     COMMIT_ATTR,
@@ -43,13 +44,11 @@ from vault.format._records import (
     chunk_key,
     commit_problems,
     digest_problems,
-    episode_record_problems,
     is_int,
     is_int_list,
     leaf_key,
     manifest_problems,
     parse_json,
-    seam_problems,
 )
 from vault.read._report import Problem, VerifyReport
 from vault.read._verify_episodes import EpisodeScan
