@@ -155,7 +155,7 @@ def _append(
         places = _bind_places(grown, job, added)
     if rec is not None:
         held += rec.hold([COMMIT_KEY])
-    commit = _commit(snap, job, lock, episodes, places)
+    commit = _commit(job, lock, _record_after(snap, job, episodes, places))
     return dataclasses.replace(snap, commit=commit, arrays=arrays, index=index)
 
 
@@ -208,17 +208,16 @@ def write_parts(
     return futures
 
 
-def _commit(
+def _record_after(
     snap: Snapshot,
     job: AppendJob,
-    lock: WriterLock,
     episodes: EpisodeState | None,
     places: tuple[dict[str, Edge], dict[str, PendingTags] | None] | None,
 ) -> CommitRecord:
-    """Replace the commit record with the one after ``job`` (the last step of an append);
-    ``places``: its edges and pending tags (:func:`_bind_places`)."""
+    """The commit record after ``job``; ``places``: its edges and the place tags it keeps
+    (:func:`_bind_places`)."""
     edges, pending = (None, None) if places is None else places
-    commit = CommitRecord(
+    return CommitRecord(
         committed_length=job.end,
         source_counter=job.source_counter,
         seq=snap.commit.seq + 1,
@@ -229,6 +228,11 @@ def _commit(
         uid=uuid.uuid4().hex[:12],
         tags=pending,
     )
+
+
+def _commit(job: AppendJob, lock: WriterLock, commit: CommitRecord) -> CommitRecord:
+    """Replace the commit record with ``commit``, the one after ``job`` (the last step of an
+    append)."""
     run_point("commit", {"length": job.end}, lambda: lock.replace(COMMIT_KEY, commit.to_bytes()))
     return commit
 
@@ -275,13 +279,14 @@ def _append_remote(snap: Snapshot, job: AppendJob, lock: LeaseLock, relay: Write
     places = None
     if _tags.enabled(snap.manifest):
         places = _bind_places(grown, job, added, relay.tails_of, relay.write_tags)
+    record = _record_after(snap, job, episodes, places)
+    record.to_bytes()  # encoded while the chunks are in flight: the commit goes out at once
     with snap.location.failures("write the vault"):
         relay.wait()
         grown_meta()
         history.result()
     lock.send_check()  # the next append's lease check, answered while this one commits
-    commit = _commit(snap, job, lock, episodes, places)
-    return dataclasses.replace(grown, commit=commit)
+    return dataclasses.replace(grown, commit=_commit(job, lock, record))
 
 
 def _bind_places(
