@@ -13,6 +13,13 @@ array decodes and passes its checksum. Two records bind data to places (from for
   row, the crc32 of the decoded bytes of its committed timesteps in that chunk. A read that
   reaches the edge checks what it decoded (once per snapshot).
 
+From format 5 (``PENDING_TAGS_SINCE``) the commit record keeps the tags of each array's latest
+complete chunks (``CommitRecord.tags``: from a time chunk ``p`` to the complete end), and the
+writer writes them to the tag array only once more than ``PENDING_MAX`` are held
+(:func:`place_tags`); a reader takes the tags before ``p`` from the tag array and the rest from
+the record (:func:`by_place`). An append then rewrites no tag chunk as a rule: on an object
+store one request fewer per array, on a disk one read-modify-write and ``fsync`` fewer.
+
 The tag array's own chunks have a crc32c; one moved to another place disagrees with the data
 chunks' checksums. The episode index (``episodes/bounds``, ``episodes/returns``) is covered
 the same way, with the episode axis as its time axis.
