@@ -26,8 +26,10 @@ import dataclasses  # noqa: E402
 import functools  # noqa: E402
 import importlib  # noqa: E402
 import sys  # noqa: E402
+import uuid  # noqa: E402
 from collections import Counter  # noqa: E402
 from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 
@@ -440,3 +442,13 @@ def s3_env(s3_server: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     for key, value in s3_server.environment().items():
         monkeypatch.setenv(key, value)
     return s3_server
+
+
+@pytest.fixture(params=["disk", "s3"])
+def vault_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh location for a vault: a local directory, then a prefix on the S3 test server
+    (with the AWS environment pointing at it, :func:`s3_env`)."""
+    if request.param == "disk":
+        return str(tmp_path / "v")
+    server = request.getfixturevalue("s3_env")
+    return f"s3://{server.bucket}/vault-{uuid.uuid4().hex[:10]}/v"

@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +45,10 @@ def data(t0: int, n: int) -> dict[str, np.ndarray]:
     return {"obs": obs, "done": (t[..., 0] + rows[..., 0]) % 5 == 4}
 
 
-@pytest.fixture(params=["disk", "s3"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh location for a vault: a local directory, or a prefix on the S3 test server."""
-    if request.param == "disk":
-        return str(tmp_path / "v")
-    server = request.getfixturevalue("s3_env")
-    return f"s3://{server.bucket}/places-{uuid.uuid4().hex[:10]}/v"
+@pytest.fixture
+def where(vault_url: str) -> str:
+    """The test's vault location: on a disk, then on S3 (``vault_url``)."""
+    return vault_url
 
 
 def build(loc: str, version: int | None = None) -> None:

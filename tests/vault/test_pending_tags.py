@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +40,10 @@ def data(t0: int, n: int) -> dict[str, np.ndarray]:
     return {"x": np.concatenate([t, t + 0.5])}
 
 
-@pytest.fixture(params=["disk", "s3"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh location: a local directory, or a prefix on the S3 test server."""
-    if request.param == "disk":
-        return str(tmp_path / "v")
-    server = request.getfixturevalue("s3_env")
-    return f"s3://{server.bucket}/pending-{uuid.uuid4().hex[:10]}/v"
+@pytest.fixture
+def where(vault_url: str) -> str:
+    """The test's vault location: on a disk, then on S3 (``vault_url``)."""
+    return vault_url
 
 
 def build(where: str) -> list[str]:
