@@ -183,17 +183,17 @@ class _Checker:
             for message in digest_problems(record, manifest.format_version >= DIGESTS_SINCE):
                 self.problem(_COMMIT, message)
             count = (record.get("episodes") or {}).get("count")
-            bad_edges = [
+            bad_places = [
                 m
                 for m in commit_problems(record, manifest)
                 if m.startswith(("edges", PENDING_TAGS))
                 or (m.startswith("episodes.count") and count)
             ]
-            for message in bad_edges:
+            for message in bad_places:
                 self.problem(_COMMIT, message)
-            if any(m.startswith("edges") for m in bad_edges):  # checked without them
+            if any(m.startswith("edges") for m in bad_places):  # checked without them
                 record["edges"] = {}  # (the tags still hold)
-            if any(m.startswith(PENDING_TAGS) for m in bad_edges):
+            if any(m.startswith(PENDING_TAGS) for m in bad_places):
                 record[PENDING_TAGS] = {}  # the arrays they were for are reported then
         self.report.committed_length = length
         return record
