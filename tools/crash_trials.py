@@ -18,6 +18,9 @@ Where the kill lands (``--fault``):
 * ``background``: as ``random``, but the writer queues every write with ``block=False`` and
   flushes (and reports) every other one, so kills land while its background thread writes
   (chunk by chunk, ``vault/write/_commit.py`` ``write_parts``) and commits.
+* ``tags``: inside the write of the place tags the commit record kept (format 5) to a tag
+  array; the writer keeps at most ``TRIAL_PENDING_MAX`` tags in the record (not 256), so an
+  append writes them every few appends.
 
 The writer sees the steps of each append through the library's fault-injection hook
 (``vault.set_fault_hook``; points ``vault.FAULT_POINTS``): the hook is called around each
@@ -64,9 +67,10 @@ from typing import Any
 import numpy as np
 
 ROWS, T, STEP = 3, 64, 7  # buffer rows, time axis, timesteps per add (one write per add)
-FAULTS = ("random", "resize", "commit", "background")
+FAULTS = ("random", "resize", "commit", "background", "tags")
 FAULT_CHUNK_TIME = 4  # time chunk of the targeted-fault vaults: frequent resizes
-MAX_SKIP = {"resize": 4, "commit": 11}  # targeted calls let through before arming
+MAX_SKIP = {"resize": 4, "commit": 11, "tags": 3}  # targeted calls let through before arming
+TRIAL_PENDING_MAX = 6  # place tags a ``tags`` trial's writer keeps in the commit record
 CHILD_TIMEOUT_S = 120.0  # a targeted-fault writer that has not died by then is a failure
 FIRST_GUESS_S = 0.002  # kill-delay scale before a call of the target has been timed
 
@@ -129,7 +133,7 @@ def _buffer_and_add(donate: bool = False) -> tuple[Any, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-MARKED = ("append", "resize", "commit")  # fault points the writer prints markers for
+MARKED = ("append", "resize", "tags", "commit")  # fault points the writer prints markers for
 
 
 def describe(point: str, info: dict[str, Any]) -> str | None:
@@ -144,6 +148,8 @@ def describe(point: str, info: dict[str, Any]) -> str | None:
         return f"length={length} shapes=" + ",".join(f"{k}:{n}" for k, n in shapes.items())
     if point == "commit":
         return f"length={int(info['length'])}"
+    if point == "tags":
+        return f"key={info['key']} from={int(info['from'])} count={int(info['count'])}"
     return ""
 
 
@@ -211,8 +217,14 @@ def child(
     """Append forever (until killed), continuing from ``start`` timesteps per row; print every
     commit's length (and, with ``markers`` or a targeted fault, the step markers).
     ``background``: every write is ``block=False``, and every other one is followed by a
-    ``flush()`` and the length then committed."""
+    ``flush()`` and the length then committed. The ``tags`` fault keeps at most
+    ``TRIAL_PENDING_MAX`` place tags in the commit record."""
     from vault import Vault
+
+    if fault == "tags":
+        from vault.format import _tags
+
+        _tags.PENDING_MAX = TRIAL_PENDING_MAX
 
     if markers or fault in MAX_SKIP:
         from vault import FAULT_POINTS, set_fault_hook
@@ -362,7 +374,7 @@ def _where(last: list[str] | None) -> str:
     if last is None:
         return "before the first append"
     entered, name = last[0] == ">", last[1]
-    if entered and name in ("resize", "commit"):
+    if entered and name in ("resize", "tags", "commit"):
         return name
     if (entered and name == "append") or (not entered and name == "resize"):
         return "data write"
@@ -387,6 +399,12 @@ def _on_disk(path: Path, last: list[str] | None) -> dict[str, Any]:
         now = record["attributes"]["rlvault_commit"]["committed_length"]
         found["commit_record"] = "new" if now == int(fields["length"]) else "old"
         found["commit_temp_file"] = (path / "commit" / "zarr.json.__lock").exists()
+    elif last[1] == "tags":  # one row block and one chunk per place in these trials
+        start, count = int(fields["from"]), int(fields["count"])
+        chunk = path / "tags" / fields["key"] / "c" / "0" / str(start // 1024)
+        stored = np.frombuffer(chunk.read_bytes()[:-4], "<u4") if chunk.exists() else None
+        got = 0 if stored is None else np.count_nonzero(stored[start % 1024 :][:count])
+        found["tags_written"] = "all" if got == count else "some" if got else "none"
     return found
 
 
@@ -485,6 +503,8 @@ def run_trials(
         if "commit_record" in found:
             on_disk[f"{found['commit_record']} commit record in place"] += 1
             on_disk["commit temp file left"] += found["commit_temp_file"]
+        if "tags_written" in found:
+            on_disk[f"tags written: {found['tags_written']}"] += 1
         on_disk["trials with temp files left"] += bool(found["temp_files"])
     return {
         "fault": fault,

@@ -24,6 +24,7 @@ import tensorstore as ts
 
 import vault
 from vault import Vault, VaultCorruptError, parse_location
+from vault.format import _tags
 from vault.testing import S3TestServer
 
 ROWS = 4
@@ -269,13 +270,15 @@ def test_a_claim_whose_metadata_changed_after_it_was_read_claims_it_again(
     assert vault.verify(loc).ok
 
 
-@pytest.mark.parametrize("point", ["resize", "index", "commit"])
+@pytest.mark.parametrize("point", ["resize", "index", "tags", "commit"])
 def test_an_append_that_fails_part_way_leaves_the_next_one_exact(
-    s3_env: S3TestServer, point: str
+    s3_env: S3TestServer, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What the writer keeps in memory between appends (the partly filled chunks, the last
     tag chunk, the arrays' metadata) is dropped when an append fails: the next append and a
-    new writer continue from what is stored."""
+    new writer continue from what is stored. (At most 4 tags kept in the commit record, so
+    that appends write tag chunks: ``"tags"``.)"""
+    monkeypatch.setattr(_tags, "PENDING_MAX", 4)
     loc = make(s3_env, 10)
     failed: list[str] = []
 

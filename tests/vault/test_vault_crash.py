@@ -4,9 +4,10 @@ The trials live in ``tools/crash_trials.py`` (run it with ``--trials N [--fault 
 Each kills a writer process and checks that the vault reopens at a committed length >= the
 last commit the writer reported, that the committed prefix of every leaf is bit-identical to
 what was added, and that a new writer takes the lock at once and appends exactly. 50 trials
-kill at random moments of the append loop; 10 kill inside the array resize step of an append
-and 10 inside the replacement of the commit record (the writer kills itself there); 10 kill
-writers whose writes run in the background (``block=False``).
+kill at random moments of the append loop; 10 kill inside the array resize step of an append,
+10 inside the write of the place tags the commit record kept (format 5) and 10 inside the
+replacement of the commit record (the writer kills itself there); 10 kill writers whose writes
+run in the background (``block=False``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ def test_fifty_sigkilled_writers_leave_exact_committed_prefixes(tmp_path: Path) 
     assert min(summary["committed_lengths"]) > 0
 
 
-@pytest.mark.parametrize("fault", ["resize", "commit"])
+@pytest.mark.parametrize("fault", ["resize", "tags", "commit"])
 def test_writers_killed_inside_a_step_of_the_append_leave_exact_prefixes(
     tmp_path: Path, fault: str
 ) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import functools
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -333,7 +334,13 @@ def _bind_places(
         if k1 > k0:
             values = _tags.tag_values_of(snap, grid, k0, k1, tails[at : at + n_tagged])
         start, to_write, kept = _tags.place_tags(snap, grid, k0, values)
-        futures.append(write_tags(snap, grid, start, to_write))
+        if to_write is not None and kept is None and _tags.keeps_pending(snap.manifest):
+            info = {"key": key, "from": start, "count": int(to_write.size)}
+            run_point(
+                "tags", info, functools.partial(_written, write_tags, snap, grid, start, to_write)
+            )
+        else:
+            futures.append(write_tags(snap, grid, start, to_write))
         if pending is not None:
             if kept is None:
                 pending.pop(key, None)
@@ -349,6 +356,13 @@ def _bind_places(
         if future is not None:
             future.result()
     return edges, pending
+
+
+def _written(write_tags: Callable[..., Any], *args: Any) -> None:
+    """``write_tags(*args)``, waited for where it returns a future (a local file system)."""
+    future = write_tags(*args)
+    if future is not None:
+        future.result()
 
 
 def _array_of(snap: Snapshot, key: str) -> Any:

@@ -17,6 +17,11 @@ Points, in the order an append runs them:
   full disk can; the arrays already started are awaited before the failure propagates. (On a remote
   location every array's metadata is written together, at ``"resize"``.)
 * ``"index"``: writing episode-index entries; ``info = {"count", "new_count"}``.
+* ``"tags"``: from format 5, writing the place tags that the commit record kept to an array's
+  tag array, once more than ``PENDING_MAX`` of its are held (``vault/format/_tags.py``), once per
+  such array; ``info = {"key": its key, "from": the first time chunk, "count": tags}``. On a
+  local file system the step waits for the write; on a remote location it starts the tag
+  chunks' PUTs, which the append awaits with its chunks.
 * ``"commit"``: replacing the commit record; ``info = {"length": new committed length}``.
 * ``"trim"``: as a writer closes, cutting the arrays' shapes down to the committed length
   (and the episode index to the indexed count), only when one runs past it;
@@ -36,12 +41,13 @@ from typing import Any, TypeVar
 R = TypeVar("R")
 FaultHook = Callable[[str, dict[str, Any], Callable[[], Any]], Any]
 """The type of a fault hook: ``hook(point, info, step)``, see :func:`set_fault_hook`."""
-FAULT_POINTS = ("append", "resize", "grow", "index", "commit", "trim", "fence", "create")
+FAULT_POINTS = ("append", "resize", "grow", "index", "tags", "commit", "trim", "fence", "create")
 """The fault points, in the order an append runs them.
 
 ``"append"`` (the whole append job), ``"resize"`` (growing the arrays' time axis),
 ``"grow"`` (each array that must grow, on a local file system), ``"index"`` (writing
-episode-index entries), ``"commit"`` (replacing the commit record), ``"trim"`` (a closing
+episode-index entries), ``"tags"`` (writing the place tags the commit record kept to a tag
+array), ``"commit"`` (replacing the commit record), ``"trim"`` (a closing
 writer cutting shapes to the committed length), ``"fence"`` (a new holder of a lease
 rewriting the commit record).
 """
