@@ -5,11 +5,13 @@ written, read and appended to without a vault around them; the ceiling the vault
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Any, Protocol
 
 import numpy as np
 import tensorstore as ts
+from _probes import CpuClock
 
 from vault.storage._s3 import S3Config, context_spec
 
@@ -101,6 +103,7 @@ def write_raw_run(
     batches: list[dict[str, np.ndarray]],
     capacity: int,
     records: str = "",
+    clock: CpuClock | None = None,
 ) -> float:
     """Raw TensorStore arrays (created untimed at ``capacity`` timesteps) written round by
     round; the rounds' summed time.
@@ -109,33 +112,32 @@ def write_raw_run(
     record and waits for it: the one round trip that any store whose appends become visible
     atomically adds to each append (rlvault's commit record, written after the append's chunks
     have landed). ``records="vault"``: besides, each round sends the other requests a vault's
-    append sends beside its chunks, together with them: the lease check's GET, the PUT of the
-    record the commit replaces (``history/``) and one PUT of a tag chunk (``1,024`` checksums
-    per row block) for each leaf whose chunks the round completed. What remains between
-    rlvault and this is rlvault's own client work (encoding through memory, Python)."""
+    append sends beside its chunks, together with them: the lease check's GET and the PUT of
+    the record the commit replaces (``history/``). (In format 5 an append sends no tag chunk
+    until its commit record holds more than 256 tags of an array: none in this benchmark's
+    runs.) What remains between rlvault and this is rlvault's own client work (encoding
+    through memory, Python).
+
+    ``clock`` (a ``_probes.CpuClock``) times the rounds' loop, for the CPU it took."""
     rows = next(iter(batches[0].values())).shape[0]
     arrays = raw_create(places, prefix, layout, rows, capacity)
     kv = ts.KvStore.open(places.kvstore(f"{prefix}/"), context=s3_context()).result()
-    tag = bytes(4 * 1024 * rows + 4)  # a tag chunk of one row block per row (the most)
     total, at = 0.0, 0
-    for i, batch in enumerate(batches):
-        n = next(iter(batch.values())).shape[1]
-        t0 = time.perf_counter()
-        sent = []
-        if records == "vault":
-            sent.append(kv.read("lock/lease.json"))
-            sent.append(kv.write(f"history/{i}", COMMIT_RECORD + str(i).encode()))
-            for leaf in layout:
-                step = leaf["chunk"][1]
-                if (at + n) // step > at // step:  # the round completed a chunk of the leaf
-                    sent.append(kv.write(f"tags/{leaf['name']}/c/0/{i}", tag))
-        raw_write(arrays, batch, at)
-        for future in sent:
-            future.result()
-        if records:
-            kv.write("commit.json", COMMIT_RECORD + str(i).encode()).result()
-        total += time.perf_counter() - t0
-        at += n
+    with clock or contextlib.nullcontext():
+        for i, batch in enumerate(batches):
+            n = next(iter(batch.values())).shape[1]
+            t0 = time.perf_counter()
+            sent = []
+            if records == "vault":
+                sent.append(kv.read("lock/lease.json"))
+                sent.append(kv.write(f"history/{i}", COMMIT_RECORD + str(i).encode()))
+            raw_write(arrays, batch, at)
+            for future in sent:
+                future.result()
+            if records:
+                kv.write("commit.json", COMMIT_RECORD + str(i).encode()).result()
+            total += time.perf_counter() - t0
+            at += n
     return total
 
 

@@ -70,6 +70,17 @@ def build_rows(variants: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for r in variants:
         v = r["variant"]
         add(v, "write", "MB/s", {m: med(x["mb_s"]) for m, x in r["writes"].items()})
+        for side, what in (("client", "this process"), ("server", "the S3 server")):
+            add(
+                v,
+                f"write: CPU per append, {what}",
+                "ms",
+                {
+                    m: med(x["cpu_ms_per_append"][side])
+                    for m, x in r["writes"].items()
+                    if side == "client" or m != "rlvault_local"
+                },
+            )
         add(v, "read all", "MB/s", {m: med(x["mb_s"]) for m, x in r["reads"].items()})
         add(
             v, "one-step append", "ms", {m: x["ms_median"] for m, x in r["one_step_append"].items()}

@@ -26,9 +26,10 @@ Vaults get the default codecs and chunks (``Vault.create(loc, example, rows=16)`
   append becomes visible atomically (a vault writes its commit record after the append's
   chunks have landed);
 * ``TensorStore S3 + the vault's requests`` (writes only): besides, each round sends with its
-  chunks the other requests of a vault's append (the lease check's GET, the replaced commit
-  record's PUT under ``history/``, a tag-chunk PUT per leaf whose chunks the round completed).
-  What remains between rlvault and this is rlvault's own client work;
+  chunks the other requests of a vault's append (the lease check's GET and the replaced commit
+  record's PUT under ``history/``; in format 5 an append sends no tag chunk until its commit
+  record holds more than 256 tags of an array, which these runs never reach). What remains
+  between rlvault and this is rlvault's own client work;
 * ``zarr+s3fs``: zarr-python opening the vault's group at ``s3://bucket/prefix`` through
   s3fs, reading the committed length from the commit record's attributes and slicing every
   leaf ``[:, :length]``.
@@ -38,6 +39,11 @@ Measured (MB = 10**6 bytes of raw experience, i.e. ``rows x steps x bytes per ti
 * write MB/s: raw bytes / summed time of the round writes (``Vault.append`` of
   ``[16, steps, ...]`` arrays, blocking until committed; TensorStore: the writes of one round
   to every leaf, waited for); a fresh vault / set of arrays per repeat;
+* write CPU per append: the CPU time of this process (every thread: encoding, HTTP, Python)
+  and of the S3 server (its process and children, each thread's time on a CPU from ``/proc``)
+  over each write run's loop of rounds, divided by the rounds (medians over repeats). Client
+  and server share this machine's cores: where the two together keep every core busy, the
+  write's wall time follows their sum, whatever the order of the requests;
 * read all MB/s: ``Vault.open(loc).read_numpy()`` (open included), TensorStore: open every
   array and read ``[:, :length]`` (all leaves at once), zarr: as above (open included);
 * one-step append latency: median ms of appending one timestep to the 16 rows (after one
@@ -88,7 +94,7 @@ from typing import Any
 import jax
 import numpy as np
 import tensorstore as ts
-from _probes import MB, code_provenance, loadavg, machine_info, package_version
+from _probes import MB, CpuClock, code_provenance, loadavg, machine_info, package_version
 from _report import log, write_json
 from _s3_raw import (
     RECORDS,
@@ -321,19 +327,24 @@ def run_variant(variant: str, cfg: Config, places: Places, phases: Phases) -> di
     layout: list[dict[str, Any]] = []
     kept: dict[str, str] = {}
 
-    def write_run(method: str, prefix: str) -> tuple[float, dict[str, int]]:
+    cpu: dict[str, dict[str, list[float]]] = {m: {"client": [], "server": []} for m in WRITERS}
+
+    def write_run(method: str, prefix: str) -> tuple[float, dict[str, int], CpuClock]:
         nonlocal layout
         gc.collect()
+        server = places.server.process
+        clock = CpuClock(others=() if server is None else (server.pid,))
         if method.startswith("tensorstore_s3"):
-            return counted(
+            total, sent = counted(
                 lambda: write_raw_run(
-                    places, prefix, layout, batches, length + len(extra), RECORDS[method]
+                    places, prefix, layout, batches, length + len(extra), RECORDS[method], clock
                 )
             )
+            return total, sent, clock
         loc = vault_location(places, method, prefix)
-        (total, manifest), sent = counted(lambda: write_vault_run(loc, example, batches))
+        (total, manifest), sent = counted(lambda: write_vault_run(loc, example, batches, clock))
         layout = layout or leaf_layout(manifest)
-        return total, sent
+        return total, sent, clock
 
     with phases.phase(f"{variant} writes"):
         # an untimed run of every method first (rlvault S3 first: its layout is the raw
@@ -345,21 +356,30 @@ def run_variant(variant: str, cfg: Config, places: Places, phases: Phases) -> di
         for rep in range(cfg.repeats):
             for method in rotate(WRITERS, rep):
                 prefix = f"{variant}/{method}/rep{rep}"
-                total, sent = write_run(method, prefix)
+                total, sent, clock = write_run(method, prefix)
+                cpu[method]["client"].append(clock.cpu / size.rounds * 1e3)
+                cpu[method]["server"].append(clock.others_cpu / size.rounds * 1e3)
                 if method in requests:  # the run's requests (creating included) per append
                     requests[method]["append_gets"].append(sent["read"] / size.rounds)
                     requests[method]["append_puts"].append(sent["write"] / size.rounds)
                 write_s[method].append(total)
+                client, server = cpu[method]["client"][-1], cpu[method]["server"][-1]
                 log(
                     f"    rep {rep} {LABELS[method]:<15} write {total:7.3f} s "
-                    f"({raw_bytes / total / MB:8.1f} MB/s)"
+                    f"({raw_bytes / total / MB:8.1f} MB/s; CPU per append: client "
+                    f"{client:5.1f} ms, server {server:5.1f} ms)"
                 )
                 if method in kept:
                     places.remove(method, kept[method])
                 kept[method] = prefix
     result["layout"] = layout
     result["writes"] = {
-        m: {**summary(s), "mb_s": [raw_bytes / x / MB for x in s]} for m, s in write_s.items()
+        m: {
+            **summary(s),
+            "mb_s": [raw_bytes / x / MB for x in s],
+            "cpu_ms_per_append": cpu[m],
+        }
+        for m, s in write_s.items()
     }
 
     # ---------------------------------------------------------------------------- reads
@@ -450,15 +470,20 @@ def run_variant(variant: str, cfg: Config, places: Places, phases: Phases) -> di
 
 
 def write_vault_run(
-    loc: str, example: dict[str, np.ndarray], batches: list[dict[str, np.ndarray]]
+    loc: str,
+    example: dict[str, np.ndarray],
+    batches: list[dict[str, np.ndarray]],
+    clock: CpuClock | None = None,
 ) -> tuple[float, Any]:
-    """A fresh vault written round by round; the appends' summed time and its manifest."""
+    """A fresh vault written round by round; the appends' summed time and its manifest
+    (``clock`` times the appends' loop, for the CPU it took)."""
     v = Vault.create(loc, example, rows=next(iter(batches[0].values())).shape[0])
     total = 0.0
-    for batch in batches:
-        t0 = time.perf_counter()
-        v.append(batch)
-        total += time.perf_counter() - t0
+    with clock or contextlib.nullcontext():
+        for batch in batches:
+            t0 = time.perf_counter()
+            v.append(batch)
+            total += time.perf_counter() - t0
     manifest = v.manifest
     v.close()
     return total, manifest

@@ -40,11 +40,15 @@ def is_int_list(value: Any, minimum: int) -> TypeGuard[list[int]]:
     return True
 
 
-def group_json(attributes: dict[str, Any] | None = None) -> bytes:
-    """A Zarr v3 group's ``zarr.json`` with these attributes."""
+def group_json(attributes: dict[str, Any] | None = None, compact: bool = False) -> bytes:
+    """A Zarr v3 group's ``zarr.json`` with these attributes: indented for a person to read,
+    or ``compact`` (no whitespace: the commit record, written by every append, which Python's
+    JSON encoder writes about five times faster without indentation)."""
     doc: dict[str, Any] = {"zarr_format": 3, "node_type": "group"}
     if attributes:
         doc["attributes"] = attributes
+    if compact:
+        return _COMPACT.encode(doc).encode()
     return json.dumps(doc, indent=1, sort_keys=True).encode()
 
 
@@ -53,6 +57,8 @@ def digest(doc: dict[str, Any]) -> str:
     body = {k: v for k, v in doc.items() if k != DIGEST}
     return hashlib.sha256(_CANONICAL.encode(body).encode()).hexdigest()[:32]
 
+
+_COMPACT = json.JSONEncoder(sort_keys=True, separators=(",", ":"), check_circular=False)
 
 _CANONICAL = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), allow_nan=True, check_circular=False

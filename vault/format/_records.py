@@ -367,9 +367,10 @@ class CommitRecord:
     def to_bytes(self) -> bytes:
         """Returns ``commit/zarr.json``: a Zarr group whose attributes hold the record.
 
-        Made once: an append writes its record, and the next one the same bytes to history."""
+        Made once, without whitespace: an append writes its record, and the next one the same
+        bytes to history."""
         if "_bytes" not in self.__dict__:
-            self.__dict__["_bytes"] = group_json({COMMIT_ATTR: self.to_json()})
+            self.__dict__["_bytes"] = group_json({COMMIT_ATTR: self.to_json()}, compact=True)
         return self.__dict__["_bytes"]
 
     @classmethod
