@@ -111,3 +111,26 @@ def test_the_source_may_be_overwritten_as_soon_as_write_returns(tmp_path: Path) 
     data = Vault.open(str(tmp_path / "v")).read_numpy()["x"]
     expected = [original + 1000.0 * i for i in range(3)]
     np.testing.assert_array_equal(data, np.concatenate(expected, axis=1))
+
+
+@pytest.mark.parametrize("rows", [3, 5])
+def test_background_writes_of_a_last_row_block_with_fewer_rows(tmp_path: Path, rows: int) -> None:
+    """Rows in chunks of 2, so the last row block holds one row: a background write, which
+    writes chunk by chunk, stores it as a blocking write does (it once addressed rows past
+    the array's end and failed)."""
+    x = (np.arange(rows)[:, None] * 1000 + np.arange(24)[None]).astype(np.float32)
+
+    def state(n: int) -> fbx.TrajectoryBufferState:
+        return fbx.TrajectoryBufferState(
+            experience={"x": x}, current_index=jnp.int32(n), is_full=jnp.bool_(False)
+        )
+
+    where = str(tmp_path / "v")
+    with Vault.create(where, {"x": np.float32(0)}, rows=rows, chunk={"x": [2, 4]}) as v:
+        assert v.write(state(5)) == 5
+        assert v.write(state(7), block=False) == 2  # within one time chunk
+        assert v.write(state(18), block=False) == 11  # across three
+        v.flush()
+        assert v.committed_length == 18
+    np.testing.assert_array_equal(Vault.open(where).read_numpy()["x"], x[:, :18])
+    assert verify(where).ok

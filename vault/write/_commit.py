@@ -191,12 +191,14 @@ def write_parts(
             pieces.append((arr, slice(None), slice(staged.begin, stop), data))
             continue
         rows, step = (int(n) for n in chunks[i][:2])
-        for r in range(0, int(data.shape[0]), rows):
+        count = int(data.shape[0])
+        for r in range(0, count, rows):
+            r1 = min(count, r + rows)  # the last row block may hold fewer rows
             t = staged.begin
             while t < stop:
                 cut = min(stop, (t // step + 1) * step)
-                part = data[r : r + rows, t - staged.begin : cut - staged.begin]
-                pieces.append((arr, slice(r, r + rows), slice(t, cut), part))
+                part = data[r:r1, t - staged.begin : cut - staged.begin]
+                pieces.append((arr, slice(r, r1), slice(t, cut), part))
                 t = cut
     futures: list[Any] = []
     waiting: collections.deque[Any] = collections.deque()
