@@ -30,6 +30,7 @@ from vault import (
     VaultReadError,
     VaultStructureError,
     VaultVersionError,
+    parse_location,
 )
 from vault.format._records import FORMAT_VERSION
 from vault.storage._reclaim import MAX_HELD, MAX_HELD_BYTES, TRASH_DIR
@@ -444,6 +445,16 @@ def test_memory_and_file_urls(tmp_path: Path, rec: Recorder) -> None:
     url = Vault.create(f"file://{tmp_path}/u", rec.state)
     url.write(rec.state)
     np.testing.assert_array_equal(stored_steps(Vault.open(str(tmp_path / "u"))), rec.expected(0, 3))
+    # "#" and "?" belong to the name (not a fragment or a query cut off): each URL names its
+    # own place, never a shorter one shared with the others
+    for i, name in enumerate(["run#1", "run#2", "run?3"]):
+        Vault.create(f"file://{tmp_path}/{name}/v", rec.state).write(rec.state)
+        Vault.create(f"memory://tests/{name}/v", rec.state).write(rec.state)
+        assert (tmp_path / name / "v" / "zarr.json").is_file(), i
+        assert str(parse_location(f"memory://tests/{name}/v")).startswith(
+            f"memory://tests/{name}/v"
+        )
+    assert not (tmp_path / "run").exists()
 
 
 def test_reference_compatible_constructor(tmp_path: Path, rec: Recorder, monkeypatch) -> None:

@@ -28,7 +28,6 @@ import weakref
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from vault._errors import (
     VaultCorruptError,
@@ -64,9 +63,10 @@ class FileLocation(Location):
 
     @classmethod
     def from_url(cls, text: str) -> FileLocation:
-        parsed = urlparse(text)
-        if parsed.scheme == "file":
-            text = parsed.netloc + parsed.path
+        """From a path or a ``file://`` URL (everything after ``://``, ``#`` and ``?``
+        included: they are a file name's characters, not a query or a fragment)."""
+        if text[:7].lower() == "file://":
+            text = text[7:]
         return cls(Path(text).expanduser().absolute())
 
     @property

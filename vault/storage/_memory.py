@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import weakref
 from typing import Any
-from urllib.parse import urlparse
 
 from vault._errors import VaultLockedError
 from vault.storage._location import Capabilities, Location, LockHolder, OsExclusiveLock
@@ -38,8 +37,8 @@ class MemoryLocation(Location):
 
     @classmethod
     def from_url(cls, text: str) -> MemoryLocation:
-        parsed = urlparse(text)
-        return cls(parsed.netloc + parsed.path)
+        """From ``memory://NAME``: everything after ``://`` (``#`` and ``?`` included)."""
+        return cls(text.split("://", 1)[1])
 
     @property
     def spec(self) -> dict[str, Any]:

@@ -206,8 +206,11 @@ class S3Location(Location):
 
     @classmethod
     def from_url(cls, text: str, storage: Mapping[str, Any] | None = None) -> S3Location:
-        parsed = urlparse(text)
-        return cls(parsed.netloc, parsed.path, S3Config.resolve(storage))
+        """From ``s3://BUCKET/PREFIX``: everything after the bucket is the prefix, ``#`` and
+        ``?`` included (S3 keys may hold them; as a URL's fragment or query they would be cut
+        off, and the vault would land at a shorter prefix)."""
+        bucket, _, path = text.split("://", 1)[1].partition("/")
+        return cls(bucket, path, S3Config.resolve(storage))
 
     @classmethod
     def from_spec(

@@ -11,6 +11,7 @@ every bad leaf.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import math
 import sys
@@ -90,13 +91,17 @@ class BufferView:
     """What a write needs from a buffer state: experience, position, counter, stacking."""
 
     def __init__(self, state: Any) -> None:
+        running = None
+        self.derived = False  # the counter derived from the position alone (:meth:`rebased`)
         if not hasattr(state, "write_counter"):
             # a state in the reference's shape (a Flashbax state, or one restored from an
             # orbax checkpoint of a Flashbax run): its counter is derived as the buffers do
             from buffers import BufferError, from_flashbax_state
 
+            running = getattr(state, "running_index", None)
             with contextlib.suppress(BufferError):  # not a buffer state: refused below
                 state = from_flashbax_state(state)
+                self.derived = True
         if not hasattr(state, "experience") or not hasattr(state, "write_counter"):
             raise VaultStructureError(
                 f"write() takes a buffer state from `buffers` (with `experience` and "
@@ -148,6 +153,24 @@ class BufferView:
                 f"({self.counter} timesteps added to a time axis of {self.time_len}); "
                 "nothing written"
             )
+        if running is not None and np.all(np.asarray(running) == self.counter):
+            self.derived = False  # a prioritised state's running index: exact
+
+    def rebased(self, source: int | None) -> BufferView:
+        """This view, its counter counted on from ``source`` (the vault's record of the
+        buffer's counter) where the state has no counter of its own (the reference's shape,
+        whose counter is derived from its position: only the fewest timesteps consistent with
+        it, which starts again after each wrap): the fewest at least ``source`` that agree
+        with the position. Exact when fewer than a ring's worth were added between writes, as
+        the reference's own vault assumes; otherwise the vault's check of its last timestep
+        tells a buffer that wrapped too far from the one it wrote (never silently)."""
+        if not self.derived or not self.full or source is None:
+            return self
+        t = self.time_len
+        least = max(source, t)
+        view = copy.copy(self)
+        view.counter = least + (self.current - least) % t
+        return view
 
     @property
     def stored(self) -> int:

@@ -102,12 +102,13 @@ class Writer:
     def write(self, state: Any, *, on_overrun: OnOverrun, new_buffer: bool, block: bool) -> int:
         """Append what ``state`` holds beyond the tip; returns how many timesteps per row."""
         self._check_open()
-        view = BufferView(state)
-        values = check_leaves(self.snapshot.manifest, view, self.where)
+        given = BufferView(state)
+        values = check_leaves(self.snapshot.manifest, given, self.where)
+        view = given.rebased(self.tip.source_counter)
         fresh = self._is_fresh(view, values, new_buffer)
         job = plan_write(
             self.tip,
-            view,
+            given if fresh else view,
             values,
             where=self.where,
             on_overrun=on_overrun,
@@ -147,7 +148,9 @@ class Writer:
         everything it holds is appended; otherwise the write is refused, never silently short.
         A buffer that no longer holds that timestep, further on than the one this writer
         wrote last, is that buffer overrun, not another one, unless ``new_buffer=True`` says
-        so: the overrun policy applies (by default :class:`UnsavedDataLostError`).
+        so: the overrun policy applies (by default :class:`UnsavedDataLostError`). One that
+        had exactly a ring's worth added since the vault's last timestep (the most a write may
+        wait, so that nothing is left to compare) is taken for that buffer, written on time.
         """
         tip = self.tip
         if not tip.source_counter:  # no buffer written yet (or one with nothing in it)
@@ -162,6 +165,10 @@ class Writer:
             return False
         if same is None and tip.known_source and not new_buffer:
             return False  # the buffer this writer wrote, overrun: plan_write tells the loss
+        if same is None and view.full and view.counter - tip.source_counter == view.stored:
+            # exactly a ring's worth added since the vault's last timestep (the most a write
+            # may wait): nothing the vault holds is left to compare, and nothing is lost
+            return False
         if new_buffer or self.adopt_buffers:
             return True
         if same is None:
