@@ -333,7 +333,7 @@ def _scalar_fits(value: Any, dtype: Any) -> bool:
         np_dtype = np.dtype(dtype)
     except TypeError:
         return False
-    kind = np_dtype.kind
+    kind = dtype_kind(np_dtype)
     if isinstance(value, bool):
         return kind in "biufc"
     if isinstance(value, int):
@@ -355,9 +355,22 @@ def _bad_timestep_leaf(leaf: Any) -> str | None:
         return describe(leaf)
     if jnp.issubdtype(dtype, jax.dtypes.prng_key):
         return None
-    if np.dtype(dtype).kind not in "biufc":
+    if dtype_kind(dtype) not in "biufc":
         return f"{describe(leaf)}, whose dtype is not bool or numeric"
     return None
+
+
+def dtype_kind(dtype: Any) -> str:
+    """numpy's kind letter of ``dtype`` (``b``, ``i``, ``u``, ``f``, ``c``, ...), with JAX's
+    extra numeric types (``bfloat16``, the ``float8`` types, ``int4``: kind ``V`` to numpy)
+    given the kind they are numbers of, as Flashbax takes them."""
+    np_dtype = np.dtype(dtype)
+    if np_dtype.kind != "V":
+        return np_dtype.kind
+    for kind, family in (("f", jnp.floating), ("u", jnp.unsignedinteger), ("i", jnp.integer)):
+        if jnp.issubdtype(np_dtype, family):
+            return kind
+    return np_dtype.kind
 
 
 def check_timestep(experience: Any) -> Any:

@@ -116,7 +116,8 @@ def plan_manifest(
     episode_leaves = _episode_leaves(episodes, names, values, skip)
     unsupported = [
         f"experience/{name}: dtype {np.dtype(value.dtype).name} is not supported (bool, "
-        "integer and floating-point leaves are)"
+        "integer and float16/32/64 leaves are"
+        + ("; cast it to float32 to store it)" if np.dtype(value.dtype).kind == "V" else ")")
         for name, value in zip(names, values, strict=True)
         if np.dtype(getattr(value, "dtype", np.asarray(value).dtype)).kind not in "biuf"
     ]
