@@ -268,6 +268,10 @@ def export_minari(
 ) -> Path:
     """Export the complete episodes of a vault as a Minari dataset.
 
+    Complete means ended and whole: the open last episode of each row is left out, and so is
+    an episode whose beginning was lost (one that starts at a seam, ``start_known`` false in
+    :meth:`~vault.Vault.episodes`).
+
     The dataset appears whole or not at all. Each Minari field is a leaf path (or a
     subtree, for Dict/Tuple spaces); the defaults are the names an import gives them.
 
@@ -348,6 +352,9 @@ def export_minari(
         if target.exists():
             raise VaultExistsError(f"{target} already exists; choose a new dataset id")
         table = vault.episodes()
+        # an episode whose beginning was lost (it starts at a seam) is no Minari episode: its
+        # first observation is not an initial state and its return misses the lost steps
+        table = table[np.asarray(table.start_known, bool)]
         step = vault.manifest.step_bytes
         with _staged(target) as tmp:
             storage = MinariStorage.new(

@@ -219,8 +219,9 @@ def derive_episodes(
 ) -> Vault:
     """A one-row vault of the given complete episodes of ``source``, back to back.
 
-    In order of their start time (row, then start), with the episode index rebuilt (the same
-    episodes).
+    In order of their start time (then of their row), with the episode index rebuilt (the same
+    episodes; one whose beginning was lost in the source, after a seam, keeps its start
+    unknown).
 
     Args:
         source: a vault with an episode index, its location, or a :class:`~vault.Dataset` of
@@ -260,7 +261,8 @@ def derive_episodes(
 
 
 def _ordered(src: Snapshot, episodes: EpisodeTable) -> EpisodeTable:
-    """``episodes`` by row then start, checked to lie inside ``src``'s committed data."""
+    """``episodes`` by start time, then row (``np.lexsort`` sorts by its last key first),
+    checked to lie inside ``src``'s committed data."""
     table = episodes[np.lexsort((episodes.row, episodes.start))]
     if len(table) and int((table.start + table.length).max()) > src.length:
         raise VaultReadError(f"an episode lies beyond the committed data of {src.where}")
@@ -314,14 +316,16 @@ def _copy_episodes(
     append); ``done``: (timesteps copied, total) before and after, for ``progress``."""
     copied, total = done
     step = src.manifest.step_bytes * src.rows
+    known = np.asarray(table.start_known, bool)
     i = 0
     while i < len(table):
-        # one read of [first start, furthest end) serves every episode inside it
+        # one read of [first start, furthest end) serves every episode inside it; an episode
+        # whose start was lost (after a seam) begins an append of its own, which says so
         lo = int(table.start[i])
         j, hi = i, lo
         while j < len(table):
             end = int(table.start[j] + table.length[j])
-            if j > i and (max(hi, end) - lo) * step > BLOCK_BYTES:
+            if j > i and ((max(hi, end) - lo) * step > BLOCK_BYTES or not known[j]):
                 break
             hi = max(hi, end)
             j += 1
@@ -338,7 +342,10 @@ def _copy_episodes(
             )
             for x in block
         ]
-        out.append(_tree(src, joined), np.ones(1, bool) if first and i == 0 else None)
+        # restart: True starts the row's episode afresh (the new vault's first append), False
+        # starts it with its beginning unknown (as in the source); None continues
+        restart = np.full(1, bool(known[i])) if (first and i == 0) or not known[i] else None
+        out.append(_tree(src, joined), restart)
         copied += sum(int(table.length[k]) for k in range(i, j))
         if progress:
             progress(copied, total)
