@@ -4,26 +4,37 @@ latch.
 Jobs run one at a time, in the order they were submitted. At most ``max_pending`` wait; a
 submit beyond that blocks until the oldest is done (back-pressure). Once a job fails, the jobs
 queued after it do nothing (nothing after a failed write is committed) and the error is raised
-once, by the next :meth:`submit`, :meth:`flush` or :meth:`close`.
+once, by the next :meth:`submit`, :meth:`flush` or :meth:`close`. An error that nothing raised
+before the queue was dropped (the process ended, or the writer was let go, with no later write,
+flush or close) is logged then, so that it is never lost without a word.
 """
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures
+import logging
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from vault._args import int_arg
 
+_log = logging.getLogger(__name__)
+
 
 class BackgroundQueue:
-    def __init__(self, max_pending: int = 2, name: str = "vault-write") -> None:
+    """The queue of one writer's background writes (see the module docstring); ``where``
+    names the vault in the message of an error that nothing raised."""
+
+    def __init__(self, max_pending: int = 2, name: str = "vault-write", where: str = "") -> None:
         self._max_pending = int_arg("max_pending", max_pending, 1)
         self._name = name
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: collections.deque[concurrent.futures.Future[None]] = collections.deque()
         self._error: BaseException | None = None
+        self._unseen: list[BaseException | None] = [None]  # failed, not raised to a caller yet
+        weakref.finalize(self, _report_unseen, self._unseen, where or "a vault")
 
     @property
     def max_pending(self) -> int:
@@ -53,7 +64,7 @@ class BackgroundQueue:
         try:
             job()
         except BaseException as err:
-            self._error = err
+            self._error = self._unseen[0] = err
 
     def wait(self) -> BaseException | None:
         """Wait for every queued job; returns (and clears) the first error, if any."""
@@ -61,6 +72,7 @@ class BackgroundQueue:
             self._pending[0].result()
             self._pending.popleft()
         err, self._error = self._error, None
+        self._unseen[0] = None  # the caller raises it
         return err
 
     def take_error(self) -> BaseException | None:
@@ -74,3 +86,18 @@ class BackgroundQueue:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
+
+
+def _report_unseen(unseen: list[BaseException | None], where: str) -> None:
+    """Log the error of a background write that no caller saw (the queue is being dropped)."""
+    err = unseen[0]
+    if err is not None:
+        unseen[0] = None
+        _log.error(
+            "%s: a background write failed, and the writer was dropped (or the process ended) "
+            "before a later write, flush() or close() could raise it: %s: %s. The vault is at "
+            "its last commit: that write and every one queued after it were not committed.",
+            where,
+            type(err).__name__,
+            err,
+        )

@@ -67,7 +67,7 @@ class Writer:
         self.closed = False
         self._reopen = False  # the arrays must be reopened before the next write
         self._lock: WriterLock | None = lock
-        self._queue = BackgroundQueue()
+        self._queue = BackgroundQueue(where=snapshot.where)
         self._reclaimer: Reclaimer | None = None
         self._reclaimer_checked = False
         # where every request is a round trip: chunks written through memory
