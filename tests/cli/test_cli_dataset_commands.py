@@ -296,6 +296,19 @@ def test_tag_pins_every_shard_and_info_verify_read_it(tmp_path: Path) -> None:
     ]
     pinned = Dataset.open(str(root), at="base")
     np.testing.assert_array_equal(pinned.read_numpy("a")["obs"], block(0, 2, 0, 6)["obs"])
+    # show, stats and episodes read the tagged commits too (shard c is not in them)
+    shown = checked(cli.json("show", root, "--at", "base", "--leaf", "obs"))
+    assert [(d["shard"], d["time"]) for d in shown["shards"]] == [("a", [0, 6]), ("b", [0, 9])]
+    np.testing.assert_array_equal(
+        np.array(shown["shards"][0]["leaves"][0]["values"]), block(0, 2, 0, 6)["obs"]
+    )
+    stats = checked(cli.json("stats", root, "--at", "base"))
+    assert stats["timesteps"] == 30
+    assert [s["shard"] for s in stats["shards"]] == ["a", "b"]
+    table = checked(cli.json("episodes", root, "--at", "base", "--open", "--head", "0"))
+    assert table["records"] == pinned.episodes(include_open=True).to_records()
+    line = one_error_line(cli("stats", root, "--at", "1", code=1))
+    assert "--at 1: a dataset is pinned by a tag" in line
     # a tag never moves: shard a is at a new commit now, so nothing is tagged
     line = one_error_line(cli("tag", root, "base", code=1))
     assert "tag 'base' already names other commits of shards a (" in line

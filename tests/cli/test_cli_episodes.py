@@ -141,3 +141,33 @@ def test_plot_without_matplotlib_says_how_to_get_it(
     line = one_error_line(cli("plot", tmp_path / "v", "--out", tmp_path / "p.png", code=1))
     assert "pip install 'rlvault[plot]'" in line
     assert not (tmp_path / "p.png").exists()
+
+
+def test_show_stats_and_episodes_of_an_older_commit(
+    cli: Cli, vault_dir: tuple[Path, dict[str, np.ndarray]]
+) -> None:
+    """--at reads the commit it names (a number, an id or a tag), as Vault.open(at=) does:
+    here commit 2, the first two appends (27 of the 42 timesteps)."""
+    from vault import Vault
+
+    path, data = vault_dir
+    pinned = Vault.open(str(path), at=2)
+    assert pinned.committed_length == 27
+    cli("tag", path, "early", "--at", "2")
+    old = {k: v[:, :27] for k, v in data.items()}
+    for at in ("2", pinned.commit_id, "early"):
+        stats = cli.json("stats", path, "--at", at, "--leaf", "reward")
+        assert stats["committed"] == 27
+        (reward,) = stats["leaves"]
+        assert reward["count"] == old["reward"].size
+        assert reward["mean"] == pytest.approx(old["reward"].astype(np.float64).mean())
+        assert stats["episodes"] == len(reference_episodes(old))
+        shown = cli.json("show", path, "--at", at, "--leaf", "reward", "--time", "-3:")
+        assert shown["time"] == [24, 27]
+        np.testing.assert_array_equal(shown["leaves"][0]["values"], old["reward"][:, 24:27])
+        table = cli.json("episodes", path, "--at", at, "--head", "0", "--open")
+        assert table["records"] == pinned.episodes(include_open=True).to_records()
+    latest = cli.json("episodes", path, "--head", "0")
+    assert len(latest["records"]) == len(reference_episodes(data)) > stats["episodes"]
+    line = one_error_line(cli("stats", path, "--at", "9", code=2))
+    assert "9" in line

@@ -20,10 +20,11 @@ from vault.cli._common import (
     leaf_table,
     number,
     open_vault,
+    pin_of,
     progress_bar,
     stdout,
 )
-from vault.cli._tag import AtOpt, pin_of
+from vault.cli._tag import AtOpt
 
 if TYPE_CHECKING:
     from vault import VerifyReport
@@ -119,18 +120,20 @@ def stats(
         list[str] | None,
         typer.Option("--leaf", "-l", help="Leaf path (repeatable); default: every leaf."),
     ] = None,
+    at: AtOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Per-leaf min / max / mean / std and NaN / Inf counts, streamed chunk by chunk; episode
-    return and length statistics when the vault keeps an episode index."""
+    return and length statistics when the vault keeps an episode index; --at: of an older
+    commit (a dataset's: a tag)."""
     from vault import is_dataset, leaf_stats
 
     check_vault_path(path)
     if is_dataset(path):
         with progress_bar("computing statistics", bytes_unit=True) as progress:
-            _dataset_cmds.stats(path, leaf, json_out, progress)
+            _dataset_cmds.stats(path, leaf, json_out, progress, at)
             return
-    vault = open_vault(path)
+    vault = open_vault(path, at)
     with progress_bar("computing statistics", bytes_unit=True) as progress:
         leaves = leaf_stats(vault, leaves=leaf, progress=progress)
     doc: dict[str, Any] = {

@@ -11,6 +11,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -221,28 +222,49 @@ def parse_rows(text: str | None, rows: int) -> list[int] | None:
     return picked
 
 
-def open_vault(path: str) -> Vault:
-    """Open a vault read-only (the library validates its metadata: a malformed manifest is
+def pin_of(text: str | None) -> int | str | None:
+    """A ``--at`` value: a commit number as an int, anything else (an id, a tag) as given."""
+    if text is None:
+        return None
+    return int(text) if text.isdigit() else text
+
+
+def open_vault(path: str, at: str | None = None) -> Vault:
+    """Open a vault read-only, at its latest commit or at ``at`` (``--at``: a commit number,
+    id or tag). The library validates its metadata (a malformed manifest is
     ``VaultCorruptError``, a newer format ``VaultVersionError``); a local path that is not a
     vault is refused first by :func:`check_vault_path`."""
     from vault import Vault
 
     check_vault_path(path)
-    return Vault.open(path)
+    return Vault.open(path) if at is None else Vault.open(path, at=pin_of(at))
 
 
-def open_source(path: str, shard: str | None = None) -> Vault | Dataset:
+def open_dataset(path: str, at: str | None = None) -> Dataset:
+    """The dataset at ``path``; with ``at`` (``--at TAG``), as that tag pins it."""
+    from vault import Dataset
+
+    if at is not None and re.fullmatch(r"\d+(-[0-9a-f]+)?", at):
+        fail(
+            f"--at {at}: a dataset is pinned by a tag (`vault tag {path} NAME` tags every "
+            "shard); a commit number or id is one shard's: pass the shard, "
+            "DATASET/shards/NAME, instead"
+        )
+    return Dataset.open(path, at=at, write_catalog=False)
+
+
+def open_source(path: str, shard: str | None = None, at: str | None = None) -> Vault | Dataset:
     """The vault at PATH, or, for a dataset's root, the dataset (with ``--shard NAME``, its
-    shard ``NAME``, a vault). A ``--shard`` with a vault, or a shard the dataset does not
-    have, is refused in one line."""
-    from vault import Dataset, is_dataset
+    shard ``NAME``, a vault), at ``at`` where given (``--at``). A ``--shard`` with a vault,
+    or a shard the dataset does not have, is refused in one line."""
+    from vault import is_dataset
 
     check_vault_path(path)
     if not is_dataset(path):
         if shard is not None:
             fail(f"--shard picks a shard of a dataset, but {path} is a vault; leave --shard out")
-        return open_vault(path)
-    dataset = Dataset.open(path, write_catalog=False)
+        return open_vault(path, at)
+    dataset = open_dataset(path, at)
     if shard is None:
         return dataset
     if shard not in dataset.shards:

@@ -3,7 +3,6 @@ made by ``vault.Dataset.create``): the commands call these when PATH is a datase
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from vault.cli._common import (
@@ -15,22 +14,10 @@ from vault.cli._common import (
     fail,
     leaf_table,
     number,
+    open_dataset,
     shards_text,
     stdout,
 )
-
-
-def open_dataset(path: str, at: str | None = None) -> Any:
-    """The dataset at ``path``; with ``at`` (``--at TAG``), as that tag pins it."""
-    from vault import Dataset
-
-    if at is not None and re.fullmatch(r"\d+(-[0-9a-f]+)?", at):
-        fail(
-            f"--at {at}: a dataset is pinned by a tag (`vault tag {path} NAME` tags every "
-            "shard); a commit number or id is one shard's: pass the shard, "
-            "DATASET/shards/NAME, instead"
-        )
-    return Dataset.open(path, at=at, write_catalog=False)
 
 
 def _shard_rows(dataset: Any) -> list[dict[str, Any]]:
@@ -131,10 +118,12 @@ def _render_verify(
         console.print(f"[red]corrupt[/red]: {head}; {shards_text(bad)} with problems")
 
 
-def stats(path: str, leaves: list[str] | None, json_out: bool, progress: Any) -> None:
+def stats(
+    path: str, leaves: list[str] | None, json_out: bool, progress: Any, at: str | None = None
+) -> None:
     from vault import leaf_stats
 
-    dataset = open_dataset(path)
+    dataset = open_dataset(path, at)
     found = leaf_stats(dataset, leaves=leaves, progress=progress)
     doc: dict[str, Any] = {
         "path": dataset.location,
@@ -157,11 +146,17 @@ def stats(path: str, leaves: list[str] | None, json_out: bool, progress: Any) ->
 
 
 def episodes(
-    path: str, sort: str | None, ascending: bool, head: int, include_open: bool, json_out: bool
+    path: str,
+    sort: str | None,
+    ascending: bool,
+    head: int,
+    include_open: bool,
+    json_out: bool,
+    at: str | None = None,
 ) -> None:
     from vault import episode_stats
 
-    dataset = open_dataset(path)
+    dataset = open_dataset(path, at)
     if not dataset.has_episodes:
         fail(f"{path} keeps no episode index (its shards were created without done_leaf)")
     table = dataset.episodes(include_open=include_open)

@@ -25,6 +25,7 @@ from vault.cli._common import (
     stdout,
 )
 from vault.cli._facts import episode_counts
+from vault.cli._tag import AtOpt
 
 if TYPE_CHECKING:
     from vault import Vault
@@ -55,18 +56,20 @@ def episodes(
     include_open: Annotated[
         bool, typer.Option("--open", help="Include each row's unfinished last episode.")
     ] = False,
+    at: AtOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
-    """The episode table: row, start, length, return, truncated, complete."""
+    """The episode table: row, start, length, return, truncated, complete; --at: an older
+    commit's (a dataset's: a tag's)."""
     if sort is not None and sort not in SORT_KEYS:
         fail(f"--sort must be one of {', '.join(SORT_KEYS)}, got {sort!r}")
     from vault import is_dataset
 
     check_vault_path(path)
     if is_dataset(path):
-        _dataset_cmds.episodes(path, sort, ascending, head, include_open, json_out)
+        _dataset_cmds.episodes(path, sort, ascending, head, include_open, json_out, at)
         return
-    vault = open_vault(path)
+    vault = open_vault(path, at)
     require_episodes(vault)
     table = vault.episodes(include_open=include_open)
     total = len(table)

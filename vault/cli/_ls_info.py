@@ -13,9 +13,10 @@ from vault.cli._common import (
     emit_json,
     human_bytes,
     open_vault,
+    pin_of,
     stdout,
 )
-from vault.cli._tag import AtOpt, pin_of
+from vault.cli._tag import AtOpt
 
 
 def info(

@@ -25,6 +25,7 @@ from vault.cli._common import (
     shards_text,
     stdout,
 )
+from vault.cli._tag import AtOpt
 
 if TYPE_CHECKING:
     from vault import Vault
@@ -71,15 +72,17 @@ def show(
         typer.Option("--time", "-t", help="Time range 'a:b' (negative: from the end)."),
     ] = None,
     shard: ShardOpt = None,
+    at: AtOpt = None,
     json_out: Annotated[
         bool, typer.Option("--json", help="Print the selected values as JSON (no summary).")
     ] = False,
 ) -> None:
     """Show the values of leaves, summarised like numpy for large ones. For a dataset's root,
-    every shard's selection under its name (--rows and --time apply to each shard)."""
+    every shard's selection under its name (--rows and --time apply to each shard); --at
+    shows an older commit (a dataset's: a tag)."""
     from vault import Dataset
 
-    dataset = open_source(path, shard)
+    dataset = open_source(path, shard, at)
     if isinstance(dataset, Dataset):
         names = leaf_names(dataset.location, dataset.leaf_names, leaf)
         picks = []

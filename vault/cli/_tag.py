@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -12,6 +12,8 @@ from vault.cli._common import (
     check_vault_path,
     count,
     emit_json,
+    open_dataset,
+    pin_of,
     shards_text,
     stdout,
 )
@@ -57,11 +59,9 @@ def tag(
 def _tag_dataset(path: str, name: str, at: str | None, json_out: bool) -> None:
     from rich.markup import escape
 
-    from vault.cli._dataset_cmds import open_dataset
-
     dataset = open_dataset(path, at)
     commits = dataset.tag(name)
-    shards = [
+    shards: list[dict[str, Any]] = [
         {"shard": s, "rows": v.rows, "committed": v.committed_length, "commit": commits[s]}
         for s, v in dataset.vaults()
     ]
@@ -88,10 +88,3 @@ def _tag_dataset(path: str, name: str, at: str | None, json_out: bool) -> None:
             f"({count(shard['committed'], 'timestep')})",
             highlight=False,
         )
-
-
-def pin_of(text: str | None) -> int | str | None:
-    """A ``--at`` value: a commit number as an int, anything else (an id, a tag) as given."""
-    if text is None:
-        return None
-    return int(text) if text.isdigit() else text
