@@ -530,7 +530,7 @@ def test_unsupported_dtypes_and_malformed_manifests_are_typed_errors(tmp_path: P
         Vault.create(str(tmp_path / "c"), {"c": np.complex64(0), "x": np.float32(0)}, rows=1)
     assert err.value.problems == [
         (
-            "experience/c: dtype complex64 is not supported (bool, integer and floating-point "
+            "experience/c: dtype complex64 is not supported (bool, integer and float16/32/64 "
             "leaves are)"
         )
     ]
