@@ -23,6 +23,7 @@ import pytest
 import buffers as fbx
 import vault
 from vault import Seam, UnsavedDataLostError, Vault, VaultStructureError
+from vault.write._plan import OnOverrun
 
 T = 8  # time axis of every buffer here
 ROWS = 2
@@ -256,14 +257,14 @@ def stored(path: Path) -> Any:
 
 # ------------------------------------------------------------------------------ 1. kinds x k
 def writes_every(
-    path: Path, name: str, k: int, writes: int, block: bool, on_overrun: str = "error"
+    path: Path, name: str, k: int, writes: int, block: bool, on_overrun: OnOverrun = "error"
 ) -> tuple[list[int], Vault, Run]:
     run = Run(name)
     v = Vault.create(path, run.state)
     counts = []
     for _ in range(writes):
         run.add(k)
-        counts.append(v.write(run.state, block=block, on_overrun=on_overrun))  # type: ignore[arg-type]
+        counts.append(v.write(run.state, block=block, on_overrun=on_overrun))
     v.flush()
     return counts, v, run
 
