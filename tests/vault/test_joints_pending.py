@@ -17,7 +17,6 @@ import re
 import shutil
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -131,12 +130,10 @@ def assert_flushed_midway(commits: list[Any], key: str = OBS) -> None:
 
 
 # ------------------------------------------------------------------------------------ where
-@pytest.fixture(params=["file", "s3"])
-def where(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "file":
-        return str(tmp_path / "v")
-    server = request.getfixturevalue("s3_env")
-    return f"s3://{server.bucket}/joints-pending-{uuid.uuid4().hex[:10]}/v"
+@pytest.fixture
+def where(vault_url: str) -> str:
+    """A fresh vault location, on disk then on S3 (the suite's ``vault_url``)."""
+    return vault_url
 
 
 # ------------------------------------------------------------------------------ 1. pins
