@@ -15,7 +15,7 @@ import copy
 import dataclasses
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -23,7 +23,8 @@ import numpy as np
 from vault._errors import UnsavedDataLostError, VaultArgumentError, VaultStructureError
 from vault.format import _structure
 from vault.format._records import CommitRecord, Manifest, Seam
-from vault.write._stage import Empty, Staged, Tails, stage
+from vault.write import _device
+from vault.write._stage import Empty, PendingTails, Staged, Tails, known_tails, stage
 
 OnOverrun = Literal["error", "save_surviving"]
 
@@ -38,11 +39,13 @@ class Tip:
     # True once this writer has written (or checked) the buffer the counter belongs to; a
     # counter read from the commit record may belong to a buffer of another process
     known_source: bool = False
-    # the last appended timestep, one array [rows, ...] per leaf (None: read it if needed)
-    last: tuple[np.ndarray, ...] | None = None
+    # the last appended timestep, one array [rows, ...] per leaf, numpy or (a buffer on an
+    # accelerator) on its device (None: read it if needed)
+    last: tuple[Any, ...] | None = None
     # per leaf, the timesteps appended so far to the partly filled time chunk at ``length``
-    # ([rows, length % chunk time, ...]; None: not kept, or not known since the last commit)
-    tail: Tails | None = None
+    # ([rows, length % chunk time, ...]; None: not kept, or not known since the last commit;
+    # pending while the background thread has yet to stage the append that leaves them)
+    tail: Tails | PendingTails | None = None
 
     @classmethod
     def of(cls, commit: CommitRecord) -> Tip:
@@ -61,22 +64,32 @@ class AppendJob:
     ``staged`` (empty: write ``parts`` as they are): per leaf, the data to write in whole time
     chunks (``vault.write._stage.Staged``), of which ``parts`` are views; ``tail``: the tip's
     ``tail`` after this job.
+
+    ``pending`` (a write of a buffer on an accelerator, to run in the background): ``parts``
+    are device arrays whose copy to the host has started, and ``pending()`` is the job with
+    them on the host and staged (``tail`` is set then); the writer's background thread calls
+    it (:meth:`resolved`).
     """
 
     begin: int
     end: int
-    parts: tuple[np.ndarray, ...]
+    parts: tuple[Any, ...]
     source_counter: int | None
     seams: tuple[Seam, ...]
     lost_before: bool = False
     restart: np.ndarray | None = None
     staged: tuple[Staged, ...] = ()
-    tail: Tails | None = None
+    tail: Tails | PendingTails | None = None
+    pending: Callable[[], AppendJob] | None = None
+
+    def resolved(self) -> AppendJob:
+        """This job with its data on the host (itself unless ``pending``)."""
+        return self if self.pending is None else self.pending()
 
     def tip_after(self, before: Tip) -> Tip:
         """The tip after this job (which was planned at ``before``)."""
         grew = self.end > self.begin
-        last = tuple(np.array(p[:, -1]) for p in self.parts) if grew else None
+        last = tuple(_last(p) for p in self.parts) if grew else None
         return Tip(
             self.end,
             self.source_counter,
@@ -85,6 +98,12 @@ class AppendJob:
             last=before.last if last is None else last,
             tail=self.tail if grew else before.tail,
         )
+
+
+def _last(part: Any) -> Any:
+    """The last timestep of ``part`` ``[rows, n, ...]``: copied out of a numpy array (whose
+    memory is reused), as it is of a device array (whose cut is a new array already)."""
+    return np.array(part[:, -1]) if isinstance(part, np.ndarray) else part[:, -1]
 
 
 class BufferView:
@@ -178,8 +197,23 @@ class BufferView:
         return min(self.counter, self.time_len)
 
     def leaf(self, value: Any) -> np.ndarray:
+        """The whole leaf on the host, ``[rows, T, ...]``."""
         arr = np.asarray(value)
         return arr.reshape((self.rows, self.time_len, *arr.shape[self.stack + 2 :]))
+
+    def window(self, value: Any, start: int, n: int) -> list[Any]:
+        """Timesteps ``start, start + 1, ...`` (mod T), ``n`` of them, of one leaf, as pieces
+        ``[rows, k, ...]`` in time order: numpy views of a leaf on the host (two where the
+        ring wraps), or one new device array cut on the leaf's accelerator
+        (``vault/write/_device.py``)."""
+        if _device.on_accelerator(value):
+            return [_device.cut(value, self.stack + 1, start, n)]
+        data = self.leaf(value)
+        stop = start + n
+        if stop <= self.time_len:
+            return [data[:, start:stop]]
+        # the ring wrapped: the oldest part at the end, the newest at the start
+        return [data[:, start:], data[:, : stop - self.time_len]]
 
     def timestep(self, values: list[Any], counter: int) -> tuple[np.ndarray, ...] | None:
         """The timestep this buffer got as its ``counter``-th add (from 0), one array
@@ -188,7 +222,8 @@ class BufferView:
         if not 0 < back <= self.stored:
             return None
         at = (self.current - back) % self.time_len
-        return tuple(self.leaf(v)[:, at] for v in values)
+        pieces = [self.window(v, at, 1)[0] for v in values]
+        return tuple(p[:, 0] for p in _device.to_host(pieces))
 
 
 class ArraysView:
@@ -291,7 +326,7 @@ def same_buffer(
         return None
     return all(
         a.shape == b.shape and a.dtype == b.dtype and a.tobytes() == b.tobytes()
-        for a, b in zip(held, last, strict=True)
+        for a, b in zip(held, _device.to_host(last), strict=True)
     )
 
 
@@ -360,14 +395,7 @@ def plan_write(
     if unsaved == 0 and view.counter == source:
         return None
     start = (view.current - unsaved) % max(view.time_len, 1)
-    stop = start + unsaved
-    pieces = []
-    for value in values if unsaved else ():
-        data = view.leaf(value)
-        if stop <= view.time_len:
-            pieces.append([data[:, start:stop]])
-        else:  # the ring wrapped: the oldest part at the end, the newest at the start
-            pieces.append([data[:, start:], data[:, : stop - view.time_len]])
+    pieces = [view.window(value, start, unsaved) for value in values] if unsaved else []
     job = AppendJob(tip.length, tip.length + unsaved, (), view.counter, seams, lost > 0, restart)
     return _with_parts(job, tip, pieces, chunks, copy, empty)
 
@@ -383,9 +411,38 @@ def _with_parts(
     """``job`` with its data: ``pieces`` per leaf (in time order) staged in whole chunks
     (``chunks``: the chunk time per leaf; ``empty``: where the staging arrays come from;
     ``vault.write._stage.stage``), else as they are (``copy``: copied out, in one array per
-    leaf)."""
+    leaf).
+
+    Pieces cut on an accelerator (:meth:`BufferView.window`) are copied to the host here,
+    unless ``copy`` (a write that returns before the data is stored): then the job is
+    ``pending``, to be copied and staged by the background thread. So is any job of a ``copy``
+    write planned while an earlier one's staging is pending (its host pieces copied out)."""
     if not pieces:
         return job
+    on_device = any(not isinstance(p, np.ndarray) for leaf in pieces for p in leaf)
+    tails_pending = isinstance(tip.tail, PendingTails) and not tip.tail.known
+    if copy and (on_device or tails_pending):
+        held = [[np.array(p) if isinstance(p, np.ndarray) else p for p in leaf] for leaf in pieces]
+        tails = PendingTails() if chunks is not None else None
+
+        def pending() -> AppendJob:
+            try:
+                host = [_device.to_host(leaf) for leaf in held]
+                before = dataclasses.replace(tip, tail=known_tails(tip.tail))
+                done = _with_parts(job, before, host, chunks, False, empty)
+            except BaseException:
+                if tails is not None:
+                    tails.set(None)
+                raise
+            if tails is not None:
+                tails.set(known_tails(done.tail))
+            return done
+
+        parts = tuple(leaf[0] if len(leaf) == 1 else np.concatenate(leaf, axis=1) for leaf in held)
+        return dataclasses.replace(job, parts=parts, tail=tails, pending=pending)
+    if on_device:
+        pieces = [_device.to_host(leaf) for leaf in pieces]
+        copy = False  # copied already
     if chunks is not None:
         parts, staged, tail = stage(tip.length, tip.tail, pieces, chunks, empty)
         return dataclasses.replace(job, parts=parts, staged=staged, tail=tail)

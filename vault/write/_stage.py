@@ -36,6 +36,37 @@ Tails = tuple[np.ndarray | None, ...]
 Empty = Callable[[tuple[int, ...], np.dtype], np.ndarray]
 
 
+class PendingTails:
+    """The tails after an append that the background thread stages (a write of a buffer on
+    an accelerator, ``vault/write/_device.py``): known once that append is staged. Appends
+    are staged in the order they were issued, so the next one's staging finds them set;
+    :meth:`get` waits where it does not (a blocking write flushes the queue first)."""
+
+    def __init__(self) -> None:
+        self._value: Tails | None = None
+        self._set = threading.Event()
+
+    def set(self, value: Tails | None) -> None:
+        """The tails after the append (None: not known, as when its staging failed)."""
+        self._value = value
+        self._set.set()
+
+    def get(self) -> Tails | None:
+        """The tails, once set."""
+        self._set.wait()
+        return self._value
+
+    @property
+    def known(self) -> bool:
+        """Whether the append has been staged (or has failed)."""
+        return self._set.is_set()
+
+
+def known_tails(tails: Tails | PendingTails | None) -> Tails | None:
+    """``tails``, waiting for them where the background thread has yet to stage them."""
+    return tails.get() if isinstance(tails, PendingTails) else tails
+
+
 @dataclasses.dataclass(frozen=True)
 class Staged:
     """One leaf's append as written to storage: whole time chunks from ``begin`` (a multiple
@@ -49,7 +80,7 @@ class Staged:
 
 def stage(
     length: int,
-    tails: Tails | None,
+    tails: Tails | PendingTails | None,
     pieces: Sequence[Sequence[np.ndarray]],
     chunks: Sequence[int],
     empty: Empty = np.empty,
@@ -63,6 +94,7 @@ def stage(
     Returns the parts (views of the new timesteps), the staged arrays and the tails after
     the append (per leaf; None where the chunk at the start was not known and the append
     ends inside it)."""
+    tails = known_tails(tails)
     parts, staged, after = [], [], []
     for i, (leaf_pieces, step) in enumerate(zip(pieces, chunks, strict=True)):
         first = leaf_pieces[0]

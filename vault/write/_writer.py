@@ -102,6 +102,8 @@ class Writer:
     def write(self, state: Any, *, on_overrun: OnOverrun, new_buffer: bool, block: bool) -> int:
         """Append what ``state`` holds beyond the tip; returns how many timesteps per row."""
         self._check_open()
+        if block:
+            self.flush()  # the tip's tails are known (a background write may stage them)
         given = BufferView(state)
         values = check_leaves(self.snapshot.manifest, given, self.where)
         view = given.rebased(self.tip.source_counter)
@@ -226,6 +228,7 @@ class Writer:
     def _apply(self, job: AppendJob, lanes: int | None = None) -> None:
         if self._lock is None:
             raise VaultModeError(f"{self.where}: this Vault was closed")
+        job = job.resolved()  # a buffer on an accelerator: copied to the host, staged
         try:
             self.snapshot = _commit.apply(
                 self.snapshot, job, self._lock, self.reclaimer, self._relay, lanes

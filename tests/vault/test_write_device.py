@@ -1,0 +1,184 @@
+"""Writes of a buffer whose leaves live on an accelerator (``vault/write/_device.py``): only the
+new timesteps cross to the host, cut on the device; a background write hands them to the
+writer's thread still on the device, which copies and stages them there.
+
+On an accelerator these run on it as they are. On a CPU-only machine (this project's CI) jax
+arrays on the CPU are taken for device leaves (``on_accelerator`` answers for them), so the
+same path runs: the jitted cut, the copy started early, the staging in the background thread
+with the tails it leaves the next append.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import buffers as fbx
+import vault
+from vault import Vault
+from vault.write import _device
+
+T = 8
+ROWS = 2
+
+
+def timesteps(start: int, stop: int) -> dict[str, Any]:
+    """Timesteps ``[start, stop)`` of every row, ``[ROWS, n, ...]`` per leaf, each value
+    saying where it belongs."""
+    t, r = np.broadcast_arrays(np.arange(start, stop)[None, :], np.arange(ROWS)[:, None])
+    return {
+        "obs": np.stack([t + 0.25, r.astype(float)], -1).astype(np.float32),
+        "act": ((7 * t + r) % 251).astype(np.uint8),
+        "pair": ((t + r) % 5 == 4, (100 * t + r).astype(np.int32)),
+    }
+
+
+@pytest.fixture
+def cuts(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Every cut made on a device, ``(start, n)``; on a CPU-only machine, jax arrays on the
+    CPU taken for device leaves."""
+    made: list[tuple[int, int]] = []
+    real_cut = _device.cut
+
+    def cut(value: Any, lead: int, start: int, n: int) -> Any:
+        made.append((start, n))
+        return real_cut(value, lead, start, n)
+
+    monkeypatch.setattr(_device, "cut", cut)
+    if jax.default_backend() == "cpu":
+        monkeypatch.setattr(
+            _device, "on_accelerator", lambda v: isinstance(v, jax.Array) and len(v.devices()) == 1
+        )
+    return made
+
+
+class Run:
+    """A trajectory buffer on the default device, fed the timesteps of :func:`timesteps`,
+    its adds donated (the state a write saw is overwritten by the next add)."""
+
+    def __init__(self) -> None:
+        self.buffer = fbx.make_trajectory_buffer(
+            add_batch_size=ROWS,
+            sample_batch_size=2,
+            sample_sequence_length=2,
+            period=1,
+            min_length_time_axis=2,
+            max_length_time_axis=T,
+        )
+        first = jax.tree.map(lambda x: jnp.asarray(x[0, 0]), timesteps(0, 1))
+        self.state = self.buffer.init(first)
+        self.add = jax.jit(self.buffer.add, donate_argnums=0)
+        self.t = 0
+
+    def adds(self, n: int) -> None:
+        batch = jax.tree.map(jnp.asarray, timesteps(self.t, self.t + n))
+        self.state = self.add(self.state, batch)
+        self.t += n
+
+
+def assert_stored(path: Path, start: int, stop: int) -> None:
+    got = Vault.open(path).read_numpy()
+    want = timesteps(start, stop)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+
+
+ODD_CHUNKS = {"obs": [1, 3, 2], "act": [2, 5], "pair/0": [1, 3], "pair/1": [2, 7]}
+SCHEDULE = (1, 3, T, 2, 5, 7, 1, 4, T, 6)  # adds between writes, up to a whole ring
+
+
+@pytest.mark.parametrize("chunk", [None, ODD_CHUNKS], ids=["default-chunks", "odd-chunks"])
+@pytest.mark.parametrize("mode", ["block", "background", "alternating"])
+def test_a_device_buffer_written_every_few_adds_stores_every_timestep_once(
+    tmp_path: Path, cuts: list[tuple[int, int]], mode: str, chunk: Any
+) -> None:
+    run = Run()
+    path = tmp_path / "v"
+    v = Vault.create(path, run.state, chunk=chunk)
+    for i, n in enumerate(SCHEDULE):
+        before = len(cuts)
+        run.adds(n)
+        block = mode == "block" or (mode == "alternating" and i % 3 == 2)
+        assert v.write(run.state, block=block) == n
+        # only the new timesteps were cut, one cut per leaf, where the ring put them
+        assert cuts[before:] == [((run.t - n) % T, n)] * 4
+    v.close()
+    assert_stored(path, 0, run.t)
+    assert vault.verify(path).ok
+
+
+def test_a_background_write_keeps_the_timesteps_of_a_state_donated_right_after(
+    tmp_path: Path, cuts: list[tuple[int, int]]
+) -> None:
+    """The cut is the write's own copy: the adds that overwrite (donate) the state's arrays
+    right after ``write`` returns, while the copy and the staging are queued, change nothing
+    stored."""
+    run = Run()
+    path = tmp_path / "v"
+    v = Vault.create(path, run.state)
+    v.max_pending = 4
+    for _ in range(4):
+        run.adds(T)  # the whole ring each time: every timestep the write saw is overwritten
+        v.write(run.state, block=False)
+        run.adds(T)
+        v.write(run.state, block=False)
+    v.close()
+    assert_stored(path, 0, run.t)
+    assert len(cuts) == 8 * 4
+
+
+def test_a_new_buffer_on_the_device_is_told_from_the_old_one_by_its_last_timestep(
+    tmp_path: Path, cuts: list[tuple[int, int]]
+) -> None:
+    """``new_buffer=True`` compares the timestep the vault holds last with the buffer's at
+    that counter: cut on the device too (one timestep), in a new writer and in the same one."""
+    run = Run()
+    path = tmp_path / "v"
+    v = Vault.create(path, run.state)
+    run.adds(5)
+    v.write(run.state, block=False)
+    v.close()
+    v = Vault.open(path, mode="a")
+    run.adds(2)
+    assert v.write(run.state, new_buffer=True) == 2  # the same buffer: only the 2 new ones
+    assert (4, 1) in cuts  # its timestep 4 (the vault's last) compared
+    run.adds(3)
+    assert v.write(run.state, new_buffer=True, block=False) == 3
+    v.close()
+    assert_stored(path, 0, run.t)
+
+
+def test_a_failed_background_write_of_a_device_buffer_leaves_the_last_commit(
+    tmp_path: Path, cuts: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The copy to the host fails in the background thread: the error is raised by the next
+    write, the vault stays at its last commit, and that write of the same buffer appends
+    exactly what is missing (the tails the failed staging never set are not waited for)."""
+    run = Run()
+    path = tmp_path / "v"
+    v = Vault.create(path, run.state, chunk=ODD_CHUNKS)
+    run.adds(3)
+    v.write(run.state, block=False)
+    v.flush()
+    real = _device.to_host
+
+    def broken(values: Any) -> Any:
+        raise OSError("the host copy failed")
+
+    monkeypatch.setattr(_device, "to_host", broken)
+    run.adds(2)
+    v.write(run.state, block=False)
+    run.adds(1)
+    with pytest.raises(vault.VaultError, match="background write failed"):
+        v.write(run.state, block=False)  # raised here, nothing after the failure committed
+    assert Vault.open(path).committed_length == 3
+    monkeypatch.setattr(_device, "to_host", real)
+    assert v.write(run.state, block=False) == 3
+    v.close()
+    assert_stored(path, 0, run.t)
