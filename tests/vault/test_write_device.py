@@ -10,6 +10,7 @@ with the tails it leaves the next append.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,11 +86,17 @@ def assert_stored(path: Path, start: int, stop: int) -> None:
     got = Vault.open(path).read_numpy()
     want = timesteps(start, stop)
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
-        assert g.dtype == w.dtype and g.shape == w.shape
+        assert g.dtype == w.dtype
+        assert g.shape == w.shape
         np.testing.assert_array_equal(g, w)
 
 
-ODD_CHUNKS = {"obs": [1, 3, 2], "act": [2, 5], "pair/0": [1, 3], "pair/1": [2, 7]}
+ODD_CHUNKS: dict[str, Sequence[int]] = {
+    "obs": [1, 3, 2],
+    "act": [2, 5],
+    "pair/0": [1, 3],
+    "pair/1": [2, 7],
+}
 SCHEDULE = (1, 3, T, 2, 5, 7, 1, 4, T, 6)  # adds between writes, up to a whole ring
 
 
@@ -182,3 +189,21 @@ def test_a_failed_background_write_of_a_device_buffer_leaves_the_last_commit(
     assert v.write(run.state, block=False) == 3
     v.close()
     assert_stored(path, 0, run.t)
+
+
+@pytest.mark.parametrize(("start", "n"), [(0, 8), (6, 5), (3, 1), (7, 7), (2, 0)])
+def test_a_cut_is_one_gather_per_power_of_two_in_time_order_across_the_wrap(
+    start: int, n: int
+) -> None:
+    """A cut of ``n`` timesteps compiles gathers of powers of two only (a process compiles at
+    most log2(T) + 1 per leaf, however its writes are spaced), stacked axes folded into
+    rows."""
+    ring = jnp.arange(3 * 2 * T * 2, dtype=jnp.int32).reshape(3, 2, T, 2)  # [stack, rows, T, 2]
+    pieces = _device.cut(ring, 2, start, n)
+    sizes = [int(p.shape[1]) for p in pieces]
+    assert sizes == sorted(sizes, reverse=True)
+    assert all(s & (s - 1) == 0 for s in sizes)
+    assert sum(sizes) == n
+    got = np.concatenate(_device.to_host(pieces), axis=1) if pieces else np.zeros((6, 0, 2))
+    want = np.asarray(ring).reshape(6, T, 2)[:, (start + np.arange(n)) % T]
+    np.testing.assert_array_equal(got, want)

@@ -4,10 +4,10 @@
 timesteps added since the last one, so for a ring of 2,000 timesteps of 16 rows of Atari frames
 (677 MB) written every 250 steps that is 8 times more than it keeps; measured on an H100 host
 (``tools/bench_recording.py``), the ``write(block=False)`` call stalled the training loop
-462 ms at each write. A leaf on one accelerator is cut on its device instead: one jitted
-gather of the new timesteps (the ring's wrap included) into a new device array, whose copy to
-the host starts at once (``copy_to_host_async``). A blocking write then waits for the copy; a
-background write (``write(block=False)``) hands the device array to the background thread,
+462 ms at each write. A leaf on one accelerator is cut on its device instead: jitted
+gathers of the new timesteps (the ring's wrap included) into new device arrays, whose copies
+to the host start at once (``copy_to_host_async``). A blocking write then waits for the copy; a
+background write (``write(block=False)``) hands the device arrays to the background thread,
 which waits for it and stages it, so the loop pays only the gather's dispatch.
 
 The cut is a new array, so the buffer may be donated or overwritten right after ``write``
@@ -40,13 +40,25 @@ def on_accelerator(value: Any) -> bool:
     return len(held) == 1 and next(iter(held)).platform != "cpu"
 
 
-def cut(value: Any, lead: int, start: int, n: int) -> Any:
+def cut(value: Any, lead: int, start: int, n: int) -> list[Any]:
     """Timesteps ``start, start + 1, ... (mod T)``, ``n`` of them, of a device leaf shaped
-    ``[*stack, rows, T, ...]`` (``lead`` = the number of axes before T): a device array
-    ``[rows * prod(stack), n, ...]``, its copy to the host started."""
-    out = _gather(lead, n)(value, np.int32(start))
-    out.copy_to_host_async()
-    return out
+    ``[*stack, rows, T, ...]`` (``lead`` = the number of axes before T): device arrays
+    ``[rows * prod(stack), k, ...]`` in time order, their copies to the host started.
+
+    One gather per power of two in ``n`` (``250 = 128 + 64 + 32 + 16 + 8 + 2``): a jitted
+    function compiles once per shape of its result, so a process compiles at most
+    ``log2(T) + 1`` gathers per leaf, however its writes are spaced (a gather of each ``n``
+    would compile on every new spacing: about 0.2 s each, measured on this project's CPU)."""
+    pieces = []
+    at = start
+    for bit in reversed(range(max(n, 1).bit_length())):
+        size = 1 << bit
+        if n & size:
+            piece = _gather(lead, size)(value, np.int32(at))
+            piece.copy_to_host_async()
+            pieces.append(piece)
+            at += size
+    return pieces
 
 
 @functools.cache

@@ -65,10 +65,10 @@ class AppendJob:
     chunks (``vault.write._stage.Staged``), of which ``parts`` are views; ``tail``: the tip's
     ``tail`` after this job.
 
-    ``pending`` (a write of a buffer on an accelerator, to run in the background): ``parts``
-    are device arrays whose copy to the host has started, and ``pending()`` is the job with
-    them on the host and staged (``tail`` is set then); the writer's background thread calls
-    it (:meth:`resolved`).
+    ``pending`` (a write of a buffer on an accelerator, to run in the background): the job
+    with its data copied to the host and staged, made by the writer's background thread
+    (:meth:`resolved`; ``tail`` is set then). Until then ``parts`` is empty and ``last`` holds
+    the last timestep (on the device) for the tip.
     """
 
     begin: int
@@ -81,6 +81,7 @@ class AppendJob:
     staged: tuple[Staged, ...] = ()
     tail: Tails | PendingTails | None = None
     pending: Callable[[], AppendJob] | None = None
+    last: tuple[Any, ...] | None = None
 
     def resolved(self) -> AppendJob:
         """This job with its data on the host (itself unless ``pending``)."""
@@ -89,7 +90,9 @@ class AppendJob:
     def tip_after(self, before: Tip) -> Tip:
         """The tip after this job (which was planned at ``before``)."""
         grew = self.end > self.begin
-        last = tuple(_last(p) for p in self.parts) if grew else None
+        last = self.last
+        if last is None and grew:
+            last = tuple(_last(p) for p in self.parts)
         return Tip(
             self.end,
             self.source_counter,
@@ -204,10 +207,10 @@ class BufferView:
     def window(self, value: Any, start: int, n: int) -> list[Any]:
         """Timesteps ``start, start + 1, ...`` (mod T), ``n`` of them, of one leaf, as pieces
         ``[rows, k, ...]`` in time order: numpy views of a leaf on the host (two where the
-        ring wraps), or one new device array cut on the leaf's accelerator
+        ring wraps), or new device arrays cut on the leaf's accelerator
         (``vault/write/_device.py``)."""
         if _device.on_accelerator(value):
-            return [_device.cut(value, self.stack + 1, start, n)]
+            return _device.cut(value, self.stack + 1, start, n)
         data = self.leaf(value)
         stop = start + n
         if stop <= self.time_len:
@@ -438,8 +441,8 @@ def _with_parts(
                 tails.set(known_tails(done.tail))
             return done
 
-        parts = tuple(leaf[0] if len(leaf) == 1 else np.concatenate(leaf, axis=1) for leaf in held)
-        return dataclasses.replace(job, parts=parts, tail=tails, pending=pending)
+        last = tuple(_last(leaf[-1]) for leaf in held)
+        return dataclasses.replace(job, tail=tails, pending=pending, last=last)
     if on_device:
         pieces = [_device.to_host(leaf) for leaf in pieces]
         copy = False  # copied already
