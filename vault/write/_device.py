@@ -2,13 +2,17 @@
 
 ``np.asarray`` of a leaf on a GPU copies the whole leaf to the host. A write saves only the
 timesteps added since the last one, so for a ring of 2,000 timesteps of 16 rows of Atari frames
-(677 MB) written every 250 steps that is 8 times more than it keeps; measured on an H100 host
-(``tools/bench_recording.py``), the ``write(block=False)`` call stalled the training loop
-462 ms at each write. A leaf on one accelerator is cut on its device instead: jitted
-gathers of the new timesteps (the ring's wrap included) into new device arrays, whose copies
-to the host start at once (``copy_to_host_async``). A blocking write then waits for the copy; a
-background write (``write(block=False)``) hands the device arrays to the background thread,
-which waits for it and stages it, so the loop pays only the gather's dispatch.
+(677 MB) written every 250 steps that is 8 times more than it keeps. A leaf on one accelerator
+is cut on its device instead: jitted gathers of the new timesteps (the ring's wrap included)
+into new device arrays. A blocking write copies them to the host at once (every copy started
+before any is awaited); a background write (``write(block=False)``) hands them to the
+background thread, which copies and stages them, so the calling thread pays only the
+gathers' dispatch.
+
+Measured on an H100 host (``tools/bench_recording.py``: 16 Atari-like frames per step, a ring
+of 2,000, ``write(block=False)`` every 250 steps; docs/performance.md, "Recording on a GPU"):
+the step that wrote took 509 ms with the whole ring copied, 121-125 ms with the cut (its host
+copies then still started by the calling thread, as they are not now).
 
 The cut is a new array, so the buffer may be donated or overwritten right after ``write``
 returns (the device runs the gather before any later computation that reuses the buffer).
@@ -43,7 +47,7 @@ def on_accelerator(value: Any) -> bool:
 def cut(value: Any, lead: int, start: int, n: int) -> list[Any]:
     """Timesteps ``start, start + 1, ... (mod T)``, ``n`` of them, of a device leaf shaped
     ``[*stack, rows, T, ...]`` (``lead`` = the number of axes before T): device arrays
-    ``[rows * prod(stack), k, ...]`` in time order, their copies to the host started.
+    ``[rows * prod(stack), k, ...]`` in time order (:func:`to_host` copies them).
 
     One gather per power of two in ``n`` (``250 = 128 + 64 + 32 + 16 + 8 + 2``): a jitted
     function compiles once per shape of its result, so a process compiles at most
@@ -54,9 +58,7 @@ def cut(value: Any, lead: int, start: int, n: int) -> list[Any]:
     for bit in reversed(range(max(n, 1).bit_length())):
         size = 1 << bit
         if n & size:
-            piece = _gather(lead, size)(value, np.int32(at))
-            piece.copy_to_host_async()
-            pieces.append(piece)
+            pieces.append(_gather(lead, size)(value, np.int32(at)))
             at += size
     return pieces
 
