@@ -207,3 +207,48 @@ def test_a_cut_is_one_gather_per_power_of_two_in_time_order_across_the_wrap(
     got = np.concatenate(_device.to_host(pieces), axis=1) if pieces else np.zeros((6, 0, 2))
     want = np.asarray(ring).reshape(6, T, 2)[:, (start + np.arange(n)) % T]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("block", [True, False], ids=["block", "background"])
+def test_a_vmapped_batch_of_device_buffers_is_cut_buffer_major(
+    tmp_path: Path, cuts: list[tuple[int, int]], block: bool
+) -> None:
+    """Two buffers stacked by ``vmap`` on one device: the cut folds the stacked axis into
+    the rows, buffer-major, as the host path does."""
+    run = Run()
+    init = jax.jit(jax.vmap(run.buffer.init, in_axes=None, axis_size=2))
+    add = jax.jit(jax.vmap(run.buffer.add), donate_argnums=0)
+    state = init(jax.tree.map(lambda x: jnp.asarray(x[0, 0]), timesteps(0, 1)))
+    path = tmp_path / "v"
+    v = Vault.create(path, state)
+    t = 0
+    for n in (3, T, 5):
+        for _ in range(n):  # buffer 1 holds buffer 0's values shifted by 1000 timesteps
+            step = [timesteps(t, t + 1), timesteps(t + 1000, t + 1001)]
+            state = add(state, jax.tree.map(lambda *x: jnp.stack(x), *step))
+            t += 1
+        assert v.write(state, block=block) == n
+    v.close()
+    assert len(cuts) == 3 * 4
+    got = Vault.open(path).read_numpy()
+    both = [timesteps(0, t), timesteps(1000, 1000 + t)]
+    want = jax.tree.map(lambda a, b: np.concatenate([a, b], axis=0), *both)
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(want), strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_background_writes_of_a_device_buffer_to_s3(
+    vault_url: str, cuts: list[tuple[int, int]]
+) -> None:
+    """On a remote location (no staging: the relay keeps the partly filled chunks), the
+    background thread copies the cut to the host and writes it as it is."""
+    run = Run()
+    v = Vault.create(vault_url, run.state, chunk=ODD_CHUNKS)
+    for n in (3, T, 2, 5):
+        run.adds(n)
+        v.write(run.state, block=False)
+    v.close()
+    assert len(cuts) == 4 * 4
+    got = Vault.open(vault_url).read_numpy()
+    for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(timesteps(0, run.t)), strict=True):
+        np.testing.assert_array_equal(g, w)
