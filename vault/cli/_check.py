@@ -9,6 +9,7 @@ import typer
 from vault.cli import _dataset_cmds
 from vault.cli._common import (
     EXIT_CORRUPT,
+    EXIT_USAGE,
     JsonOpt,
     PathArg,
     check_vault_path,
@@ -56,6 +57,15 @@ def verify(
     from vault import verify as run_verify
 
     check_vault_path(path)
+    if fingerprint is not None:
+        from vault.commits._pins import FINGERPRINT
+
+        if FINGERPRINT.fullmatch(fingerprint) is None:
+            fail(
+                f"--fingerprint must be a content fingerprint as `vault info --json` gives it "
+                f"('sha256:' and 64 hex digits), got {fingerprint!r}",
+                EXIT_USAGE,
+            )
     if is_dataset(path):
         if fingerprint is not None:
             fail(
@@ -150,10 +160,11 @@ def stats(
 
 
 def _render_stats(doc: dict[str, Any], shown: str) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     console = stdout()
-    title = f"{shown}: {count(doc['rows'], 'row')} x {count(doc['committed'], 'timestep')}"
+    title = f"{escape(shown)}: {count(doc['rows'], 'row')} x {count(doc['committed'], 'timestep')}"
     console.print(leaf_table(doc["leaves"], title))
     if doc["episodes"] is None:
         return

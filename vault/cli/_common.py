@@ -339,6 +339,16 @@ def local_path(location: str) -> Path | None:
     return Path(spec["path"]) if spec.get("driver") == "file" else None
 
 
+def local_out(text: str, option: str = "--out") -> Path:
+    """The local file a command writes (``option``): a path or a ``file://`` URL; a URL of
+    another kind is refused in one line (these files are written to this machine only)."""
+    if "://" not in text:
+        return Path(text)
+    if text[:7].lower() == "file://":
+        return Path(text[7:])
+    fail(f"{option} {text}: this command writes a local file; give a path on this machine")
+
+
 def natural_width(console: Console, renderable: Any) -> int:
     """The width ``renderable`` takes when nothing has to wrap (however narrow the console)."""
     from rich.measure import Measurement

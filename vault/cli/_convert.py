@@ -27,6 +27,7 @@ from vault.cli._common import (
     count,
     emit_json,
     fail,
+    local_out,
     local_path,
     open_source,
     progress_bar,
@@ -119,9 +120,11 @@ def import_(
     if json_out:
         emit_json(doc)
         return
-    stdout().print(f"wrote {_line(doc)} (from {fmt} {source})", highlight=False)
+    stdout().print(f"wrote {_line(doc)} (from {fmt} {source})", highlight=False, markup=False)
     if validation is not None:
-        stdout().print(f"wrote {_line(doc['validation'])} (its validation file)", highlight=False)
+        stdout().print(
+            f"wrote {_line(doc['validation'])} (its validation file)", highlight=False, markup=False
+        )
 
 
 def _summary(made: Any) -> dict[str, Any]:
@@ -183,7 +186,7 @@ def export(
     if fmt in _export.FORMATS:
         if minari_root is not None or data_format != "hdf5":
             fail("--minari-root and --data-format are for --format minari")
-        _export.export(path, Path(out), fmt, leaf, rows, time, compress, json_out, shard)
+        _export.export(path, local_out(out), fmt, leaf, rows, time, compress, json_out, shard)
         return
     if leaf or rows is not None or time is not None or compress:
         fail(
@@ -215,4 +218,6 @@ def export(
     if json_out:
         emit_json(doc)
     else:
-        stdout().print(f"wrote Minari dataset {out} at {made} ({data_format})", highlight=False)
+        stdout().print(
+            f"wrote Minari dataset {out} at {made} ({data_format})", highlight=False, markup=False
+        )

@@ -40,7 +40,7 @@ def info(path: str, json_out: bool, at: str | None = None) -> None:
         return
     _render_shards(path, doc, "dataset" if at is None else f"dataset at tag {at}")
     leaves = ", ".join(f"{leaf['name']} {leaf['dtype']} {leaf['shape']}" for leaf in doc["leaves"])
-    stdout().print(f"leaves (per row and timestep): {leaves}", highlight=False)
+    stdout().print(f"leaves (per row and timestep): {leaves}", highlight=False, markup=False)
 
 
 def _render_shards(shown: str, doc: dict[str, Any], what: str) -> None:
@@ -135,8 +135,12 @@ def stats(
     if json_out:
         emit_json(doc)
         return
+    from rich.markup import escape
+
     console = stdout()
-    title = f"{path}: {shards_text(len(doc['shards']))}, {count(doc['timesteps'], 'timestep')}"
+    title = (
+        f"{escape(path)}: {shards_text(len(doc['shards']))}, {count(doc['timesteps'], 'timestep')}"
+    )
     console.print(leaf_table(doc["leaves"], title))
     if doc["episodes"] is not None:
         console.print(

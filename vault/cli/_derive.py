@@ -69,6 +69,7 @@ def _report(vault: Vault, out: str, json_out: bool, **extra: Any) -> None:
     stdout().print(
         f"wrote {out}: {count(doc['rows'], 'row')} x {count(doc['committed'], 'timestep')}{eps}",
         highlight=False,
+        markup=False,
     )
 
 
@@ -97,7 +98,11 @@ def slice_(
     picked = parse_rows(rows, src.rows)
     lo, hi = parse_span(time, src.committed_length, "--time")
     if hi == lo:
-        fail(f"--time {time!r} selects no timesteps")
+        fail(
+            f"{src.location} has no committed timesteps; nothing to slice"
+            if time is None
+            else f"--time {time!r} selects no timesteps"
+        )
     with progress_bar("slicing") as progress:
         made = lib.derive_slice(src, out, rows=picked, start=lo, stop=hi, progress=progress)
     extra = {} if shard is None else {"shard": shard}
@@ -123,7 +128,11 @@ def _slice_dataset(
             "indices count from each shard's end); give row indices from the start"
         )
     if all(hi == lo for lo, hi in spans.values()):
-        fail(f"--time {time!r} selects no timesteps of any shard")
+        fail(
+            f"{src.location}: no shard has committed timesteps; nothing to slice"
+            if time is None
+            else f"--time {time!r} selects no timesteps of any shard"
+        )
     with progress_bar("slicing") as progress:
         made = lib.derive_slice(src, out, rows=picked, spans=spans, progress=progress)
     _report_dataset(made, out, json_out, source=src.location, rows_selected=picked)
@@ -147,6 +156,7 @@ def _report_dataset(dataset: Dataset, out: str, json_out: bool, **extra: Any) ->
         f"wrote {out}: dataset of {shards_text(len(doc['shards']))}, "
         f"{count(doc['timesteps'], 'timestep')}{eps}",
         highlight=False,
+        markup=False,
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -16,6 +15,7 @@ from vault.cli._common import (
     count,
     emit_json,
     fail,
+    local_out,
     natural_width,
     number,
     open_source,
@@ -100,9 +100,11 @@ _COLUMNS: list[tuple[str, Any]] = [
 def _render_table(
     location: str, records: list[dict[str, Any]], total: int, counts: dict[str, Any]
 ) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     console = stdout()
+    location = escape(location)
     opened = "" if total == counts["episodes"] else f" and {total - counts['episodes']} open"
     title = f"{location}: {count(counts['episodes'], 'complete episode')}{opened}"
     for n in range(len(_COLUMNS), 5, -1):  # the optional columns only where they fit
@@ -120,8 +122,8 @@ def _render_table(
 
 def plot(
     path: PathArg,
-    out: Annotated[
-        Path, typer.Option("--out", "-o", help="PNG file to write.", show_default=False)
+    out_text: Annotated[
+        str, typer.Option("--out", "-o", help="PNG file to write.", show_default=False)
     ],
     reward: Annotated[
         str | None,
@@ -150,6 +152,7 @@ def plot(
     from vault import Dataset
     from vault.cli import _plot
 
+    out = local_out(out_text)
     if out.suffix.lower() != ".png":
         fail(f"--out must name a .png file, got {out}; e.g. --out {out.with_suffix('.png')}")
     if out.exists() and not force:
@@ -191,4 +194,4 @@ def plot(
     if json_out:
         emit_json(doc)
     else:
-        stdout().print(f"wrote {out} ({size[0]}x{size[1]} px)")
+        stdout().print(f"wrote {out} ({size[0]}x{size[1]} px)", markup=False)

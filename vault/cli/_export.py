@@ -129,7 +129,7 @@ def export(
         return
     shards = f", {shards_text(len(parts))}" if isinstance(source, Dataset) else ""
     leaves, size = count(len(names), "leaf", "leaves"), count(doc["bytes"], "byte")
-    console().print(f"wrote {out} ({fmt}, {leaves}{shards}, {size})")
+    console().print(f"wrote {out} ({fmt}, {leaves}{shards}, {size})", markup=False)
 
 
 def _write_parts(

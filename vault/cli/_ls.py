@@ -192,7 +192,7 @@ def _path_cell(directory: str) -> Any:
 def _ls_table(entries: list[dict[str, Any]], title: str, columns: list[Any], empty: str) -> None:
     console = stdout()
     if not entries:
-        console.print(empty, highlight=False)
+        console.print(empty, highlight=False, markup=False)
         return
     for n in range(len(columns), 1, -1):  # as many columns as fit without wrapping
         table = _ls_build(entries, title, columns[:n])

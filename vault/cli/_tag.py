@@ -52,7 +52,8 @@ def tag(
         emit_json({"path": path, "tag": name, "commit": commit, "committed": length})
         return
     stdout().print(
-        f"{path}: tag {name} -> commit {commit} ({count(vault.committed_length, 'timestep')})"
+        f"{path}: tag {name} -> commit {commit} ({count(vault.committed_length, 'timestep')})",
+        markup=False,
     )
 
 

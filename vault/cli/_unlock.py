@@ -6,7 +6,15 @@ from typing import Annotated
 
 import typer
 
-from vault.cli._common import EXIT_USAGE, PathArg, exit_with, fail, say_error, stdout
+from vault.cli._common import (
+    EXIT_USAGE,
+    PathArg,
+    check_vault_path,
+    exit_with,
+    fail,
+    say_error,
+    stdout,
+)
 
 
 def unlock(
@@ -24,6 +32,7 @@ def unlock(
     """
     import vault
 
+    check_vault_path(path)
     if vault.is_dataset(path):
         fail(
             f"{path} is a dataset of shards, each with its own writer lock: unlock the shard "
@@ -41,4 +50,6 @@ def unlock(
             say_error("not unlocked")
             exit_with(EXIT_USAGE)
     had = vault.break_lock(path)
-    stdout().print(f"{path}: " + ("writer lock broken" if had else "no writer lock was held"))
+    stdout().print(
+        f"{path}: " + ("writer lock broken" if had else "no writer lock was held"), markup=False
+    )

@@ -373,6 +373,20 @@ def snapshot_with_fingerprint(snap: Snapshot, expected: str) -> tuple[Snapshot, 
     return snap, None
 
 
+FINGERPRINT = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def check_fingerprint(value: Any, what: str = "fingerprint") -> str:
+    """``value`` if it is a content fingerprint as :func:`fingerprint` makes them
+    (``sha256:`` and 64 lowercase hex digits), else a ``VaultArgumentError`` naming ``what``."""
+    if not isinstance(value, str) or FINGERPRINT.fullmatch(value) is None:
+        raise VaultArgumentError(
+            f"{what} must be a content fingerprint as `vault info --json` or "
+            f"Vault.fingerprint() give it ('sha256:' and 64 hex digits), got {value!r}"
+        )
+    return value
+
+
 def fingerprint_problem(snap: Snapshot | None, expected: str, searched: bool = False) -> str | None:
     """Why ``snap``'s data does not have fingerprint ``expected`` (None: it has).
     ``searched``: no earlier commit has it either."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from vault.format._records import leaf_key
+from vault._errors import VaultNotFoundError
+from vault.format._records import MANIFEST_KEY, leaf_key
 from vault.storage._kinds import LocationLike, parse_location
 from vault.storage._location import LockHolder
 
@@ -56,7 +57,8 @@ def lock_holder(location: LocationLike) -> LockHolder | None:
         location: the vault's path or URL.
 
     Returns:
-        The holder (process, host, since when), or None: nobody, or the location cannot tell.
+        The holder (process, host, since when), or None: nobody (or no vault there), or the
+        location cannot tell.
     """
     return parse_location(location).lock_holder()
 
@@ -88,7 +90,13 @@ def break_lock(location: LocationLike) -> bool:
         Whether there was a lock to break.
 
     Raises:
+        VaultNotFoundError: neither a vault nor a lock at ``location`` (a create that was
+            interrupted leaves a lock and no vault: that lock is broken).
         VaultLocationError: a local file system: there is nothing to break (the kernel
             releases a dead writer's ``flock``).
     """
-    return parse_location(location).break_lock()
+    where = parse_location(location)
+    had = where.break_lock()
+    if not had and where.read(MANIFEST_KEY) is None:
+        raise VaultNotFoundError(f"no vault at {where} (no {MANIFEST_KEY}), and no lock")
+    return had

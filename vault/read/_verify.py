@@ -19,7 +19,7 @@ import numpy as np
 import tensorstore as ts
 
 from vault._errors import VaultCorruptError, VaultNotFoundError
-from vault.commits._pins import fingerprint_problem, snapshot_for_check
+from vault.commits._pins import check_fingerprint, fingerprint_problem, snapshot_for_check
 from vault.commits._snapshot import storage_failure
 from vault.format import _tags
 from vault.format._episodes import index_expect
@@ -451,7 +451,11 @@ def verify(
     Raises:
         VaultNotFoundError: no vault there at all.
         VaultPinError: the vault cannot serve ``at``.
+        VaultArgumentError: ``fingerprint`` is not a fingerprint (``sha256:`` and 64 hex
+            digits).
     """
+    if fingerprint is not None:
+        check_fingerprint(fingerprint)
     if hasattr(location_or_vault, "snapshot"):  # an open Vault
         location = location_or_vault.snapshot.location
     else:

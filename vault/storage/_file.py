@@ -67,7 +67,8 @@ class FileLocation(Location):
         included: they are a file name's characters, not a query or a fragment)."""
         if text[:7].lower() == "file://":
             text = text[7:]
-        return cls(Path(text).expanduser().absolute())
+        # normalised: TensorStore refuses a path with '..' in it (``../runs/v``)
+        return cls(Path(os.path.abspath(Path(text).expanduser())))
 
     @property
     def spec(self) -> dict[str, Any]:

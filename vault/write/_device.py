@@ -31,17 +31,29 @@ import numpy as np
 
 
 def on_accelerator(value: Any) -> bool:
-    """Whether ``value`` is a jax array held on one device that is not the CPU."""
+    """Whether ``value`` is a jax array held in the memory of one device that is not the
+    CPU (:func:`device_memory_of`)."""
+    device = device_memory_of(value)
+    return device is not None and device.platform != "cpu"
+
+
+def device_memory_of(value: Any) -> Any | None:
+    """The one device whose own memory holds ``value``; None where ``value`` is not a jax
+    array, is spread over several devices, or is offloaded to host memory (``memory_kind``
+    ``"pinned_host"`` or ``"unpinned_host"``, which numpy reads as any host array)."""
     if "jax" not in sys.modules:
-        return False  # no jax array can exist without jax imported
+        return None  # no jax array can exist without jax imported
     devices = getattr(value, "devices", None)
     if devices is None or isinstance(value, np.ndarray):
-        return False
+        return None
     try:
         held = devices()
     except Exception:  # not a jax array after all (another library's ``devices``)
-        return False
-    return len(held) == 1 and next(iter(held)).platform != "cpu"
+        return None
+    kind = getattr(getattr(value, "sharding", None), "memory_kind", None)
+    if len(held) != 1 or kind not in (None, "device"):
+        return None
+    return next(iter(held))
 
 
 def cut(value: Any, lead: int, start: int, n: int) -> list[Any]:
@@ -53,12 +65,18 @@ def cut(value: Any, lead: int, start: int, n: int) -> list[Any]:
     function compiles once per shape of its result, so a process compiles at most
     ``log2(T) + 1`` gathers per leaf, however its writes are spaced (a gather of each ``n``
     would compile on every new spacing: about 0.2 s each, measured on this project's CPU)."""
+    import jax
+
+    device = next(iter(value.devices()))
     pieces = []
     at = start
     for bit in reversed(range(max(n, 1).bit_length())):
         size = 1 << bit
         if n & size:
-            pieces.append(_gather(lead, size)(value, np.int32(at)))
+            # the start put there explicitly: a write moves nothing implicitly to the device
+            # (it works under ``jax.transfer_guard_host_to_device("disallow")``)
+            first = jax.device_put(np.int32(at), device)
+            pieces.append(_gather(lead, size)(value, first))
             at += size
     return pieces
 

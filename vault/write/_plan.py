@@ -105,8 +105,13 @@ class AppendJob:
 
 def _last(part: Any) -> Any:
     """The last timestep of ``part`` ``[rows, n, ...]``: copied out of a numpy array (whose
-    memory is reused), as it is of a device array (whose cut is a new array already)."""
-    return np.array(part[:, -1]) if isinstance(part, np.ndarray) else part[:, -1]
+    memory is reused), as it is of a device array (whose cut is a new array already; sliced
+    with a static index, so that nothing moves to the device)."""
+    if isinstance(part, np.ndarray):
+        return np.array(part[:, -1])
+    from jax import lax
+
+    return lax.index_in_dim(part, int(part.shape[1]) - 1, axis=1, keepdims=False)
 
 
 class BufferView:
