@@ -421,7 +421,9 @@ def test_zarr_python_with_s3fs_reads_every_leaf(s3_env: S3TestServer) -> None:
 
 
 # ----------------------------------------------------------------------------- the CLI
-def test_cli_lists_inspects_verifies_and_unlocks_s3_vaults(s3_env: S3TestServer) -> None:
+def test_cli_lists_inspects_verifies_and_unlocks_s3_vaults(
+    s3_env: S3TestServer, tmp_path: Path
+) -> None:
     from typer.testing import CliRunner
 
     from vault.cli.app import app
@@ -454,6 +456,10 @@ def test_cli_lists_inspects_verifies_and_unlocks_s3_vaults(s3_env: S3TestServer)
     time.sleep(2 * CHECK_FRESH)
     with pytest.raises(VaultLockedError):
         writer.append(block(1))
-    local = runner.invoke(app, ["unlock", "/tmp", "--yes"])
+    nothing = runner.invoke(app, ["unlock", "/tmp", "--yes"])  # a folder, not a vault
+    assert nothing.exit_code == 2
+    assert "not a vault" in nothing.output
+    Vault.create(tmp_path / "local", EXAMPLE, rows=ROWS).close()
+    local = runner.invoke(app, ["unlock", str(tmp_path / "local"), "--yes"])
     assert local.exit_code == 1
     assert "no lock to break" in local.output

@@ -165,8 +165,9 @@ def test_a_failed_background_write_of_a_device_buffer_leaves_the_last_commit(
     tmp_path: Path, cuts: list[tuple[int, int]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The copy to the host fails in the background thread: the error is raised by the next
-    write, the vault stays at its last commit, and that write of the same buffer appends
-    exactly what is missing (the tails the failed staging never set are not waited for)."""
+    call (``flush`` here), the vault stays at its last commit, and the next write of the same
+    buffer appends exactly what is missing (the tails the failed staging never set are not
+    waited for)."""
     run = Run()
     path = tmp_path / "v"
     v = Vault.create(path, run.state, chunk=ODD_CHUNKS)
@@ -183,7 +184,7 @@ def test_a_failed_background_write_of_a_device_buffer_leaves_the_last_commit(
     v.write(run.state, block=False)
     run.adds(1)
     with pytest.raises(vault.VaultError, match="background write failed"):
-        v.write(run.state, block=False)  # raised here, nothing after the failure committed
+        v.flush()
     assert Vault.open(path).committed_length == 3
     monkeypatch.setattr(_device, "to_host", real)
     assert v.write(run.state, block=False) == 3
@@ -252,3 +253,16 @@ def test_background_writes_of_a_device_buffer_to_s3(
     got = Vault.open(vault_url).read_numpy()
     for g, w in zip(jax.tree.leaves(got), jax.tree.leaves(timesteps(0, run.t)), strict=True):
         np.testing.assert_array_equal(g, w)
+
+
+def test_a_large_cut_comes_in_pieces_of_at_most_piece_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each piece's host copy holds the GIL for all of its bytes: a cut hands over pieces of
+    at most ``PIECE_BYTES`` (a power of two of timesteps each), in time order."""
+    ring = jnp.arange(2 * T * 4, dtype=jnp.int32).reshape(2, T, 4)  # 32 bytes per timestep
+    monkeypatch.setattr(_device, "PIECE_BYTES", 64)  # 2 timesteps per piece
+    pieces = _device.cut(ring, 1, 5, 7)  # 4 + 2 + 1 timesteps, across the wrap
+    assert [int(p.shape[1]) for p in pieces] == [2, 2, 2, 1]
+    got = np.concatenate(_device.to_host(pieces), axis=1)
+    np.testing.assert_array_equal(got, np.asarray(ring)[:, (5 + np.arange(7)) % T])

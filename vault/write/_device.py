@@ -11,8 +11,11 @@ gathers' dispatch.
 
 Measured on an H100 host (``tools/bench_recording.py``: 16 Atari-like frames per step, a ring
 of 2,000, ``write(block=False)`` every 250 steps; docs/performance.md, "Recording on a GPU"):
-the step that wrote took 509 ms with the whole ring copied, 121-125 ms with the cut (its host
-copies then still started by the calling thread, as they are not now).
+the step that wrote took 509-568 ms with the whole ring copied, 121-125 ms with the cut and its
+host copies started by the calling thread, and 41-56 ms with the copies made by the background
+thread. There, each copy held the GIL for all of its bytes (85 MB: 50-65 ms in which the
+calling thread could not run), so a gather hands its timesteps over in pieces of at most
+:data:`PIECE_BYTES`, and the GIL is free between them (not yet measured on a GPU).
 
 The cut is a new array, so the buffer may be donated or overwritten right after ``write``
 returns (the device runs the gather before any later computation that reuses the buffer).
@@ -23,6 +26,7 @@ host, as before; this module never imports jax for them.
 from __future__ import annotations
 
 import functools
+import math
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -56,6 +60,12 @@ def device_memory_of(value: Any) -> Any | None:
     return next(iter(held))
 
 
+# the most bytes of one piece a cut hands over: each piece's copy to the host holds the
+# GIL for all of its bytes (jax copies a GPU array into pageable memory on the thread that
+# asks), so pieces this size keep the calling thread's waits for the GIL to a few ms
+PIECE_BYTES = 4 << 20
+
+
 def cut(value: Any, lead: int, start: int, n: int) -> list[Any]:
     """Timesteps ``start, start + 1, ... (mod T)``, ``n`` of them, of a device leaf shaped
     ``[*stack, rows, T, ...]`` (``lead`` = the number of axes before T): device arrays
@@ -64,11 +74,15 @@ def cut(value: Any, lead: int, start: int, n: int) -> list[Any]:
     One gather per power of two in ``n`` (``250 = 128 + 64 + 32 + 16 + 8 + 2``): a jitted
     function compiles once per shape of its result, so a process compiles at most
     ``log2(T) + 1`` gathers per leaf, however its writes are spaced (a gather of each ``n``
-    would compile on every new spacing: about 0.2 s each, measured on this project's CPU)."""
+    would compile on every new spacing: about 0.2 s each, measured on this project's CPU).
+    A gather larger than :data:`PIECE_BYTES` returns its timesteps in pieces of at most that
+    many bytes (a power of two of timesteps each)."""
     import jax
 
     device = next(iter(value.devices()))
-    pieces = []
+    step_bytes = value.dtype.itemsize * math.prod(value.shape) // max(value.shape[lead], 1)
+    most = 1 << max(0, (PIECE_BYTES // max(step_bytes, 1)).bit_length() - 1)
+    pieces: list[Any] = []
     at = start
     for bit in reversed(range(max(n, 1).bit_length())):
         size = 1 << bit
@@ -76,21 +90,23 @@ def cut(value: Any, lead: int, start: int, n: int) -> list[Any]:
             # the start put there explicitly: a write moves nothing implicitly to the device
             # (it works under ``jax.transfer_guard_host_to_device("disallow")``)
             first = jax.device_put(np.int32(at), device)
-            pieces.append(_gather(lead, size)(value, first))
+            pieces += _gather(lead, size, min(size, most))(value, first)
             at += size
     return pieces
 
 
 @functools.cache
-def _gather(lead: int, n: int) -> Any:
+def _gather(lead: int, n: int, piece: int) -> Any:
+    """A jitted gather of ``n`` timesteps from a start (mod T), in pieces of ``piece``."""
     import jax
     import jax.numpy as jnp
 
     @jax.jit
-    def gather(value: Any, start: Any) -> Any:
+    def gather(value: Any, start: Any) -> tuple[Any, ...]:
         rows = value.reshape((-1, *value.shape[lead:]))
         steps = (start + jnp.arange(n, dtype=jnp.int32)) % rows.shape[1]
-        return jnp.take(rows, steps, axis=1)
+        out = jnp.take(rows, steps, axis=1)
+        return tuple(out[:, i : i + piece] for i in range(0, n, piece))
 
     return gather
 
