@@ -14,9 +14,10 @@ which TensorStore decodes.
 
 The imported vault has the same rows and nested-dict structure (named tuples come back as
 dicts of their fields, as Flashbax itself reads them without a structure), every leaf's first
-``vault_index`` timesteps, and the Flashbax user metadata; ``imported_from`` records the source
-and its format version. Name the episode leaves (``done``, ``truncated``, ``reward``, as vault
-leaf paths such as ``terminals/agent_0``) to get an episode index.
+``vault_index`` timesteps, and the Flashbax user metadata (NaN and infinities as strings);
+``imported_from`` records the source and its format version. Name the episode leaves
+(``done``, ``truncated``, ``reward``, as vault leaf paths such as ``terminals/agent_0``) to get
+an episode index.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from vault.converters._sink import (
     check_common,
     listing,
     new_vault,
+    plain_json,
     pump,
     time_blocks,
 )
@@ -223,7 +225,7 @@ def import_flashbax(
     store = _Store(root, meta)
     length = store.length()
     example = _example(meta)
-    metadata = dict(meta.user)
+    metadata = plain_json(dict(meta.user))  # Flashbax writes NaN and infinities too
     metadata.setdefault(
         "imported_from",
         {"format": "flashbax", "source": str(root), "version": meta.version, "vault_index": length},

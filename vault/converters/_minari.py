@@ -62,6 +62,7 @@ from vault.converters._sink import (
     check_common,
     new_vault,
     opened,
+    plain_json,
     pump,
     require,
 )
@@ -147,7 +148,7 @@ def import_minari(
             "episodes": count,
             "observation_space": serialize_space(storage.observation_space),
             "action_space": serialize_space(storage.action_space),
-            "metadata": _plain(
+            "metadata": plain_json(
                 {k: v for k, v in raw.items() if k not in ("observation_space", "action_space")}
             ),
         }
@@ -301,7 +302,9 @@ def export_minari(
         The new dataset's directory.
 
     Raises:
-        VaultArgumentError: an unknown ``data_format`` or a malformed ``dataset_id``.
+        VaultArgumentError: an unknown ``data_format``, a malformed ``dataset_id``, or no
+            ``next_observations`` (a Minari episode holds the observation after its last
+            step).
         VaultReadError: a vault without an episode index, or without complete episodes.
         VaultStructureError: leaves the Minari fields need that the vault lacks.
         VaultExistsError: the dataset exists already.
@@ -315,6 +318,12 @@ def export_minari(
     from minari.dataset.minari_dataset import parse_dataset_id
     from minari.dataset.minari_storage import MinariStorage
 
+    if not next_observations:
+        raise VaultArgumentError(
+            "next_observations: a Minari episode holds one observation more than its steps "
+            "(the one after the last step), which only a next-observations leaf gives; got "
+            f"{next_observations!r}"
+        )
     try:
         namespace = parse_dataset_id(dataset_id)[0]
     except (ValueError, TypeError) as err:
@@ -355,6 +364,11 @@ def export_minari(
         # an episode whose beginning was lost (it starts at a seam) is no Minari episode: its
         # first observation is not an initial state and its return misses the lost steps
         table = table[np.asarray(table.start_known, bool)]
+        if len(table) == 0:
+            raise VaultReadError(
+                f"{vault.location} has no complete episodes (ended, with their beginning "
+                "stored): nothing to export as Minari episodes"
+            )
         step = vault.manifest.step_bytes
         with _staged(target) as tmp:
             storage = MinariStorage.new(
@@ -500,8 +514,8 @@ def _space_of(tree: Any) -> Any:
     shape = tuple(tree.shape[2:])
     if dtype.kind == "f":
         return spaces.Box(-np.inf, np.inf, shape, dtype)
-    if dtype.kind == "b":
-        return spaces.MultiBinary(list(shape) or 1)
+    if dtype.kind == "b":  # a Box of bools (MultiBinary holds int8 and has no 0-d form)
+        return spaces.Box(0, 1, shape, np.bool_)
     info = np.iinfo(dtype)
     return spaces.Box(info.min, info.max, shape, dtype)
 
@@ -538,20 +552,3 @@ def _named(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
     if isinstance(tree, (tuple, list)):
         return [p for i, v in enumerate(tree) for p in _named(v, f"{prefix}{i}/")]
     return [(prefix.rstrip("/") or "<leaf>", np.asarray(tree))]
-
-
-def _plain(value: Any) -> Any:
-    """``value`` as strict JSON (sets as sorted lists, anything else unknown as a string)."""
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (set, frozenset)):
-        return sorted(_plain(v) for v in value)
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else str(value)
-    if isinstance(value, np.generic):
-        return _plain(value.item())
-    return str(value)

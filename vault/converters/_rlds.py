@@ -43,8 +43,10 @@ No shuffle or prefetch buffer exists to grow.
 
 **Shards.** With ``shards=True``, ``dest`` is a :class:`~vault.Dataset` with one shard per
 file of the split (named ``<split>-<index>``), each built under a hidden name and appearing
-whole: an interrupted import resumes by running it again (shards already there are kept), and
-several processes or machines can import disjoint ``files`` of one split at once.
+whole: an interrupted import resumes by running it again (shards already there are kept, once
+their recorded origin is the same: source, dataset, version, split, file format and JPEG
+decoder), and several processes or machines can import disjoint ``files`` of one split at
+once.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ import numpy as np
 from vault._errors import (
     VaultArgumentError,
     VaultCorruptError,
+    VaultExistsError,
     VaultNotFoundError,
     VaultStructureError,
 )
@@ -161,6 +164,8 @@ def import_rlds(
             steps (named by file and record).
         VaultCorruptError: a record fails its checksum, or a file is truncated.
         VaultDependencyError: ``tensorflow-datasets`` (or ``simplejpeg``) is not installed.
+        VaultExistsError: with ``shards``, ``dest`` holds shards of another import (another
+            source, dataset, version, split, file format or JPEG decoder).
 
     Nothing is left at ``dest`` (or, with ``shards``, at an unfinished shard) if the import
     fails or is interrupted.
@@ -211,6 +216,7 @@ def import_rlds(
     )  # fmt: skip
     dataset.close()
     root = parse_location(dest)
+    _same_origin(Dataset.open(dest), origin)
     todo = [  # a shard appears whole: one that is there was imported before
         (i, root.child(f"{SHARDS}/{split}-{i:05d}"))
         for i in chosen
@@ -220,6 +226,23 @@ def import_rlds(
     for i, where in todo:
         done = one([i], where, done, total)
     return Dataset.open(dest)
+
+
+def _same_origin(dataset: Dataset, origin: dict[str, Any]) -> None:
+    """Every shard already in the dataset was imported from ``origin`` (plus the files it
+    holds), else a ``VaultExistsError``: a resumed import keeps what is there, so it must be
+    the same import."""
+    keys = ("format", "source", "dataset", "version", "split", "file_format", "jpeg")
+    want = {k: origin[k] for k in keys}
+    for name, vault in dataset.vaults():
+        got = vault.metadata.get("imported_from")
+        have = {k: got.get(k) for k in keys} if isinstance(got, dict) else got
+        if have != want:
+            raise VaultExistsError(
+                f"{dataset.location}: shard {name} was imported from {have}, not {want}; a "
+                "resumed import keeps the shards there, so it must repeat the same import "
+                "(choose a new dest for another source or decoder)"
+            )
 
 
 def _import_one(

@@ -16,9 +16,12 @@ import contextlib
 import functools
 import importlib
 import logging
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import numpy as np
 
 from vault._args import callable_arg, int_arg
 from vault._errors import VaultDependencyError
@@ -178,3 +181,22 @@ def opened(source: LocationLike | Vault) -> Iterator[Vault]:
         yield vault
     finally:
         vault.close()
+
+
+def plain_json(value: Any) -> Any:
+    """``value`` as strict JSON, for metadata a source format wrote that a vault's JSON cannot
+    hold: NaN and infinities as strings (``"-inf"``), sets as sorted lists, anything else
+    unknown as a string."""
+    if isinstance(value, dict):
+        return {str(k): plain_json(v) for k, v in value.items()}
+    if isinstance(value, (set, frozenset)):
+        return sorted(plain_json(v) for v in value)
+    if isinstance(value, (list, tuple)):
+        return [plain_json(v) for v in value]
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, np.generic):
+        return plain_json(value.item())
+    return str(value)
