@@ -63,11 +63,10 @@ class FileLocation(Location):
 
     @classmethod
     def from_url(cls, text: str) -> FileLocation:
-        """From a path or a ``file://`` URL (everything after ``://``, ``#`` and ``?``
-        included: they are a file name's characters, not a query or a fragment)."""
+        """From a path or a ``file://`` URL (``#`` and ``?`` included: they are a file name's
+        characters), made absolute and normalised (TensorStore refuses ``../runs/v``)."""
         if text[:7].lower() == "file://":
             text = text[7:]
-        # normalised: TensorStore refuses a path with '..' in it (``../runs/v``)
         return cls(Path(os.path.abspath(Path(text).expanduser())))
 
     @property
