@@ -760,6 +760,25 @@ def test_a_flashbax_state_written_every_three_adds_stores_each_timestep_once(
     np.testing.assert_array_equal(r.read_numpy()["x"], np.tile(np.arange(24.0), (ROWS, 1)))
 
 
+@pytest.mark.parametrize("shape", ["to_flashbax_state", "orbax dict"])
+def test_a_vault_is_created_from_a_reference_shaped_dict_as_write_takes_it(
+    tmp_path: Path, shape: str
+) -> None:
+    """``Vault.create`` takes what ``write`` takes: a state in the reference's shape given
+    as the dict ``to_flashbax_state`` makes or orbax restores (rows from the state)."""
+    kind = KINDS["trajectory"]
+    buffer = kind.make()
+    state = buffer.add(buffer.init(one_step()), history(0, 5, ROWS))
+    ref = fbx.to_flashbax_state(state)
+    if shape == "orbax dict":  # what orbax restores without a target: plain nested dicts
+        ref = {k: ref[k] for k in ("experience", "current_index", "is_full")}
+    v = Vault.create(tmp_path / "v", ref)
+    assert v.rows == ROWS
+    assert v.write(ref) == 5
+    v.close()
+    assert_tree_equal(stored(tmp_path / "v"), history(0, 5, ROWS))
+
+
 def test_a_background_write_then_a_donating_add_keeps_the_written_timesteps(
     tmp_path: Path,
 ) -> None:

@@ -119,7 +119,9 @@ class Vault(EpisodeMethods, ReadMethods, WriteMethods, CommitMethods):
             location: a path, a ``file://``, ``memory://`` or ``s3://bucket/prefix`` URL, or a
                 TensorStore kvstore spec; it must be empty or absent.
             structure_or_state: a buffer state (rows and per-timestep shapes are taken from
-                it) or one example timestep (a pytree of arrays) with ``rows`` given.
+                it; ours, or one in the reference's shape: a Flashbax state or the dict orbax
+                restores from its checkpoint) or one example timestep (a pytree of arrays)
+                with ``rows`` given.
             rows: rows of the vault, when ``structure_or_state`` is one timestep.
             codec: ``"auto"`` (zstd-3 for one-byte leaves such as frames, shuffled
                 blosc-zstd-1 for wider numbers), ``"zstd"``, ``"blosc"``, ``"lz4"``,

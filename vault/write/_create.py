@@ -13,7 +13,7 @@ import datetime as _dt
 import json
 import math
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -73,6 +73,18 @@ MAX_METADATA_BYTES = MAX_RECORD_BYTES // 2  # the manifest holds it: readers ref
 LEVELS = {"zstd": (-131072, 22), "gzip": (0, 9), "blosc": (0, 9), "lz4": (0, 9)}
 
 
+def _is_state(value: Any) -> bool:
+    """Whether ``value`` is a buffer state: ours or the reference's (a Flashbax state object,
+    or the dict orbax restores from a checkpoint of one, as ``Vault.write`` takes it)."""
+    if hasattr(value, "experience"):
+        return True
+    if not isinstance(value, Mapping) or "experience" not in value:
+        return False
+    from buffers._flashbax_state import reference_kind
+
+    return reference_kind(value) is not None
+
+
 def plan_manifest(
     structure_or_state: Any,
     *,
@@ -87,7 +99,7 @@ def plan_manifest(
     argument is checked here, before anything is created."""
     user = check_metadata(metadata)
     level = check_codec(codec, level)
-    if hasattr(structure_or_state, "experience"):
+    if _is_state(structure_or_state):
         view = BufferView(structure_or_state)
         example, n_rows, skip = view.experience, view.rows, view.stack + 2
         if rows is not None and check_rows(rows) != n_rows:
