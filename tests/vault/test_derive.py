@@ -83,6 +83,11 @@ def test_slice_rows_and_time(tmp_path):
     assert rows_of(out.episodes()) == reference(done, reward, known)
     assert out.metadata["derived_from"]["op"] == "slice"
     assert digest(tmp_path / "src") == before
+    # a vault derived from a derived one records the whole chain, nearest first
+    again = vlt.derive_slice(out, str(tmp_path / "again"), start=1)
+    chain = again.metadata["derived_from"]
+    assert (chain["source"], chain["op"]) == (out.location, "slice")
+    assert chain["derived_from"] == out.metadata["derived_from"]
     with pytest.raises(VaultExistsError, match="already exists"):
         vlt.derive_slice(src, str(tmp_path / "out"))
 

@@ -528,7 +528,13 @@ def _create_like(
     )
     leaves = manifest.episodes
     metadata = dict(manifest.user_metadata)
-    metadata.setdefault("derived_from", {"source": src.where, **op})
+    # where this vault comes from; a source derived itself keeps its own record inside
+    before = metadata.get("derived_from")
+    metadata["derived_from"] = {
+        "source": src.where,
+        **op,
+        **({"derived_from": before} if before is not None else {}),
+    }
     planned = plan_manifest(
         example,
         rows=rows,
