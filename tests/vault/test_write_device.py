@@ -266,3 +266,16 @@ def test_a_large_cut_comes_in_pieces_of_at_most_piece_bytes(
     assert [int(p.shape[1]) for p in pieces] == [2, 2, 2, 1]
     got = np.concatenate(_device.to_host(pieces), axis=1)
     np.testing.assert_array_equal(got, np.asarray(ring)[:, (5 + np.arange(7)) % T])
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+def test_a_cut_keeps_every_bit_nan_payloads_included(dtype: Any) -> None:
+    """The cut is a plain gather: NaN payloads, -0.0 and denormals come out bit for bit."""
+    half = [0x7E01, 0xFE33, 0x8000, 0x0001]  # NaNs with payloads, -0.0, a denormal
+    single = [0x7FC00001, 0xFFBADBAD, 0x80000000, 0x00000001]
+    size = np.dtype(dtype).itemsize
+    raw = np.array(half if size == 2 else single, f"u{size}").view(dtype)
+    ring = jnp.asarray(np.tile(raw, (2, 2))[:, :, None])  # [2 rows, T = 8, 1]
+    got = np.concatenate(_device.to_host(_device.cut(ring, 1, 6, 5)), axis=1)
+    want = np.asarray(ring)[:, (6 + np.arange(5)) % T]
+    assert got.tobytes() == want.tobytes()

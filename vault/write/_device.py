@@ -105,7 +105,9 @@ def _gather(lead: int, n: int, piece: int) -> Any:
     def gather(value: Any, start: Any) -> tuple[Any, ...]:
         rows = value.reshape((-1, *value.shape[lead:]))
         steps = (start + jnp.arange(n, dtype=jnp.int32)) % rows.shape[1]
-        out = jnp.take(rows, steps, axis=1)
+        # every index is in range (mod T): "clip" is a plain gather, no masking select that
+        # could touch a NaN payload
+        out = jnp.take(rows, steps, axis=1, mode="clip")
         return tuple(out[:, i : i + piece] for i in range(0, n, piece))
 
     return gather
