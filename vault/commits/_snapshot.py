@@ -130,7 +130,7 @@ def at_commit(snap: Snapshot, commit: CommitRecord) -> Snapshot:
         VaultCorruptError: arrays shorter than the commit says.
     """
     arrays = list(snap.arrays)
-    stale = [i for i, a in enumerate(arrays) if a.shape[1] < commit.committed_length]
+    stale = [i for i, a in enumerate(arrays) if not _reaches(a, commit.committed_length)]
     futures = [(i, _open_leaf(snap.location, snap.manifest, i, snap.writable)) for i in stale]
     for i, future in futures:
         arrays[i] = _opened(snap.location, leaf_key(snap.names[i]), future)
@@ -140,6 +140,20 @@ def at_commit(snap: Snapshot, commit: CommitRecord) -> Snapshot:
         index = _open_index(snap.location, snap.manifest, snap.writable)
     _check_shapes(snap.location, snap.manifest, commit, arrays, index)
     return dataclasses.replace(snap, commit=commit, arrays=tuple(arrays), index=index)
+
+
+def _reaches(array: Any, length: int) -> bool:
+    """Whether ``array`` (a handle opened earlier) can still read ``[:, :length]``: its own
+    shape reaches it, and so does the shape its process last saw. Handles of one location
+    share TensorStore's cached metadata, so after another open in this process saw a writer
+    trim the arrays (at ``close``), an old handle's reads fail until it is reopened, even
+    where the arrays have grown again since."""
+    if array.shape[1] < length:
+        return False
+    try:
+        return bool(array.resolve().result().shape[1] >= length)
+    except ValueError:  # the shared metadata disagrees with the handle's bounds
+        return False
 
 
 def load_manifest(location: Location) -> Manifest:

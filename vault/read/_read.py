@@ -287,13 +287,21 @@ def _edge_region(snap: Snapshot, name: str, e0: int) -> np.ndarray:
 
 
 def check_edges(
-    snap: Snapshot, names: Sequence[str], outs: Sequence[np.ndarray], lo: int, hi: int
+    snap: Snapshot,
+    names: Sequence[str],
+    outs: Sequence[np.ndarray],
+    lo: int,
+    hi: int,
+    rows: Rows = None,
 ) -> None:
     """Check the committed end's partly filled chunk of each leaf whose range ``[lo, hi)``
-    reaches it: from ``outs`` (what the read decoded, time from ``lo``) where they hold it
-    for every row, else by reading it (once per snapshot)."""
+    reaches it: from ``outs`` (what the read decoded, time from ``lo``, of ``rows``) where
+    they hold it for every row in order, else by reading it (once per snapshot)."""
     if not _tags.enabled(snap.manifest):
         return
+    picked = picked_rows(snap, row_selection(snap, rows)) if outs else None
+    if picked is not None and list(picked) != list(range(snap.rows)):
+        outs = []  # other rows, or these in another order: not comparable with the edge
     for i, name in enumerate(names):
         key = leaf_key(name)
         e0 = snap.length // snap.grids[key].step * snap.grids[key].step
@@ -398,7 +406,7 @@ def read_numpy(snap: Snapshot, rows: Rows, lo: int, hi: int, leaves: Sequence[st
     check_read_size(selected, hi - lo, "this read", "read fewer rows or timesteps at a time")
     items = [(v, n, int(v.shape[1]), lo) for v, n in zip(selected, wanted, strict=True)]
     out = fetch_checked(snap, items, wanted, rows, lo, hi)
-    check_edges(snap, wanted, out, lo, hi)
+    check_edges(snap, wanted, out, lo, hi, rows)
     if leaves is not None:
         return dict(zip(wanted, out, strict=True))
     return _structure.build(snap.manifest.structure, out)
@@ -445,7 +453,7 @@ def read_state(
         for v, n in zip(selected, wanted, strict=True)
     ]
     fetched = fetch_checked(snap, items, wanted, rows, hi - keep, hi)
-    check_edges(snap, wanted, [a[:, :keep] for a in fetched], hi - keep, hi)
+    check_edges(snap, wanted, [a[:, :keep] for a in fetched], hi - keep, hi, rows)
     if importing is not None:
         importing.join()
     import jax

@@ -19,6 +19,8 @@ from __future__ import annotations
 import json
 from typing import Any, NamedTuple
 
+import numpy as np
+
 from vault._errors import VaultArgumentError
 from vault.commits._pins import at_pin, commit_id
 from vault.commits._snapshot import Snapshot, load_snapshot
@@ -32,10 +34,10 @@ _FORMATS = ("rlvault-stream/1", STATE_FORMAT)  # 1: one vault, "location" and "c
 def state_of(
     pins: list[tuple[str, CommitRecord]], args: dict[str, Any], position: tuple[int, int]
 ) -> dict[str, Any]:
-    saved = dict(args)
-    rows = saved.get("rows")
+    saved = {key: _plain(value) for key, value in args.items()}
+    rows = args.get("rows")
     if isinstance(rows, slice):
-        saved["rows"] = {"slice": [rows.start, rows.stop, rows.step]}
+        saved["rows"] = {"slice": [_plain(x) for x in (rows.start, rows.stop, rows.step)]}
     elif rows is not None:
         saved["rows"] = [int(r) for r in rows]
     if saved.get("leaves") is not None:
@@ -49,6 +51,18 @@ def state_of(
     }
     json.dumps(state)  # a state is JSON: fails here, not when the user saves it
     return state
+
+
+def _plain(value: Any) -> Any:
+    """An argument as JSON takes it: numpy scalars (which ``as_dataset`` accepts for its ints
+    and bools) as Python numbers, sequences as lists."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
 
 
 class SavedStream(NamedTuple):
