@@ -208,3 +208,13 @@ def test_slices_carry_restart_seams_with_their_episode_starts(tmp_path):
     out = vlt.derive_slice(str(tmp_path / "ab"), str(tmp_path / "on"), start=23)
     assert out.gaps == []
     assert rows_of(out.episodes()) == reference(db["done"], db["reward"], np.ones(ROWS, bool))
+
+
+def test_a_dataset_slice_past_a_short_shard_names_the_shard(tmp_path):
+    ds = vlt.Dataset.create(str(tmp_path / "ds"), {"x": np.zeros(2, np.float32)}, rows=1)
+    with ds.shard("a") as v:
+        v.append({"x": np.zeros((1, 5, 2), np.float32)})
+    ds.shard("b").close()  # nothing written yet
+    with pytest.raises(vlt.VaultReadError, match=re.escape("shard 'b' (0 timesteps): start (1)")):
+        vlt.derive_slice(vlt.Dataset.open(str(tmp_path / "ds")), str(tmp_path / "out"), start=1)
+    assert not (tmp_path / "out").exists()

@@ -165,7 +165,15 @@ def _dataset_slice(
 ) -> Dataset:
     snaps = dict(zip(dataset.shards, dataset.snapshots, strict=True))
     if spans is None:
-        ranges = {name: _read.time_range(snap, start, stop) for name, snap in snaps.items()}
+        ranges = {}
+        for name, snap in snaps.items():
+            try:
+                ranges[name] = _read.time_range(snap, start, stop)
+            except VaultReadError as err:  # name the shard: they differ in length
+                raise VaultReadError(
+                    f"{dataset.location}: shard {name!r} ({snap.length} timesteps): {err}; "
+                    "give spans={shard: (start, stop)} for shards of different lengths"
+                ) from None
     else:
         if start is not None or stop is not None:
             raise VaultArgumentError("give start/stop (every shard) or spans, not both")
