@@ -194,8 +194,11 @@ def _convert(state: Any, length: int | None, period: int | None, what: str) -> A
         _counter_of(current, full, running, t_len),
         sum_tree_state=_tree_of(_get(state, "sum_tree_state"), what),
     )
-    if length is not None and period is not None and stack == 0:
-        ours = _without_invalid_items(ours, length, period, what)
+    if length is not None and period is not None:
+        clean = functools.partial(_without_invalid_items, length=length, period=period, what=what)
+        for _ in range(stack):  # a stacked state (vmap, pmap): each member on its own
+            clean = jax.vmap(clean)
+        ours = clean(ours)
     return ours
 
 
@@ -247,7 +250,7 @@ def _sums_over(leaves: Array) -> Array:
     return jnp.concatenate([unused, *reversed(levels)], axis=-1)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2, 3))
+@functools.partial(jax.jit, static_argnames=("length", "period", "what"))
 def _without_invalid_items(state: Any, length: int, period: int, what: str) -> Any:
     from buffers.prioritised_trajectory_buffer import check_prioritised_state, item_is_valid
 

@@ -504,6 +504,22 @@ def check_key(key: Any, what: str) -> None:
     )
 
 
+def check_priority_sum(values: Any, limit: float) -> None:
+    """Stored priorities (``p ** priority_exponent``), when concrete: none above ``limit``
+    (float32's largest over the tree's leaves), so that their sum stays finite."""
+    if isinstance(values, jax.core.Tracer):
+        return
+    stored = np.asarray(values, np.float64).reshape(-1)
+    over = np.isfinite(stored) & (stored > limit)
+    if over.any():
+        found = ", ".join(f"{float(stored[i])!r} at position {i}" for i in np.flatnonzero(over)[:5])
+        raise PriorityError(
+            f"set_priorities: stored priorities must be at most {limit:.4g} (float32's largest "
+            f"over the sum tree's leaves, so that their total stays finite), got "
+            f"{int(over.sum())} above: {found}. Rescale the priorities."
+        )
+
+
 def check_priorities(indices: Any, priorities: Any, n_items: int) -> tuple[Any, Any]:
     """Validate ``set_priorities`` arguments; return them as int32 / float32 arrays.
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Generic
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import Array
 
 from buffers import _reference_exact, _sum_tree, sum_tree
@@ -50,6 +51,7 @@ from buffers._validation import (
     check_item_count,
     check_priorities,
     check_priority_exponent,
+    check_priority_sum,
     check_sequence_args,
     check_state,
     positive_int,
@@ -351,6 +353,9 @@ def set_priorities(
         device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
             level.
         sample_sequence_length: the buffer's sequence length (which windows are valid).
+            Called as the reference's module function (without it), windows of 1 are
+            assumed: give the buffer's, or use its bound ``set_priorities``, so that no
+            window across the write position is given a priority.
         period: the buffer's period.
         reference_exact: set priorities as Flashbax 0.1.3 does (below).
 
@@ -360,7 +365,9 @@ def set_priorities(
     Raises:
         PriorityError: non-integer ``indices``, non-real ``priorities`` or mismatched shapes
             (also at ``jit`` trace time); when the arrays are concrete (outside ``jit``),
-            NaN, infinite or negative priorities and indices that name no item.
+            NaN, infinite or negative priorities, indices that name no item, and stored
+            values (``p ** priority_exponent``) above float32's largest divided by the
+            items (the tree's total could overflow; inside ``jit`` those are ignored).
 
     With ``reference_exact``, priorities are set as the reference sets them: at any leaf of
     the sum tree (an item no longer valid, or a padding leaf its sampler returned, included).
@@ -377,7 +384,10 @@ def set_priorities(
     b_size, t_len = tree_shape_prefix(state.experience, 2)
     indices, priorities = check_priorities(indices, priorities, b_size * (t_len // period))
     values = jnp.where(priorities == 0, 0.0, priorities**priority_exponent)
-    ok = jnp.isfinite(values) & (priorities >= 0)
+    # the most one item may hold so that the tree's total stays a float32 however many do
+    limit = float(np.finfo(np.float32).max) / (state.sum_tree_state.nodes.shape[-1] // 2)
+    check_priority_sum(values, limit)
+    ok = jnp.isfinite(values) & (priorities >= 0) & (values <= limit)
     mask = item_is_valid(state, indices, sample_sequence_length, period) & ok
     tree = _sum_tree.set_batch(state.sum_tree_state, indices, values, mask, device)
     return state.replace(sum_tree_state=tree)

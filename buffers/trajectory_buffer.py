@@ -124,11 +124,16 @@ def sample(
     period: int,
     min_length_time_axis: int = 1,
 ) -> TrajectoryBufferSample[Experience]:
-    """Sample ``batch_size`` sequences of ``sequence_length`` uniformly over valid windows."""
+    """Sample ``batch_size`` sequences of ``sequence_length`` uniformly over valid windows.
+
+    Ready once ``min_length_time_axis``, and at least ``sequence_length``, timesteps per row
+    were added: a shorter ring has no whole window.
+    """
     state = accept_reference(state, "sample")
     check_ring_state(state, "sample")
     check_sample_args(state, rng_key, batch_size, sequence_length)
-    valid = ready_mask(can_sample(state, min_length_time_axis), batch_size, "sample")
+    ready = can_sample(state, max(int(min_length_time_axis), int(sequence_length)))
+    valid = ready_mask(ready, batch_size, "sample")
     rows, times = sample_windows(state, rng_key, batch_size, sequence_length, period)
     return TrajectoryBufferSample(experience=gather(state.experience, rows, times), valid=valid)
 
