@@ -343,10 +343,11 @@ def local_out(text: str, option: str = "--out") -> Path:
     """The local file a command writes (``option``): a path or a ``file://`` URL; a URL of
     another kind is refused in one line (these files are written to this machine only)."""
     if "://" not in text:
-        return Path(text)
-    if text[:7].lower() == "file://":
-        return Path(text[7:])
-    fail(f"{option} {text}: this command writes a local file; give a path on this machine")
+        return Path(text)  # as typed: the messages show it so
+    path = local_path(text)  # a URL, parsed as every location is
+    if path is None:
+        fail(f"{option} {text}: this command writes a local file; give a path on this machine")
+    return path
 
 
 def natural_width(console: Console, renderable: Any) -> int:

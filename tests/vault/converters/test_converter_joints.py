@@ -201,6 +201,10 @@ def test_d4rl_to_minari_and_back_is_bit_exact(minari_root: Path, tmp_path: Path,
 
 
 # ------------------------------------------------------------- Minari sources of odd shapes
+def _stack(*xs: Any) -> np.ndarray:
+    return np.stack(xs)
+
+
 def _write_minari_storage(
     dataset_id: str, fmt: str, obs_space: Any, act_space: Any, episodes: list[tuple[int, str]]
 ) -> list[dict[str, Any]]:
@@ -218,7 +222,6 @@ def _write_minari_storage(
     root.parent.mkdir(parents=True)
     obs_space.seed(0)
     act_space.seed(1)
-    stack = lambda *xs: np.stack(xs)  # noqa: E731
     written, buffers = [], []
     with _quiet():
         storage = MinariStorage.new(
@@ -226,8 +229,8 @@ def _write_minari_storage(
             jpeg_encoding=False,
         )  # fmt: skip
         for i, (n, end) in enumerate(episodes):
-            obs = jax.tree.map(stack, *[obs_space.sample() for _ in range(n + 1)])
-            act = jax.tree.map(stack, *[act_space.sample() for _ in range(n)])
+            obs = jax.tree.map(_stack, *[obs_space.sample() for _ in range(n + 1)])
+            act = jax.tree.map(_stack, *[act_space.sample() for _ in range(n)])
             term, trunc = np.zeros(n, bool), np.zeros(n, bool)
             term[-1], trunc[-1] = end == "term", end == "trunc"
             rew = np.arange(n, dtype=np.float64) - i
