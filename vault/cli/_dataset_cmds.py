@@ -83,7 +83,16 @@ def verify(path: str, json_out: bool, at: str | None = None) -> None:
     catalog = dataset.check_catalog()
     ok = all(s["ok"] for s in shards) and not catalog["problems"]
     if json_out:
-        emit_json({"path": dataset.location, "ok": ok, "shards": shards, "catalog": catalog})
+        emit_json(
+            {
+                "path": dataset.location,
+                "kind": "dataset",
+                "ok": ok,
+                "timesteps": dataset.timesteps,
+                "shards": shards,
+                "catalog": catalog,
+            }
+        )
     else:
         _render_verify(path if at is None else f"{path} at tag {at}", shards, ok, catalog)
     if not ok:
@@ -127,6 +136,7 @@ def stats(
     found = leaf_stats(dataset, leaves=leaves, progress=progress)
     doc: dict[str, Any] = {
         "path": dataset.location,
+        "kind": "dataset",
         "shards": _shard_rows(dataset),
         "timesteps": dataset.timesteps,
         "leaves": [s.to_dict() for s in found],
@@ -172,7 +182,7 @@ def episodes(
     counted = episode_stats(dataset.episodes(include_open=True))
     counts = {"episodes": counted["complete"], "open_episodes": counted["open"]}
     if json_out:
-        emit_json({"path": dataset.location, **counts, "records": records})
+        emit_json({"path": dataset.location, "kind": "dataset", **counts, "records": records})
         return
     from rich.markup import escape
     from rich.table import Table

@@ -32,8 +32,6 @@ from vault.cli._common import (
 if TYPE_CHECKING:
     from vault import Dataset
 
-SHARDS = "shards"  # a dataset's shards are the vaults under ROOT/shards/
-
 
 def ls(
     directory: Annotated[
@@ -109,6 +107,7 @@ def _dataset_root(location: str, directory: str, roots: dict[str, bool]) -> str 
     """The dataset whose shard the vault at ``location`` is (a dataset under ``directory``,
     not above it), or None; ``roots`` caches which candidates are datasets."""
     from vault import is_dataset, parse_location
+    from vault.format._records import SHARDS
 
     parent, _, _ = location.rstrip("/").rpartition("/")
     if not parent.endswith(f"/{SHARDS}"):

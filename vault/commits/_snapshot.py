@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from vault._errors import VaultCorruptError, VaultError
+from vault._errors import VaultCorruptError, VaultError, VaultReadError
 from vault.commits._gate import gate_arrays
 from vault.format._records import (
     BOUNDS,
@@ -101,9 +101,44 @@ class Snapshot:
         """Returns the snapshot of the commit record as it is now.
 
         Arrays are reopened where another process grew them; ``self`` when nothing changed.
+
+        Raises:
+            VaultReadError: the vault at this location was replaced (deleted and made again)
+                since this snapshot's commit.
         """
-        commit = load_commit(self.location, self.manifest)
-        return self if commit == self.commit else at_commit(self, commit)
+        try:
+            commit = load_commit(self.location, self.manifest)
+        except VaultCorruptError:
+            if self._manifest_changed():  # another vault's record, not a corrupt one
+                raise self._replaced() from None
+            raise
+        if commit == self.commit:
+            return self
+        if went_back(self.commit, commit):
+            raise self._replaced()
+        return at_commit(self, commit)
+
+    def _manifest_changed(self) -> bool:
+        try:
+            return load_manifest(self.location) != self.manifest
+        except VaultError:
+            return False  # (no manifest to compare: the first error says what is wrong)
+
+    def _replaced(self) -> VaultReadError:
+        return VaultReadError(
+            f"{self.location}: the vault at this location was replaced (deleted and made "
+            f"again) since its commit {self.commit.seq} ({self.length} timesteps) was read; "
+            "open it again to read the new one"
+        )
+
+
+def went_back(before: CommitRecord, now: CommitRecord) -> bool:
+    """Whether ``now``, the commit record found where ``before`` was read, cannot be a later
+    commit of the same vault: commit numbers only grow, and a commit keeps its id (a fence
+    rewrites the record of the same commit, its id kept)."""
+    if now.seq != before.seq:
+        return now.seq < before.seq
+    return now.uid != before.uid
 
 
 def reopen(snap: Snapshot) -> Snapshot:

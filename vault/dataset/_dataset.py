@@ -43,13 +43,14 @@ from vault.commits._pins import check_tag_name
 from vault.dataset import _catalog as catalog_io
 from vault.dataset import _shards as shards_io
 from vault.dataset._reading import DatasetReadMethods
-from vault.dataset._shards import SHARDS, ManifestCache, Shard
+from vault.dataset._shards import ManifestCache, Shard
 from vault.facade._vault import Vault, vault_of_writer
 from vault.format._episodes import EpisodeTable
 from vault.format._records import (
     DATASET_ATTR,
     MANIFEST_KEY,
     REFS,
+    SHARDS,
     Manifest,
     digest,
     group_json,

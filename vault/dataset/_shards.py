@@ -22,13 +22,14 @@ import numpy as np
 
 from vault._errors import VaultCorruptError
 from vault.commits._pins import commit_id
-from vault.commits._snapshot import load_snapshot
+from vault.commits._snapshot import load_snapshot, went_back
 from vault.format._episodes import INDEX_CHUNK, EpisodeTable, open_table
 from vault.format._records import (
     BOUNDS,
     COMMIT_KEY,
     MANIFEST_KEY,
     RETURNS,
+    SHARDS,
     CommitRecord,
     Manifest,
     read_commit_bytes,
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from vault.dataset._catalog import Catalog, Entry
     from vault.facade._vault import Vault
 
-SHARDS = "shards"
 INDEX = "index"  # Shard.cache key of the index columns read (bounds, returns)
 OPEN_TABLE = "table with open episodes"  # Shard.cache key
 _GRIDS: dict[int, tuple[Manifest, dict[str, Grid]]] = {}  # by id(manifest), the manifest kept
@@ -72,8 +72,18 @@ class Shard:
         """The shard's location (what a message about it names: made only for one)."""
         return str(self.where)
 
+    def follow(self) -> None:
+        """Take the commit of the shard's vault where its user refreshed it
+        (``Dataset.vault(name).refresh()``), so that the dataset reports, reads and tags one
+        commit of the shard."""
+        if self.vault is not None and self.vault.snapshot.commit is not self.parsed:
+            now = self.vault.snapshot.commit
+            if now != self.parsed:  # (its bytes are not known: not cataloged until re-read)
+                self.parsed, self.raw_commit, self.known, self.cache = now, b"", None, {}
+
     @property
     def commit(self) -> CommitRecord:
+        self.follow()
         if self.parsed is None:
             self.parsed = read_commit_bytes(self.raw_commit, self, self.manifest)
         return self.parsed
@@ -84,12 +94,14 @@ class Shard:
 
     @property
     def length(self) -> int:
+        self.follow()
         if self.parsed is None and self.known is not None:
             return self.known.length
         return self.commit.committed_length
 
     @property
     def commit_id(self) -> str:
+        self.follow()
         if self.parsed is None and self.known is not None:
             return self.known.commit_id
         return commit_id(self.commit)
@@ -97,6 +109,7 @@ class Shard:
     @property
     def indexed_episodes(self) -> int:
         """Episodes in the shard's index (-1: it keeps none)."""
+        self.follow()
         if self.parsed is None and self.known is not None:
             return self.known.episodes
         state = self.commit.episodes
@@ -177,7 +190,11 @@ def load(
         raw_manifest = next(values) if fresh else None
         raw_commit = next(values)
         if old is not None:
-            out[name] = _moved(old, raw_commit)
+            moved = _moved(old, raw_commit)
+            if moved is None:  # replaced by another shard of that name: read it afresh
+                later.append((name, raw_commit))
+            else:
+                out[name] = moved
         elif not fresh:
             assert catalog is not None
             entry = catalog.hit(name, raw_commit)
@@ -207,11 +224,18 @@ def _fresh(
     return shard
 
 
-def _moved(shard: Shard, raw_commit: bytes | None) -> Shard:
-    """``shard`` at the commit record ``raw_commit`` (itself when that has not changed)."""
+def _moved(shard: Shard, raw_commit: bytes | None) -> Shard | None:
+    """``shard`` at the commit record ``raw_commit`` (itself when that has not changed); None
+    when the record is not a later commit of this shard (deleted and made again: its manifest
+    must be read again, and a corrupt record is reported then)."""
     if raw_commit == shard.raw_commit:
         return shard
-    commit = read_commit_bytes(raw_commit, shard, shard.manifest)
+    try:
+        commit = read_commit_bytes(raw_commit, shard, shard.manifest)
+    except VaultCorruptError:
+        return None
+    if went_back(shard.commit, commit):
+        return None
     if shard.vault is not None:
         shard.vault.refresh()
         if shard.vault.snapshot.commit != commit:  # it moved again meanwhile

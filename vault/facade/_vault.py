@@ -299,6 +299,13 @@ class Vault(EpisodeMethods, ReadMethods, WriteMethods, CommitMethods):
     """The reference's name for :attr:`committed_length`."""
 
     @property
+    def pinned(self) -> bool:
+        """Whether this Vault was opened at a commit (``Vault.open(..., at=...)``): it reads
+        that commit, :meth:`refresh` keeps it there, and :func:`vault.verify` of it checks
+        that commit."""
+        return self._pinned
+
+    @property
     def rows(self) -> int:
         """Rows of the vault (the buffer's ``add_batch_size``)."""
         return self._snap.rows

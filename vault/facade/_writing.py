@@ -87,7 +87,8 @@ class WriteMethods:
 
         For a Gymnasium loop or another dataset. Blocking; it forgets the buffer write
         counter, so a later ``write(state)`` saves all that buffer holds (as with
-        ``new_buffer=True``).
+        ``new_buffer=True``), after a seam: the buffer's rows are not taken to continue the
+        arrays appended.
 
         Args:
             experience: the vault's structure with leaves ``[rows, n, ...]`` (numpy or JAX).

@@ -81,6 +81,7 @@ TRASH_DIR = "trash"
 TAGS = "tags"  # tags/<array key>: the stored crc32c of every complete chunk, by place
 MANIFEST_ATTR = "rlvault"
 DATASET_ATTR = "rlvault_dataset"  # a dataset root's attributes (vault/dataset/_dataset.py)
+SHARDS = "shards"  # a dataset's shards are the vaults under ROOT/shards/
 COMMIT_ATTR = "rlvault_commit"
 FILL_CHUNKS_KEY = "fill_chunks_stored"
 """Manifest flag: the writer stores every chunk, even one equal to the fill value, so a chunk

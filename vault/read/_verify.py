@@ -19,7 +19,12 @@ import numpy as np
 import tensorstore as ts
 
 from vault._errors import VaultCorruptError, VaultNotFoundError
-from vault.commits._pins import check_fingerprint, fingerprint_problem, snapshot_for_check
+from vault.commits._pins import (
+    check_fingerprint,
+    commit_id,
+    fingerprint_problem,
+    snapshot_for_check,
+)
 from vault.commits._snapshot import storage_failure
 from vault.format import _tags
 from vault.format._episodes import index_expect
@@ -436,7 +441,9 @@ def verify(
     the episode scan reads a block of time-chunks at a time.
 
     Args:
-        location_or_vault: the vault's path or URL, or an open :class:`Vault`.
+        location_or_vault: the vault's path or URL, or an open :class:`Vault` (one opened
+            at a commit, :attr:`Vault.pinned`, is checked at that commit unless ``at`` says
+            otherwise).
         progress: called as ``progress(done, total)``: chunks, then blocks of the episode
             scan.
         at: check the data of that commit (its number, id or a tag).
@@ -458,6 +465,8 @@ def verify(
         check_fingerprint(fingerprint)
     if hasattr(location_or_vault, "snapshot"):  # an open Vault
         location = location_or_vault.snapshot.location
+        if at is None and getattr(location_or_vault, "pinned", False):
+            at = commit_id(location_or_vault.snapshot.commit)  # the commit it reads
     else:
         location = parse_location(location_or_vault)
     checker = _Checker(location, progress)

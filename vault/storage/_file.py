@@ -38,7 +38,15 @@ from vault._errors import (
 )
 from vault.format._limits import MAX_RECORD_BYTES
 from vault.format._records import LOCK_DIR, MANIFEST_KEY, ZARR_JSON, group_json
-from vault.storage._location import Capabilities, Location, LockHolder, OsExclusiveLock, vault_kind
+from vault.storage._location import (
+    NO_MANIFEST,
+    Capabilities,
+    Location,
+    LockHolder,
+    OsExclusiveLock,
+    shard_of,
+    vault_kind,
+)
 from vault.storage._reclaim import Reclaimer
 from vault.storage._writer_id import holder_record, locked_message
 
@@ -420,6 +428,7 @@ class FileLocation(Location):
         """Every vault and dataset root under the directory (recursively, hidden folders
         skipped), sorted by path; vaults are not searched inside, dataset roots are."""
         found: list[tuple[Location, str, str | None]] = []
+        datasets: list[str] = []
         with self.failures("search for vaults"):
             for dirpath, dirs, files in os.walk(self.path, onerror=self._walk_error):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
@@ -433,6 +442,9 @@ class FileLocation(Location):
                     kind = str(err)
                 if kind == "dataset":
                     found.append((here, kind, None))
+                    datasets.append(dirpath)
+                elif kind == NO_MANIFEST and shard_of(dirpath, datasets):
+                    dirs[:] = []  # a shard being created (or whose create was killed)
                 elif kind is not None:
                     found.append((here, "vault", None if kind == "ok" else kind))
                     dirs[:] = []

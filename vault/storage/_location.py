@@ -34,7 +34,14 @@ from vault._errors import (
     VaultNotFoundError,
     VaultStorageError,
 )
-from vault.format._records import COMMIT_KEY, DATASET_ATTR, MANIFEST_ATTR, MANIFEST_KEY, ZARR_JSON
+from vault.format._records import (
+    COMMIT_KEY,
+    DATASET_ATTR,
+    MANIFEST_ATTR,
+    MANIFEST_KEY,
+    SHARDS,
+    ZARR_JSON,
+)
 
 ABSENT = b"\x02"  # TensorStore's generation of a key that has no value: create if absent
 
@@ -467,6 +474,7 @@ class Location(abc.ABC):
         )
         found: list[tuple[Location, str, str | None]] = []
         taken: list[str] = []
+        datasets: list[str] = []
         for prefix in roots:
             if any(prefix.startswith(t) for t in taken) or "/." in f"/{prefix}":
                 continue
@@ -474,18 +482,28 @@ class Location(abc.ABC):
             kind = vault_kind(here.read, looks_like=f"{prefix}{COMMIT_KEY}" in keys)
             if kind == "dataset":
                 found.append((here, kind, None))
+                datasets.append(prefix)
+            elif kind == NO_MANIFEST and shard_of(prefix.rstrip("/"), datasets):
+                continue  # a shard being created (or whose create was killed) is not shown
             elif kind is not None:
                 taken.append(prefix)
                 found.append((here, "vault", None if kind == "ok" else kind))
         return found
 
 
+NO_MANIFEST = (
+    "no manifest (zarr.json): a vault being created, what a killed create left (the next "
+    "create there removes it), or a vault whose manifest was removed"
+)
+
+
 def vault_kind(read: Callable[[str], bytes | None], looks_like: bool) -> str | None:
     """``"ok"`` for a vault, ``"dataset"`` for a dataset's root, a reason for something that
-    looks like a broken vault, None for anything else."""
+    looks like a broken vault (:data:`NO_MANIFEST` where it has no manifest), None for
+    anything else."""
     raw = read(MANIFEST_KEY)
     if raw is None:
-        return "no zarr.json (not a vault any more)" if looks_like else None
+        return NO_MANIFEST if looks_like else None
     try:
         doc = json.loads(raw)
     except ValueError as err:
@@ -496,6 +514,16 @@ def vault_kind(read: Callable[[str], bytes | None], looks_like: bool) -> str | N
     if isinstance(attrs, dict) and isinstance(attrs.get(DATASET_ATTR), dict):
         return "dataset"
     return "zarr.json has no 'rlvault' attributes" if looks_like else None
+
+
+def shard_of(path: str, datasets: Sequence[str]) -> bool:
+    """Whether ``path`` is a shard's place in one of the dataset roots ``datasets`` (paths or
+    key prefixes, each with or without a trailing ``/``): ``ROOT/shards/NAME``. Such a place
+    without a manifest is a shard being created, which a dataset does not show (format 5.2)."""
+    parent = path.rstrip("/").rpartition("/")[0]
+    return any(
+        parent == (f"{d.rstrip('/')}/{SHARDS}" if d.rstrip("/") else SHARDS) for d in datasets
+    )
 
 
 # ------------------------------------------------------------------------- storage failures

@@ -156,7 +156,7 @@ class Writer:
         """
         tip = self.tip
         if not tip.source_counter:  # no buffer written yet (or one with nothing in it)
-            return False
+            return tip.length > 0  # after appended arrays a buffer is another source: a seam
         if tip.known_source and not new_buffer and not self.adopt_buffers:
             return False
         if tip.length == 0 and tip.last is None:
@@ -324,11 +324,13 @@ class Writer:
 
     def close(self) -> None:
         """Wait for queued writes, cut the arrays' shapes to the committed length (a vault at
-        rest shows plain Zarr readers only committed data), free held files, stop the thread,
-        release the lock."""
+        rest shows plain Zarr readers only committed data), free held files (a dead writer's
+        too, even where this one appended nothing), stop the thread, release the lock."""
         try:
             self.flush()
             self._trim()
+            if self._lock is not None:
+                _ = self.reclaimer  # made now if no append made it: frees a dead writer's files
         finally:
             if self._reclaimer is not None:
                 self._reclaimer.close()
