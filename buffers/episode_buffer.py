@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic
 
 import jax
@@ -199,9 +199,18 @@ def _steps_within(ends: Array, last_step: Array, last_done: Array) -> Array:
 
 
 def _window_weights(
-    state: EpisodeBufferState, rows: Array, slots: Array, seq_len: int, pad: bool
+    state: EpisodeBufferState,
+    rows: Array,
+    slots: Array,
+    seq_len: int,
+    pad: bool,
+    ends: Array | None = None,
 ) -> Array:
-    """1.0 where a sampleable window ends at ``(rows, slots)``, else 0.0 (same shapes)."""
+    """1.0 where a sampleable window ends at ``(rows, slots)``, else 0.0 (same shapes).
+
+    ``ends``: where episodes end (``[B, T]`` by slot); by default where the next stored
+    step starts one.
+    """
     t_len = state.episode_step.shape[1]
     filled = jnp.where(state.is_full, t_len, state.current_index)
     oldest = jnp.where(state.is_full, state.current_index, 0)
@@ -210,7 +219,7 @@ def _window_weights(
     step = state.episode_step[rows, slots]
     newest = logical == filled - 1
     after = state.episode_step[rows, (slots + 1) % t_len]
-    ended = jnp.where(newest, state.last_done[rows], after == 0)
+    ended = jnp.where(newest, state.last_done[rows], after == 0 if ends is None else ends)
     span = jnp.minimum(step, seq_len - 1)  # the window's steps before its last
     ok = (step >= seq_len - 1) | (pad & ended)
     return (written & ok & (span <= logical)).astype(jnp.float32)
@@ -294,12 +303,37 @@ def episode_state_from(
     sequence_length: int,
     pad: bool = False,
     device: str = "cpu",
+    *,
+    restarts: Sequence[int] | Array = (),
+    start_known: bool | None = None,
 ) -> EpisodeBufferState[Experience]:
     """An episode buffer state holding the data of a trajectory-buffer state.
 
     For example a state from ``vault.read(...)``: episode steps are rebuilt from its
     episode-end flags, in time order from its oldest timestep. O(B T) once; the result
     samples and adds as usual.
+
+    Args:
+        state: the trajectory-buffer state.
+        episode_end: the done leaf (or leaves, or a function of a timestep) that ends an
+            episode, as the buffer's ``episode_end``.
+        sequence_length: the buffer's window length.
+        pad: whether episodes shorter than a window are sampled whole, padded.
+        device: where the sum tree is updated, as the buffer's ``device``.
+        restarts: timesteps (counted from the oldest stored one, 0) where every row begins
+            a new episode whatever its flags say, such as a vault's seams: for
+            ``vault.read(start=a, stop=b)``,
+            ``[s.at - a for s in vault.seams if a < s.at < b]``. The timesteps before a
+            restart end no episode (with ``pad=True`` they are not sampled as a whole one).
+        start_known: whether each row's oldest stored timestep begins an episode. By
+            default it does unless the ring has wrapped (``write_counter`` beyond what is
+            stored: its start was overwritten). Where it does not (also data read from the
+            middle of an episode: pass ``False``), windows of that first episode are
+            sampled only where they lie within the stored timesteps, and it is never
+            sampled as a whole padded episode.
+
+    Returns:
+        The episode buffer's state.
     """
     check_ring_state(state, "from_state")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
@@ -307,7 +341,20 @@ def episode_state_from(
     oldest = jnp.where(state.is_full, state.current_index, 0)
     order = (oldest + jnp.arange(t_len, dtype=jnp.int32)) % t_len  # logical -> physical
     ends = episode_ends(state.experience, episode_end, (b_size, t_len), "from_state")[:, order]
-    steps = _steps_within(ends, jnp.zeros((b_size,), jnp.int32), jnp.ones((b_size,), bool))
+    if start_known is None:
+        high, low = state.write_counter[0], state.write_counter[1]  # (uint32[2] counter)
+        known = (high == 0) & (low <= filled.astype(jnp.uint32))  # nothing overwritten
+    else:
+        known = jnp.asarray(start_known, bool)
+    logical = jnp.arange(t_len, dtype=jnp.int32)
+    restart = jnp.zeros((t_len,), bool)
+    if len(restarts):
+        restart = (logical[:, None] == jnp.asarray(restarts, jnp.int32)[None]).any(axis=1)
+    starts = jnp.concatenate([jnp.broadcast_to(known, (b_size, 1)), ends[:, :-1]], axis=1)
+    starts = starts | restart[None]
+    last_start = jax.lax.cummax(jnp.where(starts, logical, -1), axis=1)
+    # before the first known start, steps count on from beyond the ring (its start unknown)
+    steps = jnp.where(last_start >= 0, logical - last_start, t_len + logical)
     episode_step = jnp.zeros((b_size, t_len), jnp.int32).at[:, order].set(steps)
     last = jnp.maximum(filled - 1, 0)
     out: EpisodeBufferState[Experience] = EpisodeBufferState(
@@ -321,7 +368,8 @@ def episode_state_from(
     )
     rows = jnp.broadcast_to(jnp.arange(b_size, dtype=jnp.int32)[:, None], (b_size, t_len))
     slots = jnp.broadcast_to(jnp.arange(t_len, dtype=jnp.int32)[None], (b_size, t_len))
-    weights = _window_weights(out, rows, slots, sequence_length, pad)
+    ended = jnp.zeros((b_size, t_len), bool).at[:, order].set(ends)  # only done/truncated
+    weights = _window_weights(out, rows, slots, sequence_length, pad, ended)
     tree = _sum_tree.set_batch(out.sum_tree_state, rows * t_len + slots, weights, device=device)
     return out.replace(sum_tree_state=tree)
 
@@ -331,9 +379,10 @@ class EpisodeBuffer(TrajectoryBuffer, Generic[Experience]):
     """A trajectory buffer whose ``sample`` never crosses an episode boundary.
 
     Attributes:
-        from_state: ``from_state(trajectory_state) -> EpisodeBufferState``: a
-            trajectory-buffer state (for example one read from a vault) as this buffer's
-            state.
+        from_state: ``from_state(trajectory_state, *, restarts=(), start_known=None) ->
+            EpisodeBufferState``: a trajectory-buffer state (for example one read from a
+            vault, with the vault's seams as ``restarts``) as this buffer's state
+            (:func:`episode_state_from`).
         pad: whether whole episodes shorter than the sequence length are sampled, padded.
     """
 

@@ -469,11 +469,6 @@ def test_the_episode_buffer_over_ring_wraps_samples_the_model_windows(tmp_path: 
     check_index(written, dict(history, done=done), cuts=[0, 6, 12, 18])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: from_state of a wrapped state (pad=True) samples the oldest episode, whose "
-    "start was overwritten, as a whole padded episode; the live buffer never does",
-)
 def test_from_state_of_a_wrapped_state_samples_no_partial_episode_whole() -> None:
     """``pad=True`` samples "whole episodes shorter than the window". A trajectory buffer
     whose ring wrapped has lost the beginning of its oldest episode: rebuilt by
@@ -509,16 +504,11 @@ def test_from_state_of_a_wrapped_state_samples_no_partial_episode_whole() -> Non
     assert window_ends(rebuilt, rows, t_len) == want
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: EpisodeBuffer.from_state(vault.read()) samples windows across the vault's "
-    "seams (no episode runs across a seam; the vault's own streams never do)",
-)
 def test_from_state_of_a_vault_read_never_crosses_a_seam(tmp_path: Path) -> None:
     """The offline path of the docs (``episodes.from_state(vault.read())``, "windows that
     never cross an episode end") over a vault with a restart seam: the vault's index drops the
     episode open at the seam and starts a new one there, and its episode-aware stream draws
-    no window across it; the episode buffer must not either."""
+    no window across it; the episode buffer given the seams (``restarts=``) must not either."""
     import jax
 
     data = flags(1, 12, seed=7)
@@ -533,7 +523,8 @@ def test_from_state_of_a_vault_read_never_crosses_a_seam(tmp_path: Path) -> None
         starts = [int(b.start[0]) for b in stream]
     assert starts == [0, 1, 2, 3, 6, 7, 8, 9]  # none across the seam
     eb = episode_buffer(1, 12, 3, pad=False)
-    drawn = jax.jit(eb.sample)(jax.jit(eb.from_state)(v.read()), jax.random.key(0))
+    state = jax.jit(eb.from_state)(v.read(), restarts=[s.at for s in v.seams])
+    drawn = jax.jit(eb.sample)(state, jax.random.key(0))
     firsts = sorted({int(w[0]) for w in np.asarray(drawn.experience["t"])})
     assert firsts == starts, firsts  # 4 and 5 are windows t 4..6 and 5..7, across the seam
 

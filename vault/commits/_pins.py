@@ -49,8 +49,8 @@ from vault.storage._location import ABSENT
 Pin = int | str
 """A commit number, a commit id (``"12-3f9a0c1b2d4e"``) or a tag name."""
 
-_ID = re.compile(r"^(\d+)(?:-([0-9a-f]{4,64}))?$")
-_TAG = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]{0,99}$")
+_ID = re.compile(r"(\d+)(?:-([0-9a-f]{4,64}))?")  # (fullmatch: "$" allows a final "\n")
+_TAG = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,99}")
 
 
 def commit_id(commit: CommitRecord) -> str:
@@ -110,7 +110,7 @@ def _parse(snap: Snapshot, pin: Pin) -> tuple[int, str | None, str]:
         if pin < 0:
             raise VaultArgumentError(f"at must be a commit number >= 0, got {pin}")
         return pin, None, str(pin)
-    found = _ID.match(pin)
+    found = _ID.fullmatch(pin)
     if found:
         return int(found.group(1)), found.group(2), repr(pin)
     if not _is_tag_name(pin):
@@ -121,7 +121,7 @@ def _parse(snap: Snapshot, pin: Pin) -> tuple[int, str | None, str]:
             f"name is {_TAG_RULE}, such as 'baseline'"
         )
     target = read_tag(snap, pin)
-    found = _ID.match(target)
+    found = _ID.fullmatch(target)
     if not found:
         raise VaultCorruptError(f"{snap.where}: tag {pin!r} names {target!r}, not a commit id")
     return int(found.group(1)), found.group(2), f"{target!r} (tag {pin!r})"
@@ -132,7 +132,7 @@ _TAG_RULE = "1-100 letters, digits, '.', '_' or '-', starting with a letter or '
 
 
 def _is_tag_name(name: Any) -> bool:
-    return isinstance(name, str) and bool(_TAG.match(name)) and name != ZARR_JSON
+    return isinstance(name, str) and bool(_TAG.fullmatch(name)) and name != ZARR_JSON
 
 
 def check_tag_name(name: Any) -> str:
@@ -169,7 +169,7 @@ def list_tags(snap: Snapshot) -> dict[str, str]:
     out = {}
     for key in sorted(bytes(k).decode() for k in keys):
         name = key[len(REFS) + 1 :]
-        if _TAG.match(name) and name != ZARR_JSON:  # refs/zarr.json: the folder's group
+        if _TAG.fullmatch(name) and name != ZARR_JSON:  # refs/zarr.json: the folder's group
             out[name] = read_tag(snap, name)
     return out
 

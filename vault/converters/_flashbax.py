@@ -56,7 +56,7 @@ OCDBT_MANIFEST = "manifest.ocdbt"
 INDEX_ARRAY = "vault_index"
 MAJOR_VERSION = 1
 RESERVED = ("version", "structure_shape", "structure_dtype")
-_SHAPE = re.compile(r"^\(\s*(\d+\s*(,\s*\d+\s*)*,?)?\s*\)$")
+_SHAPE = re.compile(r"\(\s*(\d+\s*(,\s*\d+\s*)*,?)?\s*\)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +156,7 @@ def _leaves(
             yield from _leaves(s, d, (*keys, f"\x00{i}"), problems)
         return
     shown = path.replace("\x00", "")
-    if not isinstance(shapes, str) or not _SHAPE.match(shapes):
+    if not isinstance(shapes, str) or not _SHAPE.fullmatch(shapes):
         problems.append(
             f"structure_shape/{shown}: expected a shape like '(16, 1000, 3)', got {shapes!r}"
         )

@@ -44,9 +44,11 @@ class EpisodeMethods:
 
         Returns:
             Complete episodes in the order they were committed (by write, then row, then
-            time); empty for a vault without an episode index.
+            time).
 
         Raises:
+            VaultReadError: the vault keeps no episode index (created without
+                ``done_leaf``).
             VaultCorruptError: the index arrays failed validation.
 
         Examples:

@@ -143,10 +143,11 @@ class Vault(EpisodeMethods, ReadMethods, WriteMethods, CommitMethods):
 
         Raises:
             VaultExistsError: the location holds a vault or other data (named).
-            VaultStructureError: a leaf that cannot be stored (every bad leaf listed).
+            VaultStructureError: a leaf that cannot be stored, or an episode leaf
+                (``done_leaf``, ...) that is not one of its leaves (every bad one listed).
             VaultMetadataError: metadata that JSON would change or refuse (a non-string key,
                 a tuple, NaN, a numpy scalar), naming its key path.
-            VaultArgumentError: an unknown codec, a bad chunk shape or episode leaf.
+            VaultArgumentError: an unknown codec or a bad chunk shape.
 
         Examples:
             >>> import numpy as np

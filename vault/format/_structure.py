@@ -27,8 +27,10 @@ MAX_NAME_BYTES = 255  # the longest file name of common file systems (ext4, APFS
 
 
 def escape(name: str) -> str:
-    """A Zarr-safe node name, injective: ``quote`` plus rules for ``''``, dots, ``__``, and the
-    names the store uses itself (``zarr.json``, ``*.__lock``). Every rule writes an escape
+    """A Zarr-safe node name: ``quote`` plus rules for ``''``, dots, ``__``, and the names the
+    store uses itself (``zarr.json``, ``*.__lock``, that ending written in lower case, so keys
+    that differ only in its case share a name: :func:`describe` refuses them). Every rule
+    writes an escape
     (``%2E``, ``%5F``, ``%7A``, ``%5A``) that ``quote`` never writes, since it leaves ``.``,
     ``_``, ``z`` and ``Z`` alone."""
     if name == "":
@@ -38,9 +40,20 @@ def escape(name: str) -> str:
         out = "%2E" + out[1:] if out[0] == "." else "%5F" + out[1:]
     if out.lower() == GROUP_FILE:  # any case: case-insensitive file systems (macOS, Windows)
         out = f"%{ord(out[0]):02X}" + out[1:]
-    if out.lower().endswith(TEMP_SUFFIX):
+    if out.lower().endswith(TEMP_SUFFIX):  # (the ending written in lower case: format 1 on)
         out = out[: -len(TEMP_SUFFIX)] + "%2E" + TEMP_SUFFIX[1:]
     return out
+
+
+def _same_names(keys: list[str]) -> list[str]:
+    """Keys whose node names are the same: only keys that differ in the letter case of a
+    ``.__lock`` ending can be (rule 5 writes that ending in lower case)."""
+    if not any(k.lower().endswith(TEMP_SUFFIX) for k in keys):
+        return []
+    by_name: dict[str, list[str]] = {}
+    for key in keys:
+        by_name.setdefault(escape(key), []).append(key)
+    return [key for group in by_name.values() if len(group) > 1 for key in group]
 
 
 def name_problems(names: list[str]) -> list[str]:
@@ -84,6 +97,13 @@ def describe(tree: Any, path: str = "", depth: int = 0) -> dict[str, Any]:
                 f"dict keys must be strings to be stored; at {where} got {bad!r}"
             )
         keys = sorted(tree)
+        same = _same_names(keys)
+        if same:
+            raise VaultStructureError(
+                f"dict keys {same} at {where} would be stored under one node name (a key "
+                f"ending in {TEMP_SUFFIX!r} keeps that ending in lower case, as "
+                "docs/format.md section 4.1.2 says): rename one of them"
+            )
         return {
             "kind": "dict",
             "keys": keys,

@@ -15,6 +15,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import itertools
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -580,10 +581,11 @@ def replaced_by_append(snap: Snapshot, begin: int, end: int) -> Iterator[str]:
             yield f"{folder}/{ZARR_JSON}"
         chunk_rows, chunk_time = leaf.chunk[0], leaf.chunk[1]
         if begin % chunk_time:
-            item = "/".join(["0"] * len(leaf.shape))
+            items = [range(-(-n // c)) for n, c in zip(leaf.shape, leaf.chunk[2:], strict=True)]
             for r in range(-(-snap.rows // chunk_rows)):
                 key = f"{folder}/c/{r}/{begin // chunk_time}"
-                yield f"{key}/{item}" if item else key
+                for at in itertools.product(*items):  # every item chunk of the place
+                    yield "/".join([key, *map(str, at)])
 
 
 def replaced_in_index(snap: Snapshot, count: int, new_count: int) -> Iterator[str]:
