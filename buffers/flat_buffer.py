@@ -218,7 +218,10 @@ def make_flat_buffer(
     Args:
         max_length: timesteps the buffer holds in all (a warning names the effective capacity
             when ``add_batch_size`` does not divide it).
-        min_length: timesteps to hold before ``can_sample`` is true.
+        min_length: sets when ``can_sample`` becomes true (as in the reference): once every
+            row holds ``min_length // rows + 1`` timesteps (``rows``: ``add_batch_size``, 1
+            when ``None``), and at least 2 (one transition). With one row that is
+            ``min_length + 1`` timesteps: ``min_length=4`` needs 5 ``add`` calls.
         sample_batch_size: transitions per ``sample`` call.
         add_sequences: ``add`` takes a time axis (``[..., L, ...]``) rather than one timestep.
         add_batch_size: rows added per ``add`` call (``None``: one timestep, no batch axis).
@@ -229,7 +232,8 @@ def make_flat_buffer(
 
     Raises:
         BufferConfigError: a size out of range (``sample_batch_size`` above ``max_length``,
-            rows shorter than 2 timesteps, ``min_length`` more than the rows hold).
+            rows shorter than 2 timesteps, ``min_length // rows + 1`` more than the rows
+            hold).
         ArgumentTypeError: a size that is not an integer, or a flag that is not a bool.
 
     Examples:

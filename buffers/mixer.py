@@ -172,6 +172,14 @@ def can_sample_mixer_fn(
     return jnp.all(jnp.stack([fn(s) for fn, s in zip(can_sample_fns, states, strict=True)]))
 
 
+def _check_buffer(i: int, buf: Any, *methods: str) -> None:
+    """``buffers[i]`` must have every one of ``methods`` (callable), else ArgumentTypeError."""
+    if not all(callable(getattr(buf, name, None)) for name in methods):
+        raise ArgumentTypeError(
+            f"`buffers[{i}]` must be a buffer (the result of a make_* factory), got {describe(buf)}"
+        )
+
+
 def make_mixer(
     buffers: Sequence[Any], sample_batch_size: int, proportions: Sequence[float]
 ) -> Mixer:
@@ -193,8 +201,9 @@ def make_mixer(
         BufferConfigError: no buffers, buffers of different kinds, proportions that do not
             match the buffers or are negative, or a buffer whose ``sample_batch_size`` is
             below its share.
-        ArgumentTypeError: something that is not a buffer, or a proportion that is not a
-            number.
+        ArgumentTypeError: an element of ``buffers`` that is not a buffer (the message names
+            its index and type, e.g. ``buffers[1]``; checked before the kinds are compared),
+            or a proportion that is not a number.
 
     Examples:
         >>> import jax, jax.numpy as jnp
@@ -209,16 +218,14 @@ def make_mixer(
     buffers = as_list("buffers", buffers)
     proportions = as_list("proportions", proportions)
     check(len(buffers) > 0, "`buffers` must not be empty")
+    # Each element must be a buffer at all (it has a `sample`) before the kinds are compared,
+    # so that `[buffer, 5]` names `buffers[1]`; then every one must be mixable (`can_sample`).
+    for i, buf in enumerate(buffers):
+        _check_buffer(i, buf, "sample")
     kinds = {type(b).__name__ for b in buffers}
     check(len(kinds) == 1, f"all buffers must be of the same kind, got {sorted(kinds)}")
     for i, buf in enumerate(buffers):
-        if not (
-            callable(getattr(buf, "sample", None)) and callable(getattr(buf, "can_sample", None))
-        ):
-            raise ArgumentTypeError(
-                f"`buffers[{i}]` must be a buffer (the result of a make_* factory), got "
-                f"{describe(buf)}"
-            )
+        _check_buffer(i, buf, "sample", "can_sample")
     check(
         len(buffers) == len(proportions),
         f"got {len(buffers)} buffers but {len(proportions)} proportions",

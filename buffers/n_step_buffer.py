@@ -81,6 +81,19 @@ def check_functional_map(functional_map: Any) -> dict[Any, Callable[..., Any]]:
     return dict(functional_map)
 
 
+def _returns_dtype(rewards: Array, discounts: Array) -> Any:
+    """The dtype :func:`n_step_returns` computes in: its inputs' promoted floating type.
+
+    The promoted type of ``rewards`` and ``discounts``, made floating (the default float type)
+    when both are integers or bools, so that fractional discounts are never truncated; two
+    float32 inputs stay float32.
+    """
+    dtype = jnp.result_type(rewards, discounts)
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        dtype = jnp.result_type(dtype, float)
+    return dtype
+
+
 def n_step_returns(rewards: Array, discounts: Array, n_step: int) -> Array:
     """Discounted n-step returns along the last axis, truncated at the end of the sequence.
 
@@ -92,11 +105,17 @@ def n_step_returns(rewards: Array, discounts: Array, n_step: int) -> Array:
         n_step: the most terms summed.
 
     Returns:
-        The returns, shaped like ``rewards``.
+        The returns, shaped like ``rewards``, computed in the promoted type of ``rewards``
+        and ``discounts`` (JAX's promotion rules), made floating when both are integers or
+        bools (the default float type: float32 unless x64 is enabled). Float32 inputs give
+        float32; integer rewards with float discounts give the discounts' float type, so a
+        discount of 0.5 is never truncated.
 
     Raises:
-        BufferConfigError: ``rewards`` and ``discounts`` differ in shape, or are scalars.
-        ArgumentTypeError: ``n_step`` is not a positive integer.
+        BufferConfigError: ``rewards`` and ``discounts`` differ in shape, or are scalars; or
+            ``n_step`` is an integer below 1 (e.g. 0).
+        ArgumentTypeError: ``n_step`` is not an integer (a float, even a whole one, a bool,
+            or a traced value).
 
     Examples:
         >>> import jax.numpy as jnp
@@ -106,12 +125,14 @@ def n_step_returns(rewards: Array, discounts: Array, n_step: int) -> Array:
     """
     n_step = positive_int("n_step", n_step)
     rewards = jnp.asarray(rewards)
-    discounts = jnp.asarray(discounts, rewards.dtype)
+    discounts = jnp.asarray(discounts)
     check(
         rewards.ndim >= 1 and discounts.shape == rewards.shape,
         "n_step_returns: `rewards` and `discounts` must have the same shape [..., T] (time "
         f"last), got rewards {list(rewards.shape)} and discounts {list(discounts.shape)}",
     )
+    dtype = _returns_dtype(rewards, discounts)
+    rewards, discounts = rewards.astype(dtype), discounts.astype(dtype)
     seq_len = rewards.shape[-1]
     pad = [(0, 0)] * (rewards.ndim - 1) + [(0, n_step - 1)]
     r = jnp.pad(rewards, pad)
@@ -136,8 +157,10 @@ def n_step_discounts(discounts: Array, n_step: int) -> Array:
         The products, shaped like ``discounts``.
 
     Raises:
-        BufferConfigError: ``discounts`` is a scalar.
-        ArgumentTypeError: ``n_step`` is not a positive integer.
+        BufferConfigError: ``discounts`` is a scalar, or ``n_step`` is an integer below 1
+            (e.g. 0).
+        ArgumentTypeError: ``n_step`` is not an integer (a float, even a whole one, a bool,
+            or a traced value).
 
     Examples:
         >>> import jax.numpy as jnp
@@ -177,7 +200,10 @@ def make_n_step_buffer(
 
     Args:
         max_length: timesteps the buffer holds in all.
-        min_length: timesteps to hold before ``can_sample`` is true.
+        min_length: sets when ``can_sample`` becomes true (as in the reference's flat
+            buffer): once every row holds ``min_length // rows + 1`` timesteps (``rows``:
+            ``add_batch_size``, 1 when ``None``), and at least ``n_step + 1`` (one window).
+            With one row that is ``max(min_length, n_step) + 1`` timesteps.
         sample_batch_size: transitions per ``sample`` call.
         add_sequences: ``add`` takes a time axis rather than one timestep.
         add_batch_size: rows added per ``add`` call (``None``: one timestep, no batch axis).

@@ -78,7 +78,10 @@ def make_prioritised_flat_buffer(
 
     Args:
         max_length: timesteps the buffer holds in all.
-        min_length: timesteps to hold before ``can_sample`` is true.
+        min_length: sets when ``can_sample`` becomes true (as in the reference): once every
+            row holds ``min_length // rows + 1`` timesteps (``rows``: ``add_batch_size``, 1
+            when ``None``), and at least 2 (one transition). With one row that is
+            ``min_length + 1`` timesteps.
         sample_batch_size: transitions per ``sample`` call.
         add_sequences: ``add`` takes a time axis rather than one timestep.
         add_batch_size: rows added per ``add`` call (``None``: one timestep, no batch axis).

@@ -101,14 +101,18 @@ class ReplayBuffer(Replaceable):
         """An empty state for transitions shaped like ``sample_transition``.
 
         Args:
-            sample_transition: one transition (a pytree of arrays, no batch axis).
+            sample_transition: one transition (a pytree of arrays, no batch axis). ``None``
+                is an empty subtree in JAX, not a leaf: ``{"o": x, "n": None}`` stores only
+                ``o`` (and keeps ``n`` as ``None``).
 
         Returns:
             A state of zeros, ``size`` 0.
 
         Raises:
             BufferTooLargeError: the state would not fit in the devices' memory.
-            ArgumentTypeError: a leaf that is not an array (a string, ``None``).
+            BufferConfigError: ``sample_transition`` has no array leaf at all (e.g. ``{}``,
+                or ``{"n": None}``, whose only value is ``None``).
+            ArgumentTypeError: a leaf that is not an array or a number (e.g. a string).
         """
         example = check_timestep(sample_transition)
         per_step = timestep_nbytes(example, 0)

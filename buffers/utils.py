@@ -16,7 +16,7 @@ from jax import Array
 
 from buffers._core import tree_shape_prefix
 from buffers._errors import BatchStructureError, LeafMismatch
-from buffers._validation import check_state, dtype_name, leaves_with_paths
+from buffers._validation import check_state, dtype_name, leaves_with_paths, positive_int
 
 
 def get_tree_shape_prefix(tree: Any, n_axes: int = 1) -> tuple[int, ...]:
@@ -24,13 +24,16 @@ def get_tree_shape_prefix(tree: Any, n_axes: int = 1) -> tuple[int, ...]:
 
     Args:
         tree: a pytree of arrays (e.g. a state's ``experience``, or a batch).
-        n_axes: how many leading axes to read.
+        n_axes: how many leading axes to read: an integer >= 0 (0 gives ``()``).
 
     Returns:
         The shared leading sizes, e.g. ``(add_batch_size, max_length_time_axis)``.
 
     Raises:
-        BufferConfigError: ``tree`` has no leaves, or its first leaf has fewer axes.
+        BufferConfigError: ``n_axes`` is negative (it counts axes from the front; a negative
+            one would silently read all but the last axes), ``tree`` has no leaves, or its
+            first leaf has fewer axes.
+        ArgumentTypeError: ``n_axes`` is not an integer (a float or a bool).
         BatchStructureError: a leaf's leading sizes differ from the first leaf's (every such
             leaf is named).
 
@@ -38,6 +41,7 @@ def get_tree_shape_prefix(tree: Any, n_axes: int = 1) -> tuple[int, ...]:
         >>> get_tree_shape_prefix({"a": jnp.zeros((2, 5, 3)), "b": jnp.zeros((2, 5))}, 2)
         (2, 5)
     """
+    n_axes = positive_int("n_axes", n_axes, allow_zero=True)
     prefix = tree_shape_prefix(tree, n_axes)
     paths = leaves_with_paths(tree)
     bad = [

@@ -135,7 +135,7 @@ def test_refresh_sees_new_shards_and_new_commits(tmp_path: Path) -> None:
     reader = Dataset.open(root)
     assert reader.shards == []
     assert reader.timesteps == 0
-    with pytest.raises(vault.VaultNotFoundError, match="no shard with data"):
+    with pytest.raises(vault.VaultNotFoundError, match="no shard yet"):
         reader.as_dataset(2, 2)
     with dataset.shard("w-0") as writer:
         writer.append(expected(0, ROWS, 0, 4))

@@ -66,16 +66,33 @@ def converter(fmt: str, direction: str = "import") -> Any:
     is called, not here.
 
     Args:
-        fmt: a format name, one of :data:`IMPORT_FORMATS` or :data:`EXPORT_FORMATS`.
-        direction: ``"import"`` or ``"export"``.
+        fmt: a format name, one of :data:`IMPORT_FORMATS` (``direction="import"``) or
+            :data:`EXPORT_FORMATS` (``direction="export"``).
+        direction: ``"import"`` (default) or ``"export"``.
+
+    Returns:
+        The converter: ``import_<fmt>`` or ``export_<fmt>`` (its module is loaded here).
 
     Raises:
-        VaultArgumentError: an unknown format (the message lists the known ones).
+        VaultArgumentError: ``direction`` is not ``"import"`` or ``"export"``, ``fmt`` is not
+            a string, or ``fmt`` is not a format of that direction (each message names the
+            argument, the accepted values and the value given).
     """
-    table = IMPORTERS if direction == "import" else EXPORTERS
+    from vault._args import kind  # (numpy: not imported by `vault --help`)
+
+    directions = {"import": IMPORTERS, "export": EXPORTERS}
+    if not isinstance(direction, str) or direction not in directions:
+        raise VaultArgumentError(
+            f"direction: expected one of {', '.join(directions)}, got {kind(direction)}"
+        )
+    table = directions[direction]
+    if not isinstance(fmt, str):
+        raise VaultArgumentError(
+            f"fmt: expected a format name (a str), one of {', '.join(table)}, got {kind(fmt)}"
+        )
     if fmt not in table:
         raise VaultArgumentError(
-            f"unknown {direction} format {fmt!r}; expected one of {', '.join(table)}"
+            f"fmt: unknown {direction} format {fmt!r}; expected one of {', '.join(table)}"
         )
     module, name = table[fmt]
     return getattr(importlib.import_module(module), name)
@@ -94,7 +111,8 @@ def import_dataset(fmt: str, source: Any, dest: Any, **options: Any) -> Any:
         The new vault, opened read-only.
 
     Raises:
-        VaultArgumentError: an unknown format.
+        VaultArgumentError: ``fmt`` is not a string or not one of :data:`IMPORT_FORMATS`
+            (and whatever the importer raises).
     """
     return converter(fmt, "import")(source, dest, **options)
 
@@ -112,7 +130,8 @@ def export_dataset(fmt: str, source: Any, dest: Any, **options: Any) -> Any:
         What the exporter returns (for Minari, the dataset's directory).
 
     Raises:
-        VaultArgumentError: an unknown format.
+        VaultArgumentError: ``fmt`` is not a string or not one of :data:`EXPORT_FORMATS`
+            (and whatever the exporter raises).
     """
     return converter(fmt, "export")(source, dest, **options)
 

@@ -68,8 +68,14 @@ def import_d4rl(
         The new vault, opened read-only.
 
     Raises:
+        VaultArgumentError: ``block_bytes`` not an int >= 65536, or ``progress`` neither
+            callable nor None.
         VaultNotFoundError: no such file.
-        VaultCorruptError: a file that is not HDF5, or lacks the datasets.
+        VaultCorruptError: a file h5py cannot open (not HDF5, or damaged).
+        VaultStructureError: an HDF5 file that is not D4RL-style: ``observations``,
+            ``actions``, ``rewards`` or ``terminals`` missing (or a group, not a dataset), or
+            per-timestep datasets that are scalars, of other lengths than ``observations``
+            or not bool/integer/floating-point (every problem is listed).
         VaultDependencyError: h5py is missing (``pip install "rlvault[d4rl]"``).
         VaultExistsError: something is at ``dest`` already.
     """

@@ -48,7 +48,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from vault._args import bool_arg
+from vault._args import bool_arg, kind
 from vault._errors import (
     VaultArgumentError,
     VaultCorruptError,
@@ -121,6 +121,9 @@ def import_ogbench(
         The training vault, opened read-only (the validation vault: ``Vault.open(val_dest)``).
 
     Raises:
+        VaultArgumentError: ``source`` or ``dataset_dir`` not a str or path, ``val_dest``
+            given for a file that is itself a validation file, ``block_bytes`` not an int
+            >= 65536, or ``progress`` neither callable nor None.
         VaultNotFoundError: no such file (or no validation file where one was asked for).
         VaultCorruptError: not a zip of ``.npy`` arrays, or a member fails its CRC-32.
         VaultStructureError: required arrays missing, of different lengths or not numeric.
@@ -169,18 +172,44 @@ def _offset(progress: Progress | None, before: int, total: int) -> Progress | No
 
 
 def dataset_path(source: str | os.PathLike[str], dataset_dir: str | os.PathLike[str]) -> Path:
-    """The ``.npz`` file ``source`` names: a path, or a dataset name in ``dataset_dir``."""
-    path = Path(os.fspath(source)).expanduser()
+    """The ``.npz`` file ``source`` names: a path, or a dataset name in ``dataset_dir``
+    (either not a str or path: :class:`VaultArgumentError`)."""
+    text = _path_arg("source", source, "a .npz path or an OGBench dataset name")
+    folder = _path_arg("dataset_dir", dataset_dir, "a folder")
+    path = Path(text).expanduser()
     if path.is_file():
         return path.absolute()
-    named = Path(os.fspath(dataset_dir)).expanduser() / f"{os.fspath(source)}.npz"
+    named = Path(folder).expanduser() / f"{text}.npz"
     if path.suffix != ".npz" and named.is_file():
         return named.absolute()
     raise VaultNotFoundError(
-        f"{os.fspath(source)}: expected an OGBench dataset file (a .npz path, or a dataset "
+        f"{text}: expected an OGBench dataset file (a .npz path, or a dataset "
         f"name with {named} present), got no such file; OGBench's "
         "ogbench.download_datasets([name]) fetches one (rlvault never downloads)"
     )
+
+
+def _path_arg(name: str, value: Any, what: str) -> str:
+    """``value`` (a str or an ``os.PathLike`` of one) as a str; anything else is
+    :class:`VaultArgumentError` naming the argument."""
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(text, str):
+        raise VaultArgumentError(f"{name}: expected {what} (a str or path), got {kind(value)}")
+    return text
+
+
+def _dtype_arg(name: str, value: Any) -> np.dtype[Any]:
+    """``value`` as a numeric numpy dtype (bool, integer or floating-point)."""
+    try:
+        dtype = np.dtype(value)
+    except (TypeError, ValueError):
+        dtype = None
+    if dtype is None or dtype.kind not in "biuf":
+        raise VaultArgumentError(
+            f"{name}: expected a bool, integer or floating-point numpy dtype (np.float32, "
+            f"np.uint8, np.int32, ...), got {kind(value)}"
+        )
+    return dtype
 
 
 def _val_target(
@@ -353,44 +382,69 @@ def ogbench_dataset(
     Bit-identical to OGBench's loader on the file the import came from, the derived fields
     of the module docstring included.
 
+    An OGBench dataset is one flat sequence of trajectories, so the vault must have one row
+    (as :func:`import_ogbench` makes). A vault of several rows is refused rather than read in
+    part: take the row you want first with :func:`vault.derive_slice` (``rows=[i]``) and pass
+    the new vault. The row's last state is its trajectory's last state (it has no next state)
+    even where ``terminals`` is 0 there, so ``next_observations`` always matches
+    ``observations`` in length; OGBench's files end with a terminal, where this changes
+    nothing.
+
     Args:
-        source: a vault made by :func:`import_ogbench` (or its location).
+        source: a one-row vault made by :func:`import_ogbench` (or its location).
         compact_dataset: OGBench's compact layout (``valids``, no ``next_observations``).
         add_info: keep ``qpos``, ``qvel`` and ``button_states`` (where the file has them).
-        ob_dtype: the observations' dtype (OGBench: uint8 for visual datasets).
-        action_dtype: the actions' dtype (OGBench: int32 for powderworld).
+        ob_dtype: the observations' dtype (OGBench: uint8 for visual datasets); bool,
+            integer or floating-point.
+        action_dtype: the actions' dtype (OGBench: int32 for powderworld); bool, integer or
+            floating-point.
 
     Returns:
         A dict of numpy arrays, the whole dataset in memory (as OGBench's loader does).
 
     Raises:
-        VaultStructureError: the vault lacks ``observations``, ``actions`` or ``terminals``.
+        VaultArgumentError: ``compact_dataset`` or ``add_info`` not True/False, or
+            ``ob_dtype`` or ``action_dtype`` not a bool, integer or floating-point dtype.
+        VaultStructureError: the vault lacks ``observations``, ``actions`` or ``terminals``,
+            or has more than one row.
     """
     bool_arg("compact_dataset", compact_dataset)
     bool_arg("add_info", add_info)
+    ob_type = _dtype_arg("ob_dtype", ob_dtype)
+    action_type = _dtype_arg("action_dtype", action_dtype)
     with opened(source) as vault:
         missing = [f"{k}: no such leaf" for k in REQUIRED if k not in vault.leaf_names]
         if missing:
             raise VaultStructureError(
                 f"{vault.location}: expected the leaves of an OGBench import", missing
             )
+        if vault.rows != 1:
+            raise VaultStructureError(
+                f"{vault.location}: expected one row (an OGBench dataset is one sequence of "
+                f"trajectories), got {vault.rows} rows; take one row first "
+                "(from vault import derive_slice; derive_slice(source, dest, rows=[i])), then "
+                "call ogbench_dataset(dest)"
+            )
         wanted = [*REQUIRED, *(k for k in INFO if add_info and k in vault.leaf_names)]
         data = {k: v[0] for k, v in vault.read_numpy(leaves=wanted).items()}
     out = {
-        "observations": data["observations"].astype(ob_dtype, copy=False),
-        "actions": data["actions"].astype(action_dtype, copy=False),
+        "observations": data["observations"].astype(ob_type, copy=False),
+        "actions": data["actions"].astype(action_type, copy=False),
         "terminals": data["terminals"].astype(np.float32, copy=False),
     }
     info = {k: data[k] for k in INFO if k in data}
-    ends = out["terminals"]
+    ends = out["terminals"].copy()
+    n = len(ends)
+    if n:
+        ends[-1] = 1.0  # the row's last state ends its trajectory: it has no next state
     # the flag one step later (the last state counts as followed by an end)
-    later = np.append(ends[1:], np.float32(1.0))
+    later = np.concatenate([ends[1:], np.ones(min(n, 1), np.float32)])
     if compact_dataset:
         out["valids"] = 1.0 - ends
         out["terminals"] = np.minimum(ends + later, 1.0).astype(np.float32)
         return {**out, **info}
     keep = ends != 1.0  # every state but a trajectory's last has a next state
-    follows = np.concatenate([[False], keep[:-1]])
+    follows = np.concatenate([[False], keep[:-1]])[:n]
     return {
         "observations": out["observations"][keep],
         "actions": out["actions"][keep],

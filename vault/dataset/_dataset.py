@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from vault._args import bool_arg, int_arg
 from vault._errors import (
     VaultArgumentError,
     VaultCorruptError,
@@ -37,6 +38,7 @@ from vault._errors import (
     VaultModeError,
     VaultNotFoundError,
     VaultPinError,
+    VaultReadError,
     VaultStructureError,
 )
 from vault.commits._pins import check_tag_name
@@ -217,7 +219,10 @@ class Dataset(DatasetReadMethods):
         Raises:
             VaultExistsError: a dataset is there (without ``exist_ok``), or something else.
             VaultStructureError: with ``exist_ok``, the dataset there has another structure.
+            VaultArgumentError: ``exist_ok`` not True or False (and the arguments that
+                :meth:`Vault.create` refuses).
         """
+        exist_ok = bool_arg("exist_ok", exist_ok)
         where = parse_location(location, storage)
         episodes = {"done": done_leaf, "truncated": truncated_leaf, "reward": reward_leaf}
         template = plan_manifest(
@@ -386,8 +391,9 @@ class Dataset(DatasetReadMethods):
 
         Raises:
             VaultArgumentError: a name that is not 1 to 128 letters, digits, ``.``, ``_`` or
-                ``-``.
-            VaultStructureError: an existing shard of another structure.
+                ``-``; ``rows`` that is not an int >= 1.
+            VaultStructureError: an existing shard of another structure, or of other rows
+                than ``rows``.
             VaultLockedError: another writer holds the shard.
             VaultModeError: the dataset was opened at a tag.
         """
@@ -402,10 +408,21 @@ class Dataset(DatasetReadMethods):
                 "a shard name is 1 to 128 letters, digits, '.', '_' or '-' (not starting with "
                 f"'.', '_' or '-'), got {name!r}"
             )
+        if rows is not None:
+            rows = int_arg("rows", rows, 1)
         where = self._where.child(f"{SHARDS}/{name}")
         if where.read(MANIFEST_KEY) is not None:
             vault = Vault.open(where, mode="a")
-            self._check_shard(name, vault.manifest)
+            try:
+                self._check_shard(name, vault.manifest)
+                if rows is not None and rows != vault.rows:
+                    raise VaultStructureError(
+                        f"{self._where}: shard {name!r} exists with {vault.rows} rows, not "
+                        f"{rows}: open it without rows=, or name a new shard"
+                    )
+            except BaseException:
+                vault.close()
+                raise
         else:
             vault = vault_of_writer(create_vault(where, self._shard_manifest(rows)))
         vault._after_close = functools.partial(
@@ -419,8 +436,6 @@ class Dataset(DatasetReadMethods):
         template = self._template
         if rows is None or rows == template.rows:
             return template
-        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-            raise VaultArgumentError(f"rows must be a positive int, got {rows!r}")
         leaves = tuple(
             dataclasses.replace(leaf, chunk=(min(leaf.chunk[0], rows), *leaf.chunk[1:]))
             for leaf in template.leaves
@@ -484,8 +499,12 @@ class Dataset(DatasetReadMethods):
         Raises:
             VaultReadError: the shards keep no episode index.
         """
-        if self._template.episodes is None and self._shards:
-            return self.vault(self.shards[0]).episodes()  # the vault's own error
+        include_open = bool_arg("include_open", include_open)
+        if self._template.episodes is None:
+            raise VaultReadError(
+                f"{self._where} has no episode index: create the dataset with done_leaf=... "
+                "(and optionally truncated_leaf=, reward_leaf=) to keep one"
+            )
         table = shards_io.episodes(self._where, list(self._shards.values()), include_open)
         self._save_catalog()
         return table

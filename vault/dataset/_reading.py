@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from vault._args import kind, known_options
 from vault._errors import VaultArgumentError, VaultNotFoundError
 
 if TYPE_CHECKING:
@@ -54,6 +55,11 @@ class DatasetReadMethods:
         Raises:
             VaultArgumentError: no such shard.
         """
+        if not isinstance(shard, str):
+            raise VaultArgumentError(
+                f"{self._where}: no shard {kind(shard)}: shards are named by strings; the "
+                f"dataset has {self.shards}"
+            )
         try:
             return self._shards[shard].opened()
         except KeyError:
@@ -167,10 +173,15 @@ class DatasetReadMethods:
             The stream.
 
         Raises:
-            VaultNotFoundError: the dataset has no shard with data yet.
+            VaultNotFoundError: the dataset has no shard yet.
+            VaultArgumentError: as :meth:`Vault.as_dataset`: an unknown option, one of the
+                wrong type.
+            VaultReadError: as :meth:`Vault.as_dataset`: a value out of range, too little
+                data for one batch (shards that hold no timesteps yet included).
         """
         from vault.stream._stream import as_dataset
 
+        known_options("as_dataset", options, as_dataset)
         self.check_open()
         return as_dataset(self.snapshots, sample_batch_size, sequence_length, **options)
 
@@ -185,14 +196,19 @@ class DatasetReadMethods:
             The stream of states.
 
         Raises:
-            VaultNotFoundError: the dataset has no shard with data yet.
+            VaultNotFoundError: the dataset has no shard yet.
+            VaultArgumentError: as :meth:`Vault.iter_windows`: an unknown option, one of the
+                wrong type.
+            VaultReadError: as :meth:`Vault.iter_windows`: a value out of range, windows that
+                would not fit in memory.
         """
         from vault.stream._windows import iter_windows
 
+        known_options("iter_windows", options, iter_windows)
         self.check_open()
         return iter_windows(self.snapshots, window, **options)
 
     def check_open(self) -> None:
-        """Raise :class:`VaultNotFoundError` if the dataset has no shard with data yet."""
+        """Raise :class:`VaultNotFoundError` if the dataset has no shard yet."""
         if not self.shards:
-            raise VaultNotFoundError(f"{self.location}: the dataset has no shard with data yet")
+            raise VaultNotFoundError(f"{self.location}: the dataset has no shard yet")

@@ -143,6 +143,11 @@ def derive_slice(
         if not picked:
             raise VaultReadError("rows selects no row")
         lo, hi = _read.time_range(src, start, stop)
+        if hi <= lo:
+            raise VaultReadError(
+                f"{src.where}: the time range [{lo}, {hi}) selects no timestep (the vault has "
+                f"{src.length}); a derived vault holds at least one"
+            )
         target = _destination(dest, [src])
         with (
             building(target) as tmp,
@@ -272,8 +277,25 @@ def _ordered(src: Snapshot, episodes: EpisodeTable) -> EpisodeTable:
     """``episodes`` by start time, then row (``np.lexsort`` sorts by its last key first),
     checked to lie inside ``src``'s committed data."""
     table = episodes[np.lexsort((episodes.row, episodes.start))]
-    if len(table) and int((table.start + table.length).max()) > src.length:
-        raise VaultReadError(f"an episode lies beyond the committed data of {src.where}")
+    outside = (
+        (table.row < 0)
+        | (table.row >= src.rows)
+        | (table.start < 0)
+        | (table.length < 1)
+        | (table.start + table.length > src.length)
+    )
+    if outside.any():
+        bad = table[np.flatnonzero(outside)[:3]]
+        shown = ", ".join(
+            f"row {r} [{t}, {t + n})"
+            for r, t, n in zip(
+                bad.row.tolist(), bad.start.tolist(), bad.length.tolist(), strict=True
+            )
+        )
+        raise VaultReadError(
+            f"{int(outside.sum())} episode(s) lie outside the committed data of {src.where} "
+            f"({src.rows} rows x {src.length} timesteps): {shown}"
+        )
     return table
 
 

@@ -8,7 +8,8 @@ import dataclasses
 import datetime as _dt
 from typing import Any
 
-from vault._errors import VaultNotFoundError, VaultStructureError
+from vault._args import kind
+from vault._errors import VaultArgumentError, VaultNotFoundError, VaultStructureError
 from vault.format._records import MANIFEST_KEY
 from vault.storage._kinds import check_name, parse_location
 from vault.storage._location import Location
@@ -38,8 +39,15 @@ def reference_target(
     """Where ``Vault(vault_name, experience_structure, rel_dir, vault_uid, compression)``
     goes, and whether it creates."""
     for argument, name in (("vault_name", vault_name), ("vault_uid", vault_uid)):
-        if isinstance(name, str):
-            check_name(argument, name)
+        if name is None and argument == "vault_uid":
+            continue
+        parts = name.split("/") if isinstance(name, str) else []
+        if not isinstance(name, str) or any(part in ("", ".", "..") for part in parts):
+            raise VaultArgumentError(
+                f"{argument} must name a folder under rel_dir (folders joined by '/', none "
+                f"empty, '.' or '..'), got {kind(name)}"
+            )
+        check_name(argument, name)
     base = parse_location(rel_dir, argument="rel_dir").child(vault_name)
     if vault_uid is None and experience_structure is None:
         existing = sorted(str(loc) for loc, broken in base.find_vaults() if broken is None)

@@ -169,9 +169,11 @@ class ReadMethods:
             An iterable of :class:`~vault.StreamBatch` whose ``state()`` checkpoints it.
 
         Raises:
-            VaultArgumentError: an unknown option, one out of range, or a ``stack`` below 1.
-            VaultReadError: too little data for one batch, or ``episode_aware`` on a vault
-                without an episode index.
+            VaultArgumentError: an unknown option, one of the wrong type (a float or a
+                bool for an int, a string for a flag), or a ``stack`` below 1.
+            VaultReadError: another value out of range (a batch size, sequence length or
+                ``stride`` below 1, a negative ``prefetch`` or ``epochs``), too little data
+                for one batch, or ``episode_aware`` on a vault without an episode index.
 
         Examples:
             >>> import numpy as np
@@ -205,9 +207,10 @@ class ReadMethods:
             :class:`~vault.WindowStream`).
 
         Raises:
-            VaultArgumentError: an unknown option, or one out of range.
-            VaultReadError: a ``capacity`` below ``window``, or windows that would not fit in
-                memory.
+            VaultArgumentError: an unknown option, or one of the wrong type.
+            VaultReadError: a value out of range (a ``window`` below 1, a negative
+                ``prefetch``), a ``capacity`` below ``window``, or windows that would not fit
+                in memory.
         """
         from vault.stream._windows import iter_windows
 

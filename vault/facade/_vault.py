@@ -52,6 +52,8 @@ class Vault(EpisodeMethods, ReadMethods, WriteMethods, CommitMethods):
     Raises:
         VaultNotFoundError: nothing to open and no ``experience_structure`` to create from.
         VaultLockedError: another writer holds the vault.
+        VaultArgumentError: a ``vault_name`` or ``vault_uid`` that does not name a folder
+            under ``rel_dir``.
     """
 
     _after_close: Callable[[], None] | None = None  # run once a writer has closed
@@ -80,6 +82,8 @@ class Vault(EpisodeMethods, ReadMethods, WriteMethods, CommitMethods):
 
         Raises:
             VaultNotFoundError: no vault there and no ``experience_structure``.
+            VaultArgumentError: a ``vault_name`` or ``vault_uid`` that does not name a
+                folder under ``rel_dir``.
         """
         where = parse_location(rel_dir, storage, argument="rel_dir")
         target = reference_target(vault_name, experience_structure, where, vault_uid, compression)
@@ -198,6 +202,8 @@ class Vault(EpisodeMethods, ReadMethods, WriteMethods, CommitMethods):
             VaultPinError: the vault cannot serve ``at`` (never a different commit's data).
             VaultVersionError: the vault was written by a newer rlvault.
             VaultCorruptError: the manifest or commit record failed validation.
+            VaultArgumentError: a ``mode`` other than ``"r"`` and ``"a"``, or ``at`` with
+                ``mode="a"``.
         """
         if at is not None and mode != "r":
             raise VaultArgumentError(f"at= pins a commit for reading: use mode='r', not {mode!r}")

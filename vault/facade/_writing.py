@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from vault._args import bool_arg
+
 if TYPE_CHECKING:
     from vault.write._plan import OnOverrun
     from vault.write._writer import Writer
@@ -68,6 +70,7 @@ class WriteMethods:
                 :meth:`open` without ``new_buffer``.
             VaultModeError: the vault is read-only or closed.
             VaultLockedError: another writer took the lock (opened by ``Vault(...)``).
+            VaultArgumentError: ``new_buffer`` or ``block`` not True or False.
 
         Examples:
             >>> import jax.numpy as jnp
@@ -79,6 +82,7 @@ class WriteMethods:
             ...     print(v.write(state), v.write(state))  # nothing new the second time
             1 0
         """
+        new_buffer, block = bool_arg("new_buffer", new_buffer), bool_arg("block", block)
         writer = self._writer_for_write()
         return writer.write(state, on_overrun=on_overrun, new_buffer=new_buffer, block=block)
 
@@ -102,7 +106,9 @@ class WriteMethods:
             VaultStructureError: leaves missing, extra, or of other shapes or dtypes (every
                 bad leaf listed).
             VaultModeError: the vault is read-only or closed.
+            VaultArgumentError: ``continues`` not True or False.
         """
+        continues = bool_arg("continues", continues)
         writer = self._writer_for_write()
         return writer.append(experience, None if continues else np.ones(self.rows, bool))
 

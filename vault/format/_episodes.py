@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from vault._args import finite_arg, int_arg
+from vault._args import bool_arg, finite_arg, int_arg
 from vault._errors import VaultArgumentError
 from vault.format._records import INDEX_CHUNK, OpenEpisodes
 
@@ -60,6 +60,12 @@ class EpisodeTable:
         return int(self.row.shape[0])
 
     def __getitem__(self, index: Any) -> EpisodeTable:
+        if isinstance(index, str) or index is None or isinstance(index, (float, dict)):
+            raise VaultArgumentError(
+                "an EpisodeTable is indexed by an int, a slice, a boolean mask or indices, got "
+                f"{index!r}; its columns are attributes: "
+                + ", ".join(f"table.{f.name}" for f in _FIELDS)
+            )
         if isinstance(index, (int, np.integer)):
             index = [int(index)]
         columns: dict[str, Any] = {f.name: _pick(getattr(self, f.name), index) for f in _FIELDS}
@@ -100,8 +106,9 @@ class EpisodeTable:
             A new table.
 
         Raises:
-            VaultArgumentError: another column.
+            VaultArgumentError: another column, or ``descending`` not True or False.
         """
+        descending = bool_arg("descending", descending)
         columns = {"return": self.returns, "length": self.length, "row": self.row}
         columns["start"] = self.start
         if by not in columns:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from vault._errors import VaultNotFoundError
-from vault.format._records import MANIFEST_KEY, leaf_key
+from vault._errors import VaultNotFoundError, VaultReadError
+from vault.format._records import MANIFEST_KEY, leaf_key, read_manifest_bytes
 from vault.storage._kinds import LocationLike, parse_location
 from vault.storage._location import LockHolder
 
@@ -67,13 +67,24 @@ def disk_usage(location: LocationLike, leaf: str | None = None) -> int | None:
     """Bytes the vault at ``location`` stores.
 
     Args:
-        location: the vault's path or URL.
-        leaf: one leaf's path, to count only its arrays.
+        location: the vault's (or a dataset's) path or URL.
+        leaf: one leaf's path, to count only its arrays (a vault's).
 
     Returns:
         The bytes, or None where the location cannot tell cheaply.
+
+    Raises:
+        VaultNotFoundError: no vault or dataset there (or, with ``leaf``, no vault).
+        VaultReadError: ``leaf`` is not one of the vault's leaves.
     """
     where = parse_location(location)
+    raw = where.read(MANIFEST_KEY)
+    if raw is None:
+        raise VaultNotFoundError(f"no vault or dataset at {where} (no {MANIFEST_KEY})")
+    if leaf is not None:
+        names = read_manifest_bytes(raw, str(where)).leaf_names
+        if leaf not in names:
+            raise VaultReadError(f"{where}: no leaf {leaf!r}; the leaves are {names}")
     return where.disk_usage("" if leaf is None else leaf_key(leaf))
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import tensorstore as ts
 
+from vault._args import callable_arg
 from vault._errors import VaultCorruptError, VaultNotFoundError
 from vault.commits._pins import (
     check_fingerprint,
@@ -459,8 +460,9 @@ def verify(
         VaultNotFoundError: no vault there at all.
         VaultPinError: the vault cannot serve ``at``.
         VaultArgumentError: ``fingerprint`` is not a fingerprint (``sha256:`` and 64 hex
-            digits).
+            digits), or ``progress`` is not a function.
     """
+    progress = callable_arg("progress", progress)
     if fingerprint is not None:
         check_fingerprint(fingerprint)
     if hasattr(location_or_vault, "snapshot"):  # an open Vault

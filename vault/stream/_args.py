@@ -25,6 +25,16 @@ def bool_arg(name: str, value: Any) -> bool:
     return _args.bool_arg(name, value)
 
 
+def resume_arg(resume_at: Any) -> tuple[int, int]:
+    """``(epoch, batch)``, two ints >= 0: a position a stream's ``state()`` saved."""
+    if not isinstance(resume_at, (tuple, list)) or len(resume_at) != 2:
+        raise VaultArgumentError(
+            f"resume_at must be (epoch, batch), two ints >= 0, got {_args.kind(resume_at)}"
+        )
+    epoch = int_arg("resume_at's epoch", resume_at[0], 0)
+    return epoch, int_arg("resume_at's batch", resume_at[1], 0)
+
+
 def sources_arg(snaps: Any) -> list[Snapshot]:
     """``snaps`` (one snapshot, or a non-empty sequence of snapshots of one structure) as a
     list: the sources of a stream, in the order their ``source`` index counts."""

@@ -96,6 +96,8 @@ def read_state(state: Any) -> SavedStream:
         pins = [(str(s["location"]), str(s["commit"])) for s in sources]
         args = dict(state["args"])
         epoch, batch = int(state["epoch"]), int(state["batch"])
+        if epoch < 0 or batch < 0:
+            raise ValueError(f"position: epoch {epoch}, batch {batch} (each must be >= 0)")
         count = int(args.pop("process_count", 1))
         missing = [n for n in ("sample_batch_size", "sequence_length") if n not in args]
         if missing:

@@ -41,7 +41,7 @@ from vault._errors import VaultArgumentError, VaultReadError
 from vault.commits._snapshot import Snapshot
 from vault.format import _structure
 from vault.read import _read
-from vault.stream._args import bool_arg, end_leaves_of, int_arg, sources_arg
+from vault.stream._args import bool_arg, end_leaves_of, int_arg, resume_arg, sources_arg
 from vault.stream._buffers import BlockGroup, PartialBatch, batch_layout
 from vault.stream._device_cut import DeviceGroup, on_accelerator, rebuilder, to_device
 from vault.stream._hosts import check_sharding, local_batch_size, process_arg, to_global
@@ -143,7 +143,7 @@ class _Plan:
         epoch = self.first_epoch
         while self.epochs is None or epoch < self.epochs:
             groups, parts = self.layout.epoch(epoch)
-            if not groups and self.epochs is None:
+            if not groups:
                 raise self._no_batch()
             for i, blocks in enumerate(groups):
                 yield epoch, i, blocks, parts, i == len(groups) - 1
@@ -155,7 +155,12 @@ class _Plan:
         share = " (this process's share)" if self.layout.process_count > 1 else ""
         return VaultReadError(
             f"{where}: an epoch{share} yields no batch of {self.batch} (too few valid "
-            f"sequences of {self.seq} timesteps); repeating forever would never yield one"
+            f"sequences of {self.seq} timesteps); "
+            + (
+                "repeating forever would never yield one"
+                if self.epochs is None
+                else "use a smaller batch, or drop_remainder=False for the incomplete one"
+            )
         )
 
     # ------------------------------------------------------------------------- reading
@@ -438,7 +443,7 @@ class _Plan:
                         if items:
                             yield items
                     pending = None
-                    if self._epoch_items == 0 and self.epochs is None:
+                    if self._epoch_items == 0:
                         raise self._no_batch()
                     self._epoch_items = 0
         finally:
@@ -630,6 +635,7 @@ def as_dataset(
     seq = int_arg("sequence_length", sequence_length, 1)
     if epochs is not None:
         epochs = int_arg("epochs", epochs, 0)
+    resume_at = resume_arg(resume_at)
     process = process_arg(process_index, process_count)
     args["process_count"] = process[1]
     local = local_batch_size(batch, process[1])
