@@ -954,3 +954,15 @@ def test_get_tree_shape_prefix_negative_axes() -> None:
         warnings.simplefilter("ignore")
         with pytest.raises(BufferConfigError):
             fbx.utils.get_tree_shape_prefix({"a": jnp.zeros((2, 3))}, -1)
+
+
+@pytest.mark.parametrize("fmt", ["d4rl", "flashbax", "minari", "ogbench", "rlds"])
+def test_every_importer_names_a_source_that_is_not_a_path(tmp_path: Path, fmt: str) -> None:
+    """``source`` is a path (or a name): an int is a typed error naming it, before anything
+    is read or created."""
+    needs = {"d4rl": "h5py", "minari": "minari", "rlds": "tensorflow_datasets"}.get(fmt)
+    if needs is not None:
+        pytest.importorskip(needs)
+    with pytest.raises(VaultArgumentError, match=r"source: expected .* got 5 \(an int\)"):
+        converters.import_dataset(fmt, 5, tmp_path / "v")
+    assert not (tmp_path / "v").exists()

@@ -76,6 +76,15 @@ def finite_arg(name: str, value: Any) -> float:
     return number
 
 
+def path_arg(name: str, value: Any, what: str = "a path") -> str:
+    """``value`` (a str or an ``os.PathLike`` of one) as a str; anything else is
+    :class:`VaultArgumentError` naming the argument (``what``: what it should name)."""
+    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if not isinstance(text, str):
+        raise VaultArgumentError(f"{name}: expected {what} (a str or path), got {kind(value)}")
+    return text
+
+
 def callable_arg(name: str, value: Any) -> Any:
     """None or a callable (a progress callback)."""
     if value is not None and not callable(value):

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from vault._args import path_arg
 from vault._errors import VaultCorruptError, VaultNotFoundError, VaultStructureError
 from vault.converters._sink import (
     BLOCK_BYTES,
@@ -82,7 +83,7 @@ def import_d4rl(
     block_bytes = check_common(block_bytes, progress)
     h5py = require("h5py", "d4rl", "d4rl")
 
-    path = Path(os.fspath(source)).expanduser().absolute()
+    path = Path(path_arg("source", source, "a D4RL-style HDF5 file")).expanduser().absolute()
     if not path.is_file():
         raise VaultNotFoundError(f"{path}: expected a D4RL-style HDF5 file, got no such file")
     try:

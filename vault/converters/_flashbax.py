@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from vault._args import path_arg
 from vault._errors import (
     VaultCorruptError,
     VaultNotFoundError,
@@ -241,7 +242,7 @@ def import_flashbax(
 
 # ---------------------------------------------------------------------------------- helpers
 def _root(source: str | os.PathLike[str]) -> Path:
-    root = Path(os.fspath(source)).expanduser().absolute()
+    root = Path(path_arg("source", source, "a Flashbax vault folder")).expanduser().absolute()
     if not (root / METADATA_FILE).is_file() or not (root / OCDBT_MANIFEST).is_file():
         inside = (
             sorted(

@@ -48,6 +48,7 @@ from typing import Any
 
 import numpy as np
 
+from vault._args import path_arg
 from vault._errors import (
     VaultArgumentError,
     VaultCorruptError,
@@ -168,7 +169,7 @@ def _bind(read: Callable[[list[int]], Any], group: list[int]) -> Callable[[], An
 
 
 def _data_path(source: str | os.PathLike[str]) -> Path:
-    text = os.fspath(source)
+    text = path_arg("source", source, "a Minari dataset folder")
     path = Path(text).expanduser()
     if path.is_dir():
         data = path / DATA_DIR if (path / DATA_DIR).is_dir() else path

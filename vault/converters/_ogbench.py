@@ -48,7 +48,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from vault._args import bool_arg, kind
+from vault._args import bool_arg, kind, path_arg
 from vault._errors import (
     VaultArgumentError,
     VaultCorruptError,
@@ -174,8 +174,8 @@ def _offset(progress: Progress | None, before: int, total: int) -> Progress | No
 def dataset_path(source: str | os.PathLike[str], dataset_dir: str | os.PathLike[str]) -> Path:
     """The ``.npz`` file ``source`` names: a path, or a dataset name in ``dataset_dir``
     (either not a str or path: :class:`VaultArgumentError`)."""
-    text = _path_arg("source", source, "a .npz path or an OGBench dataset name")
-    folder = _path_arg("dataset_dir", dataset_dir, "a folder")
+    text = path_arg("source", source, "a .npz path or an OGBench dataset name")
+    folder = path_arg("dataset_dir", dataset_dir, "a folder")
     path = Path(text).expanduser()
     if path.is_file():
         return path.absolute()
@@ -187,15 +187,6 @@ def dataset_path(source: str | os.PathLike[str], dataset_dir: str | os.PathLike[
         f"name with {named} present), got no such file; OGBench's "
         "ogbench.download_datasets([name]) fetches one (rlvault never downloads)"
     )
-
-
-def _path_arg(name: str, value: Any, what: str) -> str:
-    """``value`` (a str or an ``os.PathLike`` of one) as a str; anything else is
-    :class:`VaultArgumentError` naming the argument."""
-    text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
-    if not isinstance(text, str):
-        raise VaultArgumentError(f"{name}: expected {what} (a str or path), got {kind(value)}")
-    return text
 
 
 def _dtype_arg(name: str, value: Any) -> np.dtype[Any]:

@@ -62,6 +62,7 @@ from typing import Any
 
 import numpy as np
 
+from vault._args import path_arg
 from vault._errors import (
     VaultArgumentError,
     VaultCorruptError,
@@ -319,7 +320,7 @@ def _joined(parts: list[dict[str, np.ndarray]], plan: Plan) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------ the plan
 def _builder(tfds: Any, source: str | os.PathLike[str]) -> Any:
-    text = os.fspath(source)
+    text = path_arg("source", source, "a TFDS dataset folder")
     from etils import epath
 
     if not (epath.Path(text) / "dataset_info.json").exists():
