@@ -424,23 +424,11 @@ class Dataset(DatasetReadMethods):
                 vault.close()
                 raise
         else:
-            vault = vault_of_writer(create_vault(where, self._shard_manifest(rows)))
+            vault = vault_of_writer(create_vault(where, shard_manifest(self._template, rows)))
         vault._after_close = functools.partial(
             shards_io.catalog_closed_shard, self._where, name, self._catalog_key
         )  # its entry in the catalog: the first reader of a finished dataset finds it there
         return vault
-
-    def _shard_manifest(self, rows: int | None) -> Manifest:
-        """The template itself (``created`` too: the dataset's), with ``rows`` if given: the
-        shards of one dataset share their manifest's bytes, which a reader parses once."""
-        template = self._template
-        if rows is None or rows == template.rows:
-            return template
-        leaves = tuple(
-            dataclasses.replace(leaf, chunk=(min(leaf.chunk[0], rows), *leaf.chunk[1:]))
-            for leaf in template.leaves
-        )
-        return dataclasses.replace(template, rows=rows, leaves=leaves)
 
     def _check_shard(self, name: str, manifest: Manifest) -> None:
         problems = structure_problems(self._template, manifest)
@@ -554,3 +542,16 @@ class Dataset(DatasetReadMethods):
             "timesteps": self.timesteps,
             "leaves": [leaf.name for leaf in self._template.leaves],
         }
+
+
+def shard_manifest(template: Manifest, rows: int | None) -> Manifest:
+    """A new shard's manifest: ``template`` itself (``created`` too: the dataset's), with
+    ``rows`` if given: the shards of one dataset share their manifest's bytes, which a reader
+    parses once."""
+    if rows is None or rows == template.rows:
+        return template
+    leaves = tuple(
+        dataclasses.replace(leaf, chunk=(min(leaf.chunk[0], rows), *leaf.chunk[1:]))
+        for leaf in template.leaves
+    )
+    return dataclasses.replace(template, rows=rows, leaves=leaves)

@@ -143,12 +143,12 @@ def derive_slice(
         if not picked:
             raise VaultReadError("rows selects no row")
         lo, hi = _read.time_range(src, start, stop)
+        target = _destination(dest, [src])
         if hi <= lo:
             raise VaultReadError(
                 f"{src.where}: the time range [{lo}, {hi}) selects no timestep (the vault has "
                 f"{src.length}); a derived vault holds at least one"
             )
-        target = _destination(dest, [src])
         with (
             building(target) as tmp,
             _new_vault(src, tmp, len(picked), codec, {"op": "slice", "start": lo}) as out,

@@ -169,7 +169,12 @@ def _head(values: np.ndarray, count: int = 8) -> str:
 def leaf_selection(snap: Snapshot, leaves: Sequence[str] | None) -> list[str]:
     """The leaf paths ``leaves`` names (every leaf for None): a non-empty list of known
     paths, each at most once."""
-    names = snap.names
+    return leaves_of(snap.names, snap.where, leaves)
+
+
+def leaves_of(names: list[str], where: str, leaves: Sequence[str] | None) -> list[str]:
+    """:func:`leaf_selection` among leaf paths ``names`` of the vault (or dataset) at
+    ``where``."""
     if leaves is None:
         return names
     if isinstance(leaves, (str, bytes)):
@@ -188,7 +193,7 @@ def leaf_selection(snap: Snapshot, leaves: Sequence[str] | None) -> list[str]:
         raise VaultArgumentError(f"leaves must be leaf paths (strings), got {not_str!r}")
     if not wanted:
         raise VaultReadError(
-            f"{snap.where}: leaves=[] selects no leaf; name at least one of {names}, or pass "
+            f"{where}: leaves=[] selects no leaf; name at least one of {names}, or pass "
             "None for every leaf"
         )
     known = set(names)
@@ -200,9 +205,9 @@ def leaf_selection(snap: Snapshot, leaves: Sequence[str] | None) -> list[str]:
             if unknown[0].startswith(prefix) and unknown[0][len(prefix) :] in known
             else ""
         )
-        raise VaultReadError(f"{snap.where}: unknown leaves {unknown}; the vault has {names}{hint}")
+        raise VaultReadError(f"{where}: unknown leaves {unknown}; the vault has {names}{hint}")
     if len(set(wanted)) != len(wanted):
-        raise VaultReadError(f"{snap.where}: leaves {wanted} name a leaf twice")
+        raise VaultReadError(f"{where}: leaves {wanted} name a leaf twice")
     return wanted
 
 

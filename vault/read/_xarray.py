@@ -70,6 +70,9 @@ def to_xarray(source: Any, *, leaves: Sequence[str] | None = None, episodes: boo
     Raises:
         VaultDependencyError: xarray or dask is missing (``pip install "rlvault[xarray]"``).
         VaultReadError: leaves that the vault does not have.
+        VaultArgumentError: a leaf whose variable would have the name of a dimension
+            (``row``, ``time``, ``episode`` or another leaf's item axis) or of an episode
+            variable: leave it out with ``leaves=`` (or pass ``episodes=False``).
 
     Examples:
         >>> import numpy as np
@@ -85,8 +88,7 @@ def to_xarray(source: Any, *, leaves: Sequence[str] | None = None, episodes: boo
     shards = getattr(source, "snapshots", None)
     if isinstance(shards, list) and hasattr(source, "template"):  # a Dataset of shards
         names = list(source.shards)
-        if shards:
-            _read.leaf_selection(shards[0], leaves)
+        _read.leaves_of(source.template.leaf_names, str(source.location), leaves)
         xr, _ = _require()
         nodes = {
             f"shards/{name}": _dataset(snap, leaves, with_episodes)
@@ -126,6 +128,16 @@ def _dataset(snap: Snapshot, leaves: Sequence[str] | None, with_episodes: bool) 
         )
         dims = dimension_names(name, len(leaf.shape))
         variables[variable_name(name)] = (dims, data, {"leaf": name})
+    dims_used = {dim for dims, _, _ in variables.values() for dim in dims}
+    if with_episodes and snap.manifest.episodes is not None:
+        dims_used.add(EPISODE_DIM)
+    clash = sorted(set(variables) & dims_used)
+    if clash:
+        raise VaultArgumentError(
+            f"{snap.where}: leaves {[variables[v][2]['leaf'] for v in clash]} have the names "
+            f"of dimensions {clash}, which xarray would turn into coordinates: leave them out "
+            "with leaves=[...] (and read them with read_numpy)"
+        )
     if with_episodes and snap.manifest.episodes is not None:
         taken = sorted(set(variables) & set(EPISODE_FIELDS))
         if taken:

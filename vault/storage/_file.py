@@ -39,12 +39,11 @@ from vault._errors import (
 from vault.format._limits import MAX_RECORD_BYTES
 from vault.format._records import LOCK_DIR, MANIFEST_KEY, ZARR_JSON, group_json
 from vault.storage._location import (
-    NO_MANIFEST,
     Capabilities,
     Location,
     LockHolder,
     OsExclusiveLock,
-    shard_of,
+    note_root,
     vault_kind,
 )
 from vault.storage._reclaim import Reclaimer
@@ -440,13 +439,7 @@ class FileLocation(Location):
                     kind = vault_kind(here.read, looks_like)
                 except VaultError as err:  # a vault (or not) that cannot be read: say why
                     kind = str(err)
-                if kind == "dataset":
-                    found.append((here, kind, None))
-                    datasets.append(dirpath)
-                elif kind == NO_MANIFEST and shard_of(dirpath, datasets):
-                    dirs[:] = []  # a shard being created (or whose create was killed)
-                elif kind is not None:
-                    found.append((here, "vault", None if kind == "ok" else kind))
+                if not note_root(found, datasets, here, dirpath, kind):
                     dirs[:] = []
         return sorted(found, key=lambda item: str(item[0]))
 

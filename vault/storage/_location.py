@@ -480,14 +480,8 @@ class Location(abc.ABC):
                 continue
             here = self.child(prefix) if prefix else self
             kind = vault_kind(here.read, looks_like=f"{prefix}{COMMIT_KEY}" in keys)
-            if kind == "dataset":
-                found.append((here, kind, None))
-                datasets.append(prefix)
-            elif kind == NO_MANIFEST and shard_of(prefix.rstrip("/"), datasets):
-                continue  # a shard being created (or whose create was killed) is not shown
-            elif kind is not None:
+            if not note_root(found, datasets, here, prefix, kind):
                 taken.append(prefix)
-                found.append((here, "vault", None if kind == "ok" else kind))
         return found
 
 
@@ -514,6 +508,28 @@ def vault_kind(read: Callable[[str], bytes | None], looks_like: bool) -> str | N
     if isinstance(attrs, dict) and isinstance(attrs.get(DATASET_ATTR), dict):
         return "dataset"
     return "zarr.json has no 'rlvault' attributes" if looks_like else None
+
+
+def note_root(
+    found: list[tuple[Location, str, str | None]],
+    datasets: list[str],
+    here: Location,
+    path: str,
+    kind: str | None,
+) -> bool:
+    """Note in ``found`` what ``kind`` (:func:`vault_kind`) says is at ``here`` (``path``: its
+    path or key prefix; a dataset root's also goes into ``datasets``); returns whether a search
+    goes on inside it (not inside a vault, nor a shard being created, which is not shown)."""
+    if kind == "dataset":
+        found.append((here, kind, None))
+        datasets.append(path)
+        return True
+    if kind == NO_MANIFEST and shard_of(path, datasets):
+        return False  # a shard being created (or whose create was killed)
+    if kind is not None:
+        found.append((here, "vault", None if kind == "ok" else kind))
+        return False
+    return True
 
 
 def shard_of(path: str, datasets: Sequence[str]) -> bool:

@@ -246,6 +246,11 @@ def grain_source(
     """
     if hasattr(vaults, "snapshots"):  # a dataset of shards: every shard
         listed = list(vaults.snapshots)
+        if not listed:
+            raise VaultReadError(
+                f"{vaults.location}: no window of {sequence_length!r} timesteps: the dataset "
+                "has no shard yet"
+            )
     else:
         listed = list(vaults) if isinstance(vaults, (list, tuple)) else [vaults]
     # a Vault gives the snapshot it reads now; anything else is checked by sources_arg
