@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -39,6 +40,7 @@ from record_and_train import (
     eval_greedy,
     mlp_init,
     scripted_action,
+    vault_command,
 )
 
 from vault import Dataset, is_dataset
@@ -149,14 +151,20 @@ def learn(root: str, actors: list[subprocess.Popen[bytes]], cfg: Settings) -> di
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small, fast run (for tests)")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"the dataset (default: {DEFAULT_OUT})")
     parser.add_argument("--actors", type=int, default=3, help="actor processes (default: 3)")
     parser.add_argument(
         "--overwrite", action="store_true", help="replace a local dataset already at --out"
     )
-    parser.add_argument("--role", choices=["learner", "actor"], default="learner")
+    parser.add_argument(
+        "--role",
+        choices=["learner", "actor"],
+        default="learner",
+        help="learner (default): start the --actors actor processes and train from the "
+        "dataset; actor: one actor process (the learner starts them with --index)",
+    )
     parser.add_argument("--index", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else DEFAULT
@@ -189,7 +197,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"episodes per shard {result['episodes_per_shard']}; behaviour cloning return "
         f"{result['bc_return']:+.3f}"
     )
-    print(f"look at it: vault info {args.out}; vault episodes {args.out} --sort return")
+    # as record_and_train prints its hints: runnable as printed (the path quoted for the
+    # shell; this environment's vault script when the one on PATH is not it)
+    command, where = vault_command(), shlex.quote(args.out)
+    print(f"look at it: {command} info {where}; {command} episodes {where} --sort return")
     return result
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import tempfile
 from typing import Any
 
@@ -49,7 +50,7 @@ def random_walk(steps: int, key: jax.Array) -> dict[str, jax.Array]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="directory for the vaults (default: a temporary one)")
     args = parser.parse_args(argv)
     steps = 1024
@@ -57,7 +58,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for path in (f"{root}/walks", f"{root}/best"):
         if os.path.lexists(path):
             parser.error(
-                f"{path} already exists; pass another --out, or delete it first (rm -r {path})"
+                f"{path} already exists; pass another --out, or delete it first "
+                f"(rm -r {shlex.quote(path)})"
             )
 
     data = jax.jit(random_walk, static_argnums=0)(steps, jax.random.key(0))
@@ -120,6 +122,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             valid.append(bool(part.valid.all()))
     shown = ", ".join(map(str, seen[:6])) + (", ..." if len(seen) > 6 else "")
     print(f"3. {len(seen)} windows of 256 steps, starting at {shown}")
+    if not args.out:  # say where, so that `vault info PATH` can look at them
+        print(f"the vaults walks and best are in a new temporary folder: {shlex.quote(root)}")
     return {
         "sub_times": (int(t.min()), int(t.max())),
         "sub_valid": bool(batch.valid.all()),

@@ -100,6 +100,6 @@ def main() -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.parse_args()  # no options; --help describes the example
     main()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import tempfile
 from typing import Any
 
@@ -38,14 +39,15 @@ def consecutive(pairs: Any) -> bool:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="vault location (default: a temporary directory)")
     args = parser.parse_args(argv)
     steps = 96
     path = args.out or tempfile.mkdtemp(prefix="rlvault-flat-") + "/vault"
     if os.path.lexists(path):
         parser.error(
-            f"{path} already exists; pass another --out, or delete it first (rm -r {path})"
+            f"{path} already exists; pass another --out, or delete it first "
+            f"(rm -r {shlex.quote(path)})"
         )
 
     # 4 rows of 64 timesteps; `add` takes one timestep of every environment ([4, ...]).
@@ -73,6 +75,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     offline = saved.read(capacity=buffer.max_length_time_axis)  # the last 64 steps per row
     again = sample(offline, jax.random.key(1))  # same buffer functions, same compiled code
     print(f"vault: {saved.committed_length} steps per row, {len(saved.episodes())} episodes")
+    if not args.out:  # say where, so that `vault info PATH` can look at it
+        print(f"the vault is in a new temporary folder: {shlex.quote(path)}")
     return {
         "steps": steps,
         "valid": bool(batch.valid.all()),

@@ -48,7 +48,7 @@ def expected_return(k: int) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.parse_args(argv)  # no options; --help describes the example
     steps = 256  # per environment: the buffer (128) wraps twice
 

@@ -22,7 +22,7 @@ ENVS, STEPS, SEQ, PERIOD = 8, 256, 4, 2
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.parse_args(argv)  # no options; --help describes the example
     updates = 40
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import tempfile
 from typing import Any
 
@@ -37,14 +38,15 @@ def discounted_returns(rewards: jax.Array, dones: jax.Array) -> jax.Array:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="vault location (default: a temporary directory)")
     args = parser.parse_args(argv)
     chunks = 4
     path = args.out or tempfile.mkdtemp(prefix="rlvault-trajectory-") + "/vault"
     if os.path.lexists(path):
         parser.error(
-            f"{path} already exists; pass another --out, or delete it first (rm -r {path})"
+            f"{path} already exists; pass another --out, or delete it first "
+            f"(rm -r {shlex.quote(path)})"
         )
 
     buffer = fbx.make_trajectory_buffer(
@@ -88,6 +90,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"the buffer holds {buffer.max_length_time_axis} steps per environment, "
         f"the vault all {history.shape[1]}"
     )
+    if not args.out:  # say where, so that `vault info PATH` can look at it
+        print(f"the vault is in a new temporary folder: {shlex.quote(path)}")
     return {
         "valid": bool(batch.valid.all()),
         "contiguous": bool(np.all(np.diff(obs, axis=1) == 1)),

@@ -472,7 +472,7 @@ def vault_command() -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a small, fast run (for tests)")
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"the vault (default: {DEFAULT_OUT})")
     parser.add_argument(
@@ -521,9 +521,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"  behaviour cloning        {result['bc_return']:+.3f}")
     print(f"  CQL (offline)            {result['cql_return']:+.3f}")
     command, where = vault_command(), shlex.quote(path)
+    # the plot goes next to the vault (runs/gridworld.png), never into it: a path given as
+    # DIR/ (as a shell completes a folder's name) is named without its trailing slashes
+    png = (path.rstrip("/") or path) + ".png"
     print("look at the data:")
     print(f"  {command} info {where}")
-    print(f"  {command} plot {where} --out {shlex.quote(path + '.png')}")
+    print(f"  {command} plot {where} --out {shlex.quote(png)}")
     print(f"  {command} verify {where}")
     result.update(
         path=path,

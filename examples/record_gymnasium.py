@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import tempfile
 from typing import Any
 
@@ -39,14 +40,15 @@ def policy(obs: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", help="vault location (default: a temporary directory)")
     args = parser.parse_args(argv)
     chunks = 6
     path = args.out or tempfile.mkdtemp(prefix="rlvault-gym-") + "/vault"
     if os.path.lexists(path):
         parser.error(
-            f"{path} already exists; pass another --out, or delete it first (rm -r {path})"
+            f"{path} already exists; pass another --out, or delete it first "
+            f"(rm -r {shlex.quote(path)})"
         )
 
     envs = gym.make_vec(
@@ -100,6 +102,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"mean return {table.returns.mean():.1f} (best {table.returns.max():.0f}); "
         f"{int(table.truncated.sum())} hit the time limit"
     )
+    if not args.out:  # say where, so that `vault info PATH` can look at it
+        print(f"the vault is in a new temporary folder: {shlex.quote(path)}")
     return {
         "committed_length": saved.committed_length,
         "steps": chunks * CHUNK,

@@ -52,6 +52,7 @@ from types import ModuleType
 from typing import Any, TextIO
 
 import jax
+from _argtypes import at_least, choices_list, out_file, positive_int
 from _buffer_workloads import (
     KINDS,
     LAYOUTS,
@@ -79,6 +80,9 @@ from _probes import (
 from _report import log
 
 PROBE_MARK = "BENCH_PROBE_JSON "
+# the smallest --capacity: three adds of 128 timesteps (the flat buffers sample pairs once
+# they hold 256 timesteps, min_length = the sample batch, which needs 3 per row of 128)
+MIN_CAPACITY = 384
 
 FULL = Config(
     capacity=500_000,
@@ -510,15 +514,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small capacity and few iterations")
     p.add_argument("--json", action="store_true", help="JSON to stdout (table to stderr)")
-    p.add_argument("--out", type=str, default=None, help="write the JSON to this path")
-    p.add_argument("--capacity", type=int, default=None, help="override the capacity")
-    p.add_argument("--repeats", type=int, default=None, help="override the repeat count")
-    p.add_argument("--inner", type=int, default=None, help="override timed runs per repeat")
+    p.add_argument("--out", type=out_file, default=None, help="write the JSON to this path")
+    p.add_argument(
+        "--capacity",
+        type=at_least(MIN_CAPACITY),
+        default=None,
+        help=f"override the capacity (at least {MIN_CAPACITY})",
+    )
+    p.add_argument("--repeats", type=positive_int, default=None, help="override the repeat count")
+    p.add_argument(
+        "--inner", type=positive_int, default=None, help="override timed runs per repeat"
+    )
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory probes")
     p.add_argument("--no-flashbax", action="store_true", help="benchmark rlvault alone")
     p.add_argument(
         "--kinds",
-        type=lambda v: tuple(v.split(",")),
+        type=lambda v: tuple(choices_list(KINDS)(v)),
         default=None,
         help=f"comma-separated buffer kinds (default: all of {','.join(KINDS)})",
     )
@@ -542,9 +553,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.inner is not None:
         cfg = dataclasses.replace(cfg, inner=args.inner)
     if args.kinds is not None:
-        unknown = sorted(set(args.kinds) - set(KINDS))
-        if unknown:
-            raise SystemExit(f"unknown buffer kinds {unknown}; known: {', '.join(KINDS)}")
         cfg = dataclasses.replace(cfg, kinds=args.kinds)
     cfg = dataclasses.replace(cfg, device=args.device)
     warnings.filterwarnings("ignore", category=DeprecationWarning)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _argtypes import choices_list, existing_dir, out_file, positive_float
 
 WIDTH = 256
 STEP = WIDTH * 4 + 4 * 2 + 4 + 1 + 1  # obs, action[2], reward, terminal, timeout (bytes)
@@ -324,19 +325,43 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+FORMATS = ("flashbax", "d4rl", "minari", "ogbench", "rlds")
+QUICK_GB = 0.004  # --quick: a few MB per format (also the smallest --gb: a few episodes)
+
+
+def _gb(text: str) -> float:
+    value = positive_float(text)
+    if value < QUICK_GB:
+        raise argparse.ArgumentTypeError(f"must be at least {QUICK_GB} (a few MB), got {text}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gb", type=float, default=1.0, help="raw GB per format (default 1)")
-    parser.add_argument("--quick", action="store_true", help="a few MB per format")
-    parser.add_argument("--formats", default="flashbax,d4rl,minari,ogbench,rlds")
-    parser.add_argument("--out", type=Path, help="write the JSON here")
-    parser.add_argument("--workdir", type=Path, help="where sources and vaults are written")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gb", type=_gb, default=None, help="raw GB per format (default 1)")
+    parser.add_argument(
+        "--quick", action="store_true", help=f"a few MB per format (--gb {QUICK_GB})"
+    )
+    parser.add_argument(
+        "--formats",
+        type=choices_list(FORMATS),
+        default=list(FORMATS),
+        help=f"comma-separated formats to run (default: {','.join(FORMATS)})",
+    )
+    parser.add_argument("--out", type=out_file, help="write the JSON here")
+    parser.add_argument(
+        "--workdir", type=existing_dir, help="an existing folder for the sources and vaults"
+    )
     args = parser.parse_args(argv)
-    gb = 0.004 if args.quick else args.gb
+    if args.quick and args.gb is not None:
+        parser.error("--quick is --gb 0.004: give one of them")
+    if len(set(args.formats)) != len(args.formats):
+        parser.error(f"--formats names a format twice: {','.join(args.formats)}")
+    gb = QUICK_GB if args.quick else (1.0 if args.gb is None else args.gb)
     workdir = Path(tempfile.mkdtemp(prefix="bench-convert-", dir=args.workdir))
     os.environ["MINARI_DATASETS_PATH"] = str(workdir / "minari-root")
     try:
-        rows = run(gb, workdir, args.formats.split(","))
+        rows = run(gb, workdir, args.formats)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     doc = {"gb": gb, "results": rows}

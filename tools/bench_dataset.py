@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _argtypes import out_file, positive_int
 from _probes import loadavg, machine_info
 from _report import fmt, log, write_json
 
@@ -289,9 +290,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--s3", action="store_true", help="also write to a local S3 server")
-    parser.add_argument("--steps", type=int, default=500, help="timesteps per append")
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--out", type=Path)
+    parser.add_argument(
+        "--steps", type=positive_int, default=500, help="timesteps per append (default 500)"
+    )
+    parser.add_argument(
+        "--repeats", type=positive_int, default=5, help="runs per timing, median (default 5)"
+    )
+    parser.add_argument("--out", type=out_file, help="write the JSON here")
     parser.add_argument(
         "--shards-only", action="store_true", help="only the 64-shard overhead (no writers)"
     )

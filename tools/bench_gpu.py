@@ -60,6 +60,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _argtypes import existing_dir, out_file, positive_int, positive_ints
 from _probes import MB, code_provenance, loadavg, machine_info, tree_nbytes
 from _report import Rows, fmt, log, table_lines, write_json
 from _vaults import block, create_vault, load_libraries, open_vault, quiet_stdout
@@ -400,9 +401,9 @@ def table(summary: dict[str, Any], cfg: Config) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="small smoke-test configuration")
-    p.add_argument("--out", type=Path, help="write the JSON here")
+    p.add_argument("--out", type=out_file, help="write the JSON here")
     p.add_argument("--no-flashbax", action="store_true", help="benchmark rlvault alone")
-    p.add_argument("--tmpdir", type=Path, help="parent of the temp directory")
+    p.add_argument("--tmpdir", type=existing_dir, help="parent of the temp directory")
     p.add_argument("--json", action="store_true", help="JSON on stdout (the table on stderr)")
     p.add_argument(
         "--sweep",
@@ -411,16 +412,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--stream-batches",
-        type=lambda v: tuple(int(x) for x in v.split(",")),
+        type=positive_ints,
         help="comma-separated batch sizes of the batches/s rows (default 256,4096)",
     )
     p.add_argument(
         "--stream-stacks",
-        type=lambda v: tuple(int(x) for x in v.split(",")),
+        type=positive_ints,
         help="the stack=S of each --stream-batches size for the stacked rows (default 32,4)",
     )
     for name in ("rows", "steps", "batch", "batches", "rounds"):
-        p.add_argument(f"--{name}", type=int, help=f"override the config's {name}")
+        p.add_argument(f"--{name}", type=positive_int, help=f"override the config's {name}")
     args = p.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     cfg = dataclasses.replace(
@@ -433,6 +434,13 @@ def main(argv: list[str] | None = None) -> int:
         cfg = dataclasses.replace(cfg, stream_stacks=args.stream_stacks)
     if len(cfg.stream_stacks) != len(cfg.stream_batches):
         p.error(f"--stream-stacks needs one stack per stream batch size {cfg.stream_batches}")
+    stacked = [b * s for b, s in zip(cfg.stream_batches, cfg.stream_stacks, strict=True)]
+    if cfg.rows * cfg.steps < max(cfg.batch, *stacked):
+        p.error(
+            f"--rows x --steps ({cfg.rows} x {cfg.steps}) holds fewer sequences than a batch "
+            f"of --batch ({cfg.batch}) or a stack of a stream batch "
+            f"(--stream-batches x --stream-stacks: {max(stacked)})"
+        )
     libs = load_libraries(args.no_flashbax, log)
     log(f"backend {jax.default_backend()}: {jax.devices()}; libraries {sorted(libs)}; {cfg}")
     with tempfile.TemporaryDirectory(prefix="bench_gpu_", dir=args.tmpdir) as tmp:

@@ -42,6 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from _argtypes import existing_dir, out_file
 from _probes import MB, code_provenance, loadavg, machine_info, package_version
 from _report import log, write_json
 from _workloads import VARIANTS, DataSource, example_timestep, make_frame_pool, step_nbytes
@@ -186,8 +187,10 @@ def table(results: list[dict[str, Any]]) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny data, one round")
-    parser.add_argument("--out", type=Path, help="write the JSON results here")
-    parser.add_argument("--tmpdir", type=Path, help="where to build the vaults")
+    parser.add_argument("--out", type=out_file, help="write the JSON results here")
+    parser.add_argument(
+        "--tmpdir", type=existing_dir, help="an existing folder to build the vaults in"
+    )
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     args = parser.parse_args(argv)
     try:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _argtypes import out_file, positive_float, positive_int
 
 ROWS, STEPS = 4, 4096
 OPS = ("open", "read", "stream", "episodes", "stats", "verify", "fingerprint")
@@ -211,9 +212,16 @@ def child(sound: str, hostile: str, rounds: int) -> None:
 # ------------------------------------------------------------------------------ main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--timeout", type=float, default=300)
-    parser.add_argument("--out", default=None, help="write the results as JSON here")
+    parser.add_argument(
+        "--rounds", type=positive_int, default=5, help="timed rounds per operation (default 5)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=positive_float,
+        default=300,
+        help="seconds before a variant's child process is killed as a hang (default 300)",
+    )
+    parser.add_argument("--out", type=out_file, default=None, help="write the results as JSON here")
     parser.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:

@@ -37,9 +37,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
+from _argtypes import at_least, out_file, positive_int
 from _recording import DEFAULTS, measure
 from _report import log
 
@@ -82,26 +82,54 @@ def _row(name: str, r: dict[str, Any]) -> str:
     )
 
 
+CODECS = ("auto", "zstd", "lz4", "blosc", "gzip")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=None, help="recording blocks per codec (6)")
-    parser.add_argument("--steps", type=int, default=None, help="steps per block (500)")
-    parser.add_argument("--every", type=int, default=None, help="steps between writes (250)")
     parser.add_argument(
-        "--quick", action="store_true", help="1 round of 300 steps, write every 100"
+        "--rounds", type=positive_int, default=None, help="recording blocks per codec (6)"
     )
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--steps",
+        type=positive_int,
+        default=None,
+        help="timed steps per block, a multiple of --every (500)",
+    )
+    parser.add_argument(
+        "--every", type=at_least(2), default=None, help="steps between writes (250)"
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"1 round of {QUICK['steps']} timed steps after {QUICK['every']} untimed, "
+        f"write every {QUICK['every']}",
+    )
+    parser.add_argument("--out", type=out_file, default=None, help="write the JSON here")
     parser.add_argument(
         "--codec",
         action="append",
+        choices=CODECS,
         default=None,
-        help="vault codec (auto, zstd, lz4, blosc, gzip); repeat to compare (default: auto)",
+        help=f"vault codec ({', '.join(CODECS)}); repeat to compare (default: auto)",
     )
     args = parser.parse_args(argv)
     cfg = dict(QUICK if args.quick else DEFAULTS)
     for key in ("rounds", "steps", "every"):
         if getattr(args, key) is not None:
             cfg[key] = getattr(args, key)
+    if cfg["steps"] % cfg["every"]:
+        parser.error(
+            f"--steps ({cfg['steps']}) must be a multiple of --every ({cfg['every']}): "
+            "each timed block holds whole write intervals"
+        )
+    if cfg["every"] > cfg["time_axis"]:
+        parser.error(
+            f"--every ({cfg['every']}) must be at most the buffer's time axis "
+            f"({cfg['time_axis']}{' with --quick' if args.quick else ''})"
+        )
+    if args.codec is not None and len(set(args.codec)) != len(args.codec):
+        parser.error(f"--codec names a codec twice: {args.codec}")
     codecs = tuple(args.codec or ["auto"])
     result = measure(cfg["rounds"], cfg["steps"], cfg["every"], cfg["time_axis"], codecs, log=log)
     result["command"] = " ".join(["python", "tools/bench_recording.py", *(argv or sys.argv[1:])])

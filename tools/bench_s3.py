@@ -94,6 +94,7 @@ from typing import Any
 import jax
 import numpy as np
 import tensorstore as ts
+from _argtypes import existing_dir, out_file, positive_int
 from _probes import MB, CpuClock, code_provenance, loadavg, machine_info, package_version
 from _report import log, write_json
 from _s3_raw import (
@@ -527,9 +528,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--quick", action="store_true", help="small smoke-test configuration")
     p.add_argument("--variant", choices=[*VARIANTS, "both"], default="both")
-    p.add_argument("--repeats", type=int, default=None, help="timed repeats (default 3)")
-    p.add_argument("--out", type=Path, default=None, help="write the JSON here")
-    p.add_argument("--tmpdir", type=Path, default=None, help="parent of the temp directory")
+    p.add_argument("--repeats", type=positive_int, default=None, help="timed repeats (default 3)")
+    p.add_argument("--out", type=out_file, default=None, help="write the JSON here")
+    p.add_argument("--tmpdir", type=existing_dir, default=None, help="parent of the temp directory")
     return p.parse_args(argv)
 
 
@@ -537,8 +538,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     cfg = QUICK if args.quick else FULL
     if args.repeats is not None:
-        if args.repeats < 1:
-            raise SystemExit("--repeats must be >= 1")
         cfg = dataclasses.replace(cfg, repeats=args.repeats)
     variants = list(VARIANTS) if args.variant == "both" else [args.variant]
     phases = Phases()

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 import jax
+from _argtypes import existing_dir, out_file
 from _probes import (
     MB,
     code_provenance,
@@ -385,8 +386,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--quick", action="store_true", help="small smoke-test configuration")
     p.add_argument("--variant", choices=[*VARIANTS, "both"], default="both")
-    p.add_argument("--out", type=Path, default=None, help="write the JSON here")
-    p.add_argument("--tmpdir", type=Path, default=None, help="parent of the temp directory")
+    p.add_argument("--out", type=out_file, default=None, help="write the JSON here")
+    p.add_argument("--tmpdir", type=existing_dir, default=None, help="parent of the temp directory")
     p.add_argument("--no-memory", action="store_true", help="skip the fresh-process RSS probes")
     p.add_argument("--probe-memory", default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)

@@ -84,6 +84,7 @@ from typing import Any
 
 import _first_read
 import _recording
+from _argtypes import existing_dir, out_file, positive_int
 from _probes import MB, code_provenance, loadavg, machine_info, measure_disk
 from _report import Rows, dig, log, ratio, table_lines, write_json
 from _vault_reads import print_probe, run_read_probes
@@ -578,8 +579,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="first read of a vault in a new process, per variant (default: on)",
     )
     p.add_argument("--no-flashbax", action="store_true", help="run rlvault only")
-    p.add_argument("--out", type=Path, default=None, help="write the JSON here")
-    p.add_argument("--tmpdir", type=Path, default=None, help="parent of the temp directory")
+    p.add_argument("--out", type=out_file, default=None, help="write the JSON here")
+    p.add_argument("--tmpdir", type=existing_dir, default=None, help="parent of the temp directory")
     p.add_argument(
         "--fbx-writes",
         action="append",
@@ -587,9 +588,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="VARIANT=N",
         help="cut Flashbax's run of a variant to N writes (e.g. image=4)",
     )
-    p.add_argument("--writes", type=int, default=None, help="override the number of writes")
+    p.add_argument(
+        "--writes", type=positive_int, default=None, help="override the number of writes"
+    )
     p.add_argument("--probe-read", default=None, help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.fbx_writes_parsed = {}
+    for item in args.fbx_writes:
+        name, _, n = item.partition("=")
+        if name not in VARIANTS or not n.isdigit() or int(n) < 1:
+            p.error(f"--fbx-writes takes VARIANT=N with VARIANT in {VARIANTS} and N >= 1: {item!r}")
+        args.fbx_writes_parsed[name] = int(n)
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -598,13 +608,7 @@ def main(argv: list[str] | None = None) -> int:
         print_probe(json.loads(args.probe_read))
         return 0
     cfg = QUICK if args.quick else FULL
-    fbx_writes = {}
-    for item in args.fbx_writes:
-        name, _, n = item.partition("=")
-        if name not in VARIANTS or not n.isdigit():
-            raise SystemExit(f"--fbx-writes takes VARIANT=N with VARIANT in {VARIANTS}: {item!r}")
-        fbx_writes[name] = int(n)
-    cfg = dataclasses.replace(cfg, fbx_writes=fbx_writes)
+    cfg = dataclasses.replace(cfg, fbx_writes=args.fbx_writes_parsed)
     if args.writes is not None:
         cfg = dataclasses.replace(cfg, writes=args.writes)
     variants = {"both": list(VARIANTS), "none": []}.get(args.variant, [args.variant])

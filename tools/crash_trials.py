@@ -66,6 +66,9 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # loaded by file path in the tests
+from _argtypes import existing_dir, non_negative_int, positive_int
+
 ROWS, T, STEP = 3, 64, 7  # buffer rows, time axis, timesteps per add (one write per add)
 FAULTS = ("random", "resize", "commit", "background", "tags")
 FAULT_CHUNK_TIME = 4  # time chunk of the targeted-fault vaults: frequent resizes
@@ -528,13 +531,20 @@ def run_trials(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=50)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--fault", choices=FAULTS, default="random")
-    parser.add_argument("--workdir", type=Path, default=None)
+    parser.add_argument("--trials", type=positive_int, default=50, help="trials (default 50)")
+    parser.add_argument("--seed", type=int, default=0, help="the trials' random seed")
+    parser.add_argument(
+        "--fault", choices=FAULTS, default="random", help="where the kill lands (default random)"
+    )
+    parser.add_argument(
+        "--workdir",
+        type=existing_dir,
+        default=None,
+        help="an existing folder for the trials' temporary folder (default: the system's)",
+    )
     parser.add_argument("--child", nargs=2, metavar=("PATH", "START"), help=argparse.SUPPRESS)
-    parser.add_argument("--skip", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--chunk-time", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--skip", type=non_negative_int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--chunk-time", type=non_negative_int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--markers", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--background", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _argtypes import non_negative_float, out_file, positive_float, positive_int
 from _soak_roles import (
     ROLES,
     ROWS,
@@ -345,29 +346,44 @@ class Conductor:
         return summary
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
+def _s3_url(text: str) -> str:
+    """``s3://bucket[/prefix]``: anything else is an argparse error (never a local folder)."""
+    bucket = text[len("s3://") :].split("/", 1)[0] if text.startswith("s3://") else ""
+    if not bucket:
+        raise argparse.ArgumentTypeError(f"must be an s3://bucket/prefix URL, got {text!r}")
+    return text
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--minutes", type=_positive, default=1.0)
-    parser.add_argument("--location", choices=("file", "s3"), default="file")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--generation-steps", type=int, default=20_000)
-    parser.add_argument("--disk-mib", type=int, default=64)
+    parser.add_argument(
+        "--minutes", type=positive_float, default=1.0, help="how long to run (default 1)"
+    )
+    parser.add_argument(
+        "--location", choices=("file", "s3"), default="file", help="where the vaults are"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the conductor's random seed")
+    parser.add_argument(
+        "--generation-steps",
+        type=positive_int,
+        default=20_000,
+        help="committed timesteps per vault before the next generation (default 20000)",
+    )
+    parser.add_argument(
+        "--disk-mib",
+        type=positive_int,
+        default=64,
+        help="size of the tmpfs of --location file (default 64)",
+    )
     parser.add_argument(
         "--kill-every",
-        type=float,
+        type=non_negative_float,
         default=4.0,
         help="mean seconds between kills of the writer (0: none)",
     )
     parser.add_argument(
         "--fill-every",
-        type=float,
+        type=non_negative_float,
         default=10.0,
         help="mean seconds between disk-full events (0: none)",
     )
@@ -375,9 +391,12 @@ def main(argv: list[str] | None = None) -> int:
         "--workdir", default=None, help="a folder for the run (default: a new temporary one)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
-    parser.add_argument("--json", default=None, help="write the figures to this file")
+    parser.add_argument(
+        "--json", type=out_file, default=None, help="write the figures to this file"
+    )
     parser.add_argument(
         "--s3-url",
+        type=_s3_url,
         default=None,
         help="with --location s3: use this s3://bucket/prefix on the server the AWS_* "
         "environment names instead of starting a SeaweedFS server",
@@ -385,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--role", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--url", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.s3_url is not None and args.location != "s3":
+        parser.error("--s3-url needs --location s3")
     args.storage = None
     if args.role is None:
         return Conductor(args).run()

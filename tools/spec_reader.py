@@ -11,6 +11,14 @@ commit's content fingerprint. Usage::
 
     python tools/spec_reader.py PATH_OR_URL [--at PIN] [--episodes]
 
+It prints JSON: for a vault its commit, committed length, seams, leaves (dtype and shape read)
+and fingerprint (``--episodes``: the episode table, open episodes included); for a dataset
+root (§5) the same for each of its shards, with their count and timesteps. ``--at`` pins a
+vault's commit by number, id or tag, and a dataset by a tag its shards carry (§4.7: each shard
+that has it, at its tagged commit). Exit status: 0 read; 1 refused, the stored objects break
+the specification (one line on stderr); 2 a bad argument: no vault or dataset at the location,
+a pin that names no commit (one line on stderr, after the usage).
+
 ``s3://bucket/prefix`` takes the endpoint, region and keys from the AWS environment variables,
 or s3fs ``storage_options`` given to :func:`open_vault`.
 """
@@ -50,6 +58,10 @@ class SpecError(Exception):
 
 class VersionError(SpecError):
     """A format version this reader does not know (newer)."""
+
+
+class PinError(SpecError):
+    """A pin that names no commit this vault can serve (§4.7): no such number, tag or id."""
 
 
 # ----------------------------------------------------------------------------- the store
@@ -381,26 +393,44 @@ class SpecVault:
         doc = parse_object(self.store.get(f"refs/{name}"), f"{self.store.url}/refs/{name}")
         return str(doc["commit"])
 
+    def has_tag(self, name: str) -> bool:
+        """Whether ``refs/<name>`` is there."""
+        return bool(_TAG_NAME.match(name)) and self.store.get(f"refs/{name}") is not None
+
     def at(self, pin: int | str) -> SpecVault:
         """This vault at the commit ``pin`` names: its number, its id, or a tag."""
         if isinstance(pin, int):
             seq, uid = pin, None
         else:
-            found = _COMMIT_ID.match(pin) or _COMMIT_ID.match(self._tag(pin))
+            found = _COMMIT_ID.match(pin)
+            if found is None:
+                if not _TAG_NAME.match(pin) or pin == "zarr.json":
+                    raise PinError(
+                        f"{self.store.url}: {pin!r} is not a commit number, id or tag name"
+                    )
+                if not self.has_tag(pin):
+                    raise PinError(f"{self.store.url}: no tag {pin!r}")
+                found = _COMMIT_ID.match(self._tag(pin))
             if found is None:
                 raise SpecError(f"{self.store.url}: tag {pin!r} does not name a commit id")
             seq, uid = int(found.group(1)), found.group(2)
         latest = int(self.commit.get("seq", 0))
         if seq == latest:
             record = self.commit
-        elif seq > latest:
-            raise SpecError(f"{self.store.url}: no commit {seq} (latest {latest})")
+        elif seq > latest or seq < 0:
+            raise PinError(f"{self.store.url}: no commit {seq} (latest {latest})")
         else:
-            record = self._record(self.store.get(f"history/{seq}"), f"history/{seq}")
+            raw = self.store.get(f"history/{seq}")
+            if raw is None:  # §4.7: the commit cannot be served
+                raise PinError(
+                    f"{self.store.url}: commit {seq} cannot be served (no history/{seq}; "
+                    f"latest {latest})"
+                )
+            record = self._record(raw, f"history/{seq}")
             if int(record.get("seq", 0)) != seq:
                 raise SpecError(f"{self.store.url}: history/{seq} holds another commit")
         if uid is not None and record.get("uid") != uid:
-            raise SpecError(f"{self.store.url}: commit {pin!r} is not this vault's")
+            raise PinError(f"{self.store.url}: commit {pin!r} is not this vault's")
         if record["committed_length"] > self.length:
             raise SpecError(f"{self.store.url}: a pinned commit longer than the latest")
         return SpecVault(self.store, self.manifest, record)
@@ -676,23 +706,83 @@ def open_dataset(url: str, storage_options: dict[str, Any] | None = None) -> Spe
 
 
 # ----------------------------------------------------------------------------- command
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("location")
-    parser.add_argument("--at", help="a commit number, id or tag")
-    parser.add_argument("--episodes", action="store_true", help="print the episode table")
-    args = parser.parse_args(argv)
-    vault = open_vault(args.location)
-    if args.at is not None:
-        vault = vault.at(int(args.at) if args.at.isdigit() else args.at)
+def summary(vault: SpecVault, episodes: bool = False) -> dict[str, Any]:
+    """What the command prints of one vault (or shard) at its commit."""
     data = vault.read()
-    summary: dict[str, Any] = {"commit": vault.commit_id, "committed_length": vault.length}
-    summary["seams"] = vault.seams
-    summary["leaves"] = {k: [str(v.dtype), list(v.shape)] for k, v in data.items()}
-    summary["fingerprint"] = vault.fingerprint()
-    if args.episodes:
-        summary["episodes"] = {k: v.tolist() for k, v in vault.episodes(True).items()}
-    print(json.dumps(summary, indent=1))
+    out: dict[str, Any] = {"commit": vault.commit_id, "committed_length": vault.length}
+    out["seams"] = vault.seams
+    out["leaves"] = {k: [str(v.dtype), list(v.shape)] for k, v in data.items()}
+    out["fingerprint"] = vault.fingerprint()
+    if episodes:
+        out["episodes"] = {k: v.tolist() for k, v in vault.episodes(True).items()}
+    return out
+
+
+def dataset_summary(
+    dataset: SpecDataset, at: str | None = None, episodes: bool = False
+) -> dict[str, Any]:
+    """What the command prints of a dataset root: each shard's :func:`summary`, at the tag
+    ``at`` (only the shards that have it, each at its tagged commit; §4.7)."""
+    shards = {name: dataset.shard(name) for name in dataset.shards}
+    if at is not None:
+        if _COMMIT_ID.match(at) or not _TAG_NAME.match(at) or at == "zarr.json":
+            raise PinError(
+                f"{dataset.store.url}: a dataset is pinned by a tag name (commit numbers and "
+                f"ids are each shard's own), got {at!r}"
+            )
+        shards = {name: v.at(at) for name, v in shards.items() if v.has_tag(at)}
+        if not shards:
+            raise PinError(f"{dataset.store.url}: no shard has the tag {at!r}")
+    out: dict[str, Any] = {"dataset": dataset.store.url, "format": DATASET_FORMAT}
+    if at is not None:
+        out["tag"] = at
+    out["timesteps"] = sum(v.rows * v.length for v in shards.values())
+    out["shards"] = {name: summary(v, episodes) for name, v in shards.items()}
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command: 0 read, 1 refused (the specification is broken), 2 a bad argument."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "location", help="a vault or a dataset root: a folder, file://PATH or s3://bucket/prefix"
+    )
+    parser.add_argument(
+        "--at", help="a commit number, id or tag (a dataset: a tag its shards carry)"
+    )
+    parser.add_argument(
+        "--episodes", action="store_true", help="print the episode table (of each shard)"
+    )
+    args = parser.parse_args(argv)
+    try:
+        store = Store(args.location)
+        raw = store.get("zarr.json")
+    except Exception as err:  # a missing folder, an unreachable or unknown bucket, ...
+        parser.error(f"cannot open {args.location}: {err}")
+    if raw is None:
+        parser.error(f"no vault or dataset at {args.location} (no zarr.json there)")
+    try:
+        root = parse_object(raw, f"{store.url}/zarr.json")
+        attrs = root.get("attributes")
+        attrs = attrs if isinstance(attrs, dict) else {}
+        if "rlvault" not in attrs and "rlvault_dataset" not in attrs:
+            parser.error(
+                f"{args.location} is neither a vault nor a dataset root (its zarr.json has "
+                "no rlvault attributes)"
+            )
+        if "rlvault_dataset" in attrs:
+            out = dataset_summary(SpecDataset(store), args.at, args.episodes)
+        else:
+            vault = SpecVault(store)
+            if args.at is not None:
+                vault = vault.at(int(args.at) if args.at.isdigit() else args.at)
+            out = summary(vault, args.episodes)
+    except PinError as err:
+        parser.error(str(err))
+    except SpecError as err:
+        print(f"{parser.prog}: refused: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(out, indent=1))
     return 0
 
 
