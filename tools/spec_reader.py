@@ -39,17 +39,24 @@ from typing import Any
 import numpy as np
 import zarr
 import zarr.api.asynchronous
+from _spec_layout import (
+    build_tree,
+    dimension_names,
+    grids,
+    index_metadata,
+    leaf_names,
+    normal_codecs,
+)
 from zarr.abc.store import SuffixByteRequest
 from zarr.core.buffer import default_buffer_prototype
 from zarr.core.sync import sync
 
 FORMAT = 5  # the newest format version this reader knows (§9)
 DATASET_FORMAT = 1
-INDEX_CHUNK = 8192  # episodes per chunk of the episode index (§4.4)
 TAG_CHUNK = 1024  # tags per chunk of a tag array (§4.5)
-_COMMIT_ID = re.compile(r"^(\d+)(?:-([0-9a-f]{4,64}))?$")
-_TAG_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9._-]{0,99}$")
-_SHARD_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_COMMIT_ID = re.compile(r"(\d+)(?:-([0-9a-f]{4,64}))?")  # (fullmatch: "$" allows "\n")
+_TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,99}")
+_SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class SpecError(Exception):
@@ -190,142 +197,6 @@ def check_manifest(doc: dict[str, Any], where: str) -> dict[str, Any]:
     return doc
 
 
-# ----------------------------------------------------------------------------- structure
-def node_names(node: dict[str, Any]) -> list[str]:
-    """§4.1.2: the node names of a container's children."""
-    kind = node["kind"]
-    if kind == "dict":
-        return [escape(k) for k in node["keys"]]
-    if kind in ("namedtuple", "dataclass"):
-        return list(node["fields"])
-    return [str(i) for i in range(len(node.get("children", [])))]
-
-
-def escape(key: str) -> str:
-    """§4.1.2: the node name of a dict key."""
-    if key == "":
-        return "%-"
-    out = "".join(
-        ch if (ch.isascii() and (ch.isalnum() or ch in "_.-~")) else _percent(ch) for ch in key
-    )
-    if out.startswith("."):
-        out = "%2E" + out[1:]
-    elif out.startswith("__"):
-        out = "%5F" + out[1:]
-    if out.lower() == "zarr.json":
-        out = f"%{ord(out[0]):02X}" + out[1:]
-    if out.lower().endswith(".__lock"):
-        out = out[: -len(".__lock")] + "%2E__lock"
-    return out
-
-
-def _percent(ch: str) -> str:
-    return "".join(f"%{b:02X}" for b in ch.encode("utf-8"))
-
-
-def leaf_names(node: dict[str, Any], prefix: str = "") -> list[str]:
-    if node["kind"] == "leaf":
-        return [prefix]
-    out: list[str] = []
-    for name, child in zip(node_names(node), node.get("children", []), strict=True):
-        out += leaf_names(child, f"{prefix}/{name}" if prefix else name)
-    return out
-
-
-def build_tree(node: dict[str, Any], values: list[Any]) -> Any:
-    """The leaves ``values`` (in leaf order) in the structure's containers (named tuples and
-    dataclasses as dicts of their fields)."""
-    it = iter(values)
-
-    def build(n: dict[str, Any]) -> Any:
-        kind = n["kind"]
-        if kind == "leaf":
-            return next(it)
-        if kind == "none":
-            return None
-        children = [build(c) for c in n["children"]]
-        if kind == "tuple":
-            return tuple(children)
-        if kind == "list":
-            return children
-        labels = n["keys"] if kind == "dict" else n["fields"]
-        return dict(zip(labels, children, strict=True))
-
-    return build(node)
-
-
-# ----------------------------------------------------------------------------- arrays
-def dimension_names(leaf: str, rank: int) -> list[str]:
-    """§4.2: ``row``, ``time``, then ``<variable>_<i>`` per item axis."""
-    variable = ".".join(part.replace(".", "%2E") for part in leaf.split("/"))
-    return ["row", "time", *[f"{variable}_{i}" for i in range(rank)]]
-
-
-def normal_codecs(codecs: list[dict[str, Any]], itemsize: int) -> list[dict[str, Any]]:
-    """§4.1.3: a codec chain as the array metadata states it (``bytes`` without configuration
-    for one-byte types, ``blosc`` with ``typesize``)."""
-    out = []
-    for codec in codecs:
-        codec = {k: v for k, v in codec.items() if not (k == "configuration" and v == {})}
-        if codec["name"] == "bytes" and itemsize == 1:
-            codec = {"name": "bytes"}
-        if codec["name"] == "blosc":
-            codec = {**codec, "configuration": {"typesize": itemsize, **codec["configuration"]}}
-        out.append(codec)
-    return out
-
-
-class Grid:
-    """How an array is cut along rows, time and item axes; ``bound``: the item chunks of each
-    place (row block, time chunk) bound to it, all in format 4, the first before (§4.5)."""
-
-    def __init__(self, key: str, rows: int, block: int | None, step: int, items: list[int]):
-        self.key, self.rows, self.row_block, self.step, self.items = key, rows, block, step, items
-        self.count = self.bound = int(np.prod(items, dtype=np.int64))
-
-    @property
-    def blocks(self) -> int:
-        return 1 if self.row_block is None else -(-self.rows // self.row_block)
-
-    def chunk(self, block: int, k: int, i: int = 0) -> str:
-        """The key of item chunk ``i`` (its flat index, C order) of place ``(block, k)``."""
-        parts = [block] if self.row_block is not None else []
-        at = np.unravel_index(i, self.items) if self.items else ()
-        return f"{self.key}/c/" + "/".join(map(str, [*parts, k, *map(int, at)]))
-
-    def bound_keys(self, k: int) -> list[str]:
-        """The chunks bound to time chunk ``k``'s places: by row block, then item chunk."""
-        return [self.chunk(b, k, i) for b in range(self.blocks) for i in range(self.bound)]
-
-
-def grids(manifest: dict[str, Any]) -> dict[str, Grid]:
-    """Every array of the vault by key: leaves in manifest order, then the episode index."""
-    out = {}
-    for leaf in manifest["leaves"]:
-        key, chunk = f"experience/{leaf['name']}", leaf["chunk"]
-        items = [-(-n // c) for n, c in zip(leaf["shape"], chunk[2:], strict=True)]
-        out[key] = Grid(key, manifest["rows"], chunk[0], chunk[1], items)
-        out[key].bound = out[key].bound if manifest["format_version"] >= 4 else 1
-    if manifest.get("episodes") is not None:
-        out["episodes/bounds"] = Grid("episodes/bounds", 1, None, INDEX_CHUNK, [1])
-        out["episodes/returns"] = Grid("episodes/returns", 1, None, INDEX_CHUNK, [])
-    return out
-
-
-def index_metadata(kind: str) -> dict[str, Any]:
-    codecs = [{"configuration": {"endian": "little"}, "name": "bytes"}]
-    codecs += [{"configuration": {"checksum": False, "level": 3}, "name": "zstd"}]
-    bounds, codecs = kind == "bounds", [*codecs, {"name": "crc32c"}]
-    return {
-        "data_type": "int64" if bounds else "float64",
-        "chunk_shape": [INDEX_CHUNK, 4] if bounds else [INDEX_CHUNK],
-        "codecs": codecs,
-        "fill_value": 0,
-        "dimension_names": ["episode", "field"] if bounds else ["episode"],
-        "item": [4] if bounds else [],
-    }
-
-
 # ----------------------------------------------------------------------------- a vault
 class SpecVault:
     """A vault at one commit, read as the specification says."""
@@ -385,7 +256,7 @@ class SpecVault:
         out = {}
         for key in self.store.listing("refs/"):
             name = key[len("refs/") :]
-            if _TAG_NAME.match(name) and name != "zarr.json":
+            if _TAG_NAME.fullmatch(name) and name != "zarr.json":
                 out[name] = self._tag(name)
         return out
 
@@ -395,22 +266,22 @@ class SpecVault:
 
     def has_tag(self, name: str) -> bool:
         """Whether ``refs/<name>`` is there."""
-        return bool(_TAG_NAME.match(name)) and self.store.get(f"refs/{name}") is not None
+        return bool(_TAG_NAME.fullmatch(name)) and self.store.get(f"refs/{name}") is not None
 
     def at(self, pin: int | str) -> SpecVault:
         """This vault at the commit ``pin`` names: its number, its id, or a tag."""
         if isinstance(pin, int):
             seq, uid = pin, None
         else:
-            found = _COMMIT_ID.match(pin)
+            found = _COMMIT_ID.fullmatch(pin)
             if found is None:
-                if not _TAG_NAME.match(pin) or pin == "zarr.json":
+                if not _TAG_NAME.fullmatch(pin) or pin == "zarr.json":
                     raise PinError(
                         f"{self.store.url}: {pin!r} is not a commit number, id or tag name"
                     )
                 if not self.has_tag(pin):
                     raise PinError(f"{self.store.url}: no tag {pin!r}")
-                found = _COMMIT_ID.match(self._tag(pin))
+                found = _COMMIT_ID.fullmatch(self._tag(pin))
             if found is None:
                 raise SpecError(f"{self.store.url}: tag {pin!r} does not name a commit id")
             seq, uid = int(found.group(1)), found.group(2)
@@ -684,7 +555,7 @@ class SpecDataset:
     def shards(self) -> list[str]:
         """The shards: folders under ``shards/`` whose root ``zarr.json`` is there."""
         names = [n.rstrip("/") for n in self.store.listing("shards/", one_level=True)]
-        names = [n for n in names if _SHARD_NAME.match(n)]
+        names = [n for n in names if _SHARD_NAME.fullmatch(n)]
         present = self.store.get_many([f"shards/{n}/zarr.json" for n in names])
         return [n for n, raw in zip(names, present, strict=True) if raw is not None]
 
@@ -725,7 +596,7 @@ def dataset_summary(
     ``at`` (only the shards that have it, each at its tagged commit; §4.7)."""
     shards = {name: dataset.shard(name) for name in dataset.shards}
     if at is not None:
-        if _COMMIT_ID.match(at) or not _TAG_NAME.match(at) or at == "zarr.json":
+        if _COMMIT_ID.fullmatch(at) or not _TAG_NAME.fullmatch(at) or at == "zarr.json":
             raise PinError(
                 f"{dataset.store.url}: a dataset is pinned by a tag name (commit numbers and "
                 f"ids are each shard's own), got {at!r}"
