@@ -55,12 +55,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     steps = 1024
     root = args.out or tempfile.mkdtemp(prefix="rlvault-sub-")
-    for path in (f"{root}/walks", f"{root}/best"):
-        if os.path.lexists(path):
-            parser.error(
-                f"{path} already exists; pass another --out, or delete it first "
-                f"(rm -r {shlex.quote(path)})"
-            )
+    taken = [p for p in (f"{root}/walks", f"{root}/best") if os.path.lexists(p)]
+    if taken:  # every one named, so that one deletion makes the next run work
+        parser.error(
+            f"{' and '.join(taken)} already exist{'s' if len(taken) == 1 else ''}; pass another "
+            f"--out, or delete {'it' if len(taken) == 1 else 'them'} first "
+            f"(rm -r {' '.join(shlex.quote(p) for p in taken)})"
+        )
 
     data = jax.jit(random_walk, static_argnums=0)(steps, jax.random.key(0))
     one_step = jax.tree.map(lambda x: x[0, 0], data)

@@ -313,7 +313,17 @@ def main() -> None:
         return
     appends = 4 if args.quick else 40
     shard_rows, shard_steps = (2, 200) if args.quick else (4, 2000)
-    result: dict[str, Any] = {"machine": machine_info(), "load_start": loadavg()}
+    result: dict[str, Any] = {
+        "machine": machine_info(),
+        "config": {
+            "quick": args.quick,
+            "s3": args.s3,
+            "steps": args.steps,
+            "repeats": args.repeats,
+            "shards_only": args.shards_only,
+        },
+        "load_start": loadavg(),
+    }
     with tempfile.TemporaryDirectory() as tmp:
         places = {"local": lambda i: str(Path(tmp) / f"w{i}")}
         server = None
@@ -338,18 +348,13 @@ def main() -> None:
         log(f"64 shards of {shard_rows} rows x {shard_steps} steps vs one vault of the same data")
         one, root = build_pair(Path(tmp), 64, shard_rows, shard_steps)
         result["shards_64"] = overhead(one, root, args.repeats)
-        log("streaming the 64-shard dataset with 1, then 2 JAX processes")
-        result["streams"] = [] if args.shards_only else [run_streams(root, n) for n in (1, 2)]
+        result["streams"] = []
+        if not args.shards_only:
+            log("streaming the 64-shard dataset with 1, then 2 JAX processes")
+            result["streams"] = [run_streams(root, n) for n in (1, 2)]
     result["load_end"] = loadavg()
-    print("| store | writers | MB | seconds | MB/s | vs 1 writer |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for row in result["writes"]:
-        base = next(r for r in result["writes"] if r["store"] == row["store"] and r["writers"] == 1)
-        print(
-            f"| {row['store']} | {row['writers']} | {fmt(row['mb'])} | {fmt(row['seconds'])} "
-            f"| {fmt(row['mb_s'])} | {row['mb_s'] / base['mb_s']:.2f} |"
-        )
-    print()
+    if result["writes"]:
+        print_writes(result["writes"])
     print(
         "| 64 shards vs one vault | one vault | dataset | dataset / vault (target <= 2) "
         "| dataset / floor |"
@@ -363,20 +368,39 @@ def main() -> None:
             cells = f"{fmt(row['vault_s'] * 1e3)} ms | {fmt(row['dataset_s'] * 1e3)} ms"
         above = f"{row['dataset_vs_floor']:.2f}" if "dataset_vs_floor" in row else ""
         print(f"| {row['metric']} | {cells} | {ratio} | {above} |")
-    print()
-    print("| JAX processes | batches per process | sequences/s per process | total sequences/s |")
-    print("|---:|---:|---:|---:|")
-    for row in result["streams"]:
-        rates = row["sequences_s_per_process"]
-        print(
-            f"| {row['processes']} | {row['batches'][0]} | {fmt(min(rates))} to {fmt(max(rates))} "
-            f"| {fmt(sum(rates))} |"
-        )
+    if result["streams"]:
+        print_streams(result["streams"])
     print(f"\nload average at start {result['load_start']}, at end {result['load_end']}")
     if args.out:
         write_json(args.out, result)
     else:
         log(json.dumps(result)[:200] + " ...")
+
+
+def print_writes(writes: list[dict[str, Any]]) -> None:
+    """The writers' table: MB/s per store and writer count, against one writer."""
+    print("| store | writers | MB | seconds | MB/s | vs 1 writer |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for row in writes:
+        base = next(r for r in writes if r["store"] == row["store"] and r["writers"] == 1)
+        print(
+            f"| {row['store']} | {row['writers']} | {fmt(row['mb'])} | {fmt(row['seconds'])} "
+            f"| {fmt(row['mb_s'])} | {row['mb_s'] / base['mb_s']:.2f} |"
+        )
+    print()
+
+
+def print_streams(streams: list[dict[str, Any]]) -> None:
+    """The streams' table: sequences per second with 1 and 2 JAX processes."""
+    print()
+    print("| JAX processes | batches per process | sequences/s per process | total sequences/s |")
+    print("|---:|---:|---:|---:|")
+    for row in streams:
+        rates = row["sequences_s_per_process"]
+        print(
+            f"| {row['processes']} | {row['batches'][0]} | {fmt(min(rates))} to {fmt(max(rates))} "
+            f"| {fmt(sum(rates))} |"
+        )
 
 
 if __name__ == "__main__":

@@ -180,8 +180,10 @@ def _run_op(op: str, path: str) -> str:
             Vault.open(path).episodes()
         elif op == "stats":
             vault.leaf_stats(Vault.open(path))
-        elif op == "verify":
-            vault.verify(path)
+        elif op == "verify":  # a report, not an exception: its verdict is the outcome
+            report = vault.verify(path)
+            n = len(report.problems)
+            return "sound" if report.ok else f"{n} problem{'' if n == 1 else 's'} found"
         else:
             Vault.open(path).fingerprint()
     except VaultError as err:

@@ -70,6 +70,22 @@ def test_an_existing_out_is_refused_with_the_fix(
     )
 
 
+def test_offline_sub_buffer_names_every_folder_in_the_way(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both of its vaults there: both named, so one deletion makes the next run work."""
+    for name in ("walks", "best"):
+        (tmp_path / name).mkdir()
+    with pytest.raises(SystemExit) as exited:
+        _load("offline_sub_buffer").main(["--out", str(tmp_path)])
+    assert exited.value.code == 2
+    walks, best = tmp_path / "walks", tmp_path / "best"
+    assert (
+        f"{walks} and {best} already exist; pass another --out, or delete them first "
+        f"(rm -r {walks} {best})" in capsys.readouterr().err
+    )
+
+
 def test_quickstart_flat(temp_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     result = _load("quickstart_flat").main([])
     path = _made(temp_dir, "rlvault-flat-") / "vault"
