@@ -140,7 +140,8 @@ def _set_by_level(nodes: Array, indices: Array, values: Array, valid: Array, lev
 
 
 def total(state: SumTreeState) -> Array:
-    return state.nodes[1]
+    """The sum of every priority: the root (one per tree of a state stacked by vmap/pmap)."""
+    return state.nodes[..., 1]
 
 
 def get(state: SumTreeState, indices: Array) -> Array:

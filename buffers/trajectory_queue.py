@@ -113,7 +113,8 @@ def occupancy(state: TrajectoryQueueState[Experience]) -> Array:
     """Unread timesteps per row."""
     state = accept_reference(state, "occupancy")
     check_queue_state(state, "occupancy")
-    _, t_len = tree_shape_prefix(state.experience, 2)
+    # (a state stacked by vmap/pmap has its stacking axes first: the time axis follows them)
+    t_len = tree_shape_prefix(state.experience, np.ndim(state.write_index) + 2)[-1]
     return jnp.where(state.is_full, t_len, (state.write_index - state.read_index) % t_len)
 
 
