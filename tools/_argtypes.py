@@ -12,6 +12,7 @@ import argparse
 import math
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 
 def _number(text: str, kind: type[int] | type[float]) -> int | float:
@@ -25,49 +26,29 @@ def _number(text: str, kind: type[int] | type[float]) -> int | float:
     return value
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1."""
-    value = int(_number(text, int))
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
+def _bound(kind: type[int] | type[float], low: float, above: bool) -> Callable[[str], Any]:
+    """A number of ``kind`` that is at least ``low`` (``above``: greater than ``low``)."""
+    rule = f"{'>' if above else 'at least'} {low:g}"
 
+    def parse(text: str) -> int | float:
+        value = kind(_number(text, kind))
+        if value < low or (above and value == low):
+            raise argparse.ArgumentTypeError(f"must be {rule}, got {text}")
+        return value
 
-def non_negative_int(text: str) -> int:
-    """An integer >= 0."""
-    value = int(_number(text, int))
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
+    parse.__name__ = f"{'integer' if kind is int else 'number'} {rule}"  # argparse names it
+    return parse
 
 
 def at_least(low: int) -> Callable[[str], int]:
     """An integer >= ``low``."""
-
-    def parse(text: str) -> int:
-        value = int(_number(text, int))
-        if value < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, got {text}")
-        return value
-
-    parse.__name__ = f"integer >= {low}"  # what argparse names in "invalid ... value"
-    return parse
+    return _bound(int, low, above=False)
 
 
-def positive_float(text: str) -> float:
-    """A finite number > 0."""
-    value = float(_number(text, float))
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
-def non_negative_float(text: str) -> float:
-    """A finite number >= 0."""
-    value = float(_number(text, float))
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
+positive_int = at_least(1)  # an integer >= 1
+non_negative_int = at_least(0)  # an integer >= 0
+positive_float = _bound(float, 0.0, above=True)  # a finite number > 0
+non_negative_float = _bound(float, 0.0, above=False)  # a finite number >= 0
 
 
 def positive_ints(text: str) -> tuple[int, ...]:

@@ -2044,7 +2044,8 @@ def test_a_reader_written_from_the_specification_reads_what_was_written(main: Wr
     latest = spec_read(root)
     ref = main.episodes[-1]
     open_rows = [r for r in range(ROWS) if ref["open"]["start"][r] < main.lengths[-1]]
-    assert len(latest.episodes["row"]) == len(ref["bounds"]) + len(open_rows)  # type: ignore[index]
+    assert latest.episodes is not None
+    assert len(latest.episodes["row"]) == len(ref["bounds"]) + len(open_rows)
     names = [leaf["name"] for leaf in m["leaves"]]
     assert list(latest.data) == names
     assert spec_fingerprint(root, latest) == Vault.open(str(root)).fingerprint()

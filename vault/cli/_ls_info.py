@@ -48,7 +48,7 @@ def info(
             "chunk": list(leaf.chunk),
             "codecs": _facts.codec_text(leaf.codecs),
             "raw_bytes": committed * rows * leaf.step_bytes,
-            "disk_bytes": disk_usage(vault.location, leaf=leaf.name),
+            "disk_bytes": disk_usage(vault, leaf=leaf.name),
         }
         for leaf in manifest.leaves
     ]

@@ -4,6 +4,7 @@ under a prefix, who holds a vault's writer lock, how much storage a vault uses."
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from vault._errors import VaultNotFoundError, VaultReadError
 from vault.format._records import MANIFEST_KEY, leaf_key, read_manifest_bytes
@@ -63,11 +64,11 @@ def lock_holder(location: LocationLike) -> LockHolder | None:
     return parse_location(location).lock_holder()
 
 
-def disk_usage(location: LocationLike, leaf: str | None = None) -> int | None:
+def disk_usage(location: LocationLike | Any, leaf: str | None = None) -> int | None:
     """Bytes the vault at ``location`` stores.
 
     Args:
-        location: the vault's (or a dataset's) path or URL.
+        location: the vault's (or a dataset's) path or URL, or an open :class:`Vault`.
         leaf: one leaf's path, to count only its arrays (a vault's).
 
     Returns:
@@ -77,12 +78,15 @@ def disk_usage(location: LocationLike, leaf: str | None = None) -> int | None:
         VaultNotFoundError: no vault or dataset there (or, with ``leaf``, no vault).
         VaultReadError: ``leaf`` is not one of the vault's leaves.
     """
-    where = parse_location(location)
-    raw = where.read(MANIFEST_KEY)
-    if raw is None:
-        raise VaultNotFoundError(f"no vault or dataset at {where} (no {MANIFEST_KEY})")
+    opened: Any = location  # an open Vault: its manifest is not read again
+    manifest = getattr(opened, "manifest", None)
+    where = parse_location(location if manifest is None else opened.location)
+    if manifest is None:
+        raw = where.read(MANIFEST_KEY)
+        if raw is None:
+            raise VaultNotFoundError(f"no vault or dataset at {where} (no {MANIFEST_KEY})")
     if leaf is not None:
-        names = read_manifest_bytes(raw, str(where)).leaf_names
+        names = (manifest or read_manifest_bytes(raw, str(where))).leaf_names
         if leaf not in names:
             raise VaultReadError(f"{where}: no leaf {leaf!r}; the leaves are {names}")
     return where.disk_usage("" if leaf is None else leaf_key(leaf))
