@@ -446,10 +446,16 @@ def test_cli_lists_inspects_verifies_and_unlocks_s3_vaults(
     assert refused.exit_code == 1
     assert "pass --yes" in refused.output
     assert vault.lock_holder(loc) is not None
-    broken = runner.invoke(app, ["unlock", loc, "--yes"])
+    broken = runner.invoke(app, ["unlock", loc, "--yes", "--json"])
     assert broken.exit_code == 0, broken.output
-    assert "writer lock broken" in broken.output
+    doc = json.loads(broken.stdout)
+    assert doc["path"] == loc
+    assert doc["broken"] is True
+    assert doc["holder"]["pid"] == os.getpid()
     assert vault.lock_holder(loc) is None
+    again = runner.invoke(app, ["unlock", loc, "--yes"])
+    assert again.exit_code == 0, again.output
+    assert "no writer lock was held" in again.output
     # an append sends its own lease check once CHECK_FRESH has passed since the last commit
     # (before that, the check sent with that commit stands: docs/format.md, section 8.3), and
     # these commands can all run within it on an idle machine

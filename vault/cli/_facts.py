@@ -30,10 +30,11 @@ def writer(vault: Vault) -> dict[str, Any]:
     holder = vault.lock_holder()
     if holder is None:
         return {"held": False, "holder": None}
-    return {"held": True, "holder": _holder_doc(holder)}
+    return {"held": True, "holder": holder_doc(holder)}
 
 
-def _holder_doc(holder: LockHolder) -> dict[str, Any] | None:
+def holder_doc(holder: LockHolder) -> dict[str, Any] | None:
+    """The holder as JSON (``pid``, ``host``, ``since``, ``thread``), None if it recorded none."""
     doc = dataclasses.asdict(holder)
     return doc if any(v is not None for v in doc.values()) else None
 

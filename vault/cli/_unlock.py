@@ -8,8 +8,10 @@ import typer
 
 from vault.cli._common import (
     EXIT_USAGE,
+    JsonOpt,
     PathArg,
     check_vault_path,
+    emit_json,
     exit_with,
     fail,
     say_error,
@@ -22,13 +24,16 @@ def unlock(
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Break it without asking (for scripts).")
     ] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """Break the writer lock (lease) of a vault on object storage whose writer died.
 
     A lease whose holder stopped renewing it can also be taken over once it expires; this
     frees it at once. A writer that is in fact still running loses the lock: its next
     commit fails, and nothing it wrote after its last commit is kept. Local vaults need no
-    unlocking (a dead writer's lock goes with its process).
+    unlocking (a dead writer's lock goes with its process): they are refused at once.
+    With --json: {"path", "holder" (pid, host, since, thread; null if none recorded),
+    "broken" (whether there was a lock)}.
     """
     import vault
 
@@ -39,6 +44,8 @@ def unlock(
             f"whose writer died, `vault unlock {path.rstrip('/')}/shards/NAME` (`vault ls "
             f"{path}` lists the shards)"
         )
+    if not vault.parse_location(path).capabilities.lease:
+        vault.break_lock(path)  # refused: the lock ends with its holder's process
     holder = vault.lock_holder(path)
     who = "nobody holds it (or the lease expired)" if holder is None else f"held by {holder}"
     if not yes:
@@ -50,6 +57,12 @@ def unlock(
             say_error("not unlocked")
             exit_with(EXIT_USAGE)
     had = vault.break_lock(path)
+    if as_json:
+        from vault.cli._facts import holder_doc
+
+        held = None if holder is None else holder_doc(holder)
+        emit_json({"path": path, "holder": held, "broken": had})
+        return
     stdout().print(
         f"{path}: " + ("writer lock broken" if had else "no writer lock was held"), markup=False
     )

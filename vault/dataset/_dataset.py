@@ -59,7 +59,7 @@ from vault.format._records import (
     parse_json,
 )
 from vault.storage._kinds import LocationLike, parse_location
-from vault.storage._location import ABSENT, Location
+from vault.storage._location import ABSENT, Location, vault_kind
 from vault.write._create import create_vault, plan_manifest
 
 if TYPE_CHECKING:
@@ -294,6 +294,10 @@ class Dataset(DatasetReadMethods):
         raw, raw_catalog = where.read_many([MANIFEST_KEY, catalog_io.CATALOG_KEY])
         doc = _root_doc(where, raw)
         if doc is None:
+            if raw is not None and vault_kind(lambda _key: raw, False) == "ok":
+                raise VaultNotFoundError(
+                    f"{where} is a vault, not a dataset of shards: open it with Vault.open"
+                )
             raise VaultNotFoundError(f"no dataset at {where} (no dataset {MANIFEST_KEY})")
         dataset = cls(where, _template_of(doc, where))
         dataset._write_catalog = bool(write_catalog)

@@ -428,6 +428,12 @@ def read_manifest_bytes(raw: bytes | None, where: str) -> Manifest:
     group = parse_json(raw, f"{where}/{MANIFEST_KEY}")
     doc = group.get("attributes", {}).get(MANIFEST_ATTR) if isinstance(group, dict) else None
     if not isinstance(doc, dict):
+        attrs = group.get("attributes") if isinstance(group, dict) else None
+        if isinstance(attrs, dict) and isinstance(attrs.get(DATASET_ATTR), dict):
+            raise VaultNotFoundError(
+                f"{where} is a dataset of shards, not a vault: open it with Dataset.open "
+                f"(`vault ls {where}` lists its shards, each a vault)"
+            )
         raise VaultNotFoundError(
             f"{where} is a Zarr node but not an rlvault vault (no '{MANIFEST_ATTR}' attributes)"
         )

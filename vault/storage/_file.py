@@ -33,6 +33,7 @@ from vault._errors import (
     VaultCorruptError,
     VaultError,
     VaultExistsError,
+    VaultLocationError,
     VaultLockedError,
     VaultStorageError,
 )
@@ -71,9 +72,27 @@ class FileLocation(Location):
     @classmethod
     def from_url(cls, text: str) -> FileLocation:
         """From a path or a ``file://`` URL (``#`` and ``?`` included: they are a file name's
-        characters), made absolute and normalised (TensorStore refuses ``../runs/v``)."""
-        if text[:7].lower() == "file://":
-            text = text[7:]
+        characters), made absolute and normalised (TensorStore refuses ``../runs/v``).
+
+        A URL's authority is a host, as TensorStore reads it (RFC 8089): ``file:///tmp/v`` and
+        ``file://localhost/tmp/v`` are ``/tmp/v``; another host (``file://server/tmp/v``,
+        or ``file://runs/v`` meant as a relative path) is a :class:`VaultLocationError`."""
+        if text[:5].lower() == "file:":
+            rest = text[5:]
+            if not rest.startswith("//"):
+                raise VaultLocationError(
+                    f"{text!r} is not a file URL (file:///ABSOLUTE/PATH); for a relative path "
+                    f"pass the plain path (./{text})"
+                )
+            host, slash, path = rest[2:].partition("/")
+            if host.lower() not in ("", "localhost"):
+                raise VaultLocationError(
+                    f"{text!r} names the host {host!r}: a file URL names a file on this machine "
+                    f"(file:///ABSOLUTE/PATH or file://localhost/ABSOLUTE/PATH); for a relative "
+                    f"path pass the plain path ({host}/{path}), for another machine's store an "
+                    "s3:// URL"
+                )
+            text = slash + path
         return cls(Path(os.path.abspath(Path(text).expanduser())))
 
     @property

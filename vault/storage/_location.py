@@ -63,6 +63,9 @@ class Capabilities:
         listing: keys can be listed (discovery, verify's missing-chunk check).
         conditional_writes: compare-and-swap writes.
         persistent: data outlives the process.
+        lease: the writer lock is a lease that can outlive a dead holder until it expires
+            (``break_lock`` / ``vault unlock`` frees it at once); False where the lock ends
+            with its holder's process and there is never one to break.
     """
 
     exclusive_lock: bool
@@ -71,6 +74,7 @@ class Capabilities:
     listing: bool
     conditional_writes: bool
     persistent: bool
+    lease: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

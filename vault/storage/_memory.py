@@ -10,7 +10,7 @@ import threading
 import weakref
 from typing import Any
 
-from vault._errors import VaultLockedError
+from vault._errors import VaultLocationError, VaultLockedError
 from vault.storage._location import Capabilities, Location, LockHolder, OsExclusiveLock
 from vault.storage._writer_id import holder_record, locked_message
 
@@ -38,7 +38,9 @@ class MemoryLocation(Location):
     @classmethod
     def from_url(cls, text: str) -> MemoryLocation:
         """From ``memory://NAME``: everything after ``://`` (``#`` and ``?`` included)."""
-        return cls(text.split("://", 1)[1])
+        if text[:9].lower() != "memory://":
+            raise VaultLocationError(f"{text!r} is not a memory URL: write memory://NAME")
+        return cls(text[9:])
 
     @property
     def spec(self) -> dict[str, Any]:

@@ -193,6 +193,7 @@ class S3Location(Location):
         listing=True,
         conditional_writes=True,
         persistent=True,
+        lease=True,
     )
     remote = True
 

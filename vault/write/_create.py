@@ -62,7 +62,7 @@ from vault.storage._arrays import (
     create_array,
     dimension_names,
 )
-from vault.storage._location import Location
+from vault.storage._location import NO_MANIFEST, Location, vault_kind
 from vault.write._faults import run_point
 from vault.write._plan import BufferView
 from vault.write._writer import Writer
@@ -280,7 +280,13 @@ def create_vault(location: Location, manifest: Manifest, publish: bool = True) -
     """Create the vault of ``manifest`` at ``location`` and return its writer (holding the
     lock). ``publish`` false: the manifest is left out until :func:`publish_manifest` (a
     vault built in staging, which is no vault until then)."""
-    if location.read(MANIFEST_KEY) is not None:
+    if (kind := vault_kind(location.read, True)) == "dataset":
+        raise VaultExistsError(
+            f"a dataset of shards already exists at {location}: add a shard to it with "
+            "Dataset.open(path).shard(name) (or Dataset.create(path, ..., exist_ok=True)); to "
+            "start afresh, choose a new path or delete the old one first"
+        )
+    if kind != NO_MANIFEST:
         raise VaultExistsError(
             f"a Zarr node already exists at {location}: to add to a vault there, open it with "
             "Vault.open(path, mode='a'); to start afresh, choose a new path or delete the old "
