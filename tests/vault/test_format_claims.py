@@ -1698,7 +1698,8 @@ def test_a_derived_vault_records_where_it_comes_from_in_derived_from(
 
     given = {"env": "CartPole-v1", "n": 1, "x": 1.0}
     sliced, rest = split(derived, main.root)  # derive_slice of a vault
-    assert sliced == {"op": "slice", "start": DERIVED_START}
+    main_length = Vault.open(str(main.root)).committed_length
+    assert sliced == {"op": "slice", "start": DERIVED_START, "stop": main_length, "rows": [0, 2]}
     assert rest == given
     assert type(rest["x"]) is float
     # derive_episodes of it: its own record nested inside, the chain kept whole
@@ -1727,7 +1728,7 @@ def test_a_derived_vault_records_where_it_comes_from_in_derived_from(
     v.close()
     vault.derive_slice(str(mine), str(tmp_path / "mine-slice"), start=1)
     record, rest = split(tmp_path / "mine-slice", mine)
-    assert record == {"op": "slice", "start": 1, "derived_from": "by hand"}
+    assert record == {"op": "slice", "start": 1, "stop": 3, "rows": [0], "derived_from": "by hand"}
     assert rest == {"k": [1]}
     # a dataset: derive_slice names each shard (5.2: the template kept), derive_episodes the
     # shards the episodes came from, its source the first shard
@@ -1739,7 +1740,9 @@ def test_a_derived_vault_records_where_it_comes_from_in_derived_from(
     assert kept["template"] == template
     for name in ("alpha", "beta"):
         record, rest = split(tmp_path / "ds-slice" / "shards" / name, ds_root / "shards" / name)
-        assert record == {"op": "slice", "start": 1, "shard": name}
+        stop = source.vault(name).committed_length
+        rows = list(range(source.vault(name).rows))
+        assert record == {"op": "slice", "start": 1, "stop": stop, "rows": rows, "shard": name}
         assert rest == {"d": 1}
     table = source.episodes()
     vault.derive_episodes(source, str(tmp_path / "ds-episodes"), table)

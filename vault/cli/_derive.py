@@ -57,6 +57,7 @@ def _report(vault: Vault, out: str, json_out: bool, **extra: Any) -> None:
     """What was written: JSON with the vault's location, or one line naming it as typed."""
     doc = {
         "path": vault.location,
+        "kind": "vault",
         "rows": vault.rows,
         "committed": vault.committed_length,
         **episode_counts(vault),

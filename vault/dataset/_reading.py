@@ -93,7 +93,8 @@ class DatasetReadMethods:
 
     @property
     def leaf_names(self) -> list[str]:
-        """Every leaf's path, sorted."""
+        """Every leaf's path, in the structure's leaf order (a dict's keys sorted, a tuple's or
+        named tuple's fields in order: the order ``jax.tree_util`` flattens it in)."""
         return self._template.leaf_names
 
     @property

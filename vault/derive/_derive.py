@@ -151,11 +151,17 @@ def derive_slice(
             )
         with (
             building(target) as tmp,
-            _new_vault(src, tmp, len(picked), codec, {"op": "slice", "start": lo}) as out,
+            _new_vault(src, tmp, len(picked), codec, _slice_op(lo, hi, picked)) as out,
         ):
             known = _starts_known(src, picked, lo)
             _copy(src, out, picked, lo, hi, known, progress, 0, hi - lo)
     return Vault.open(target)
+
+
+def _slice_op(lo: int, hi: int, rows: list[int]) -> dict[str, Any]:
+    """The ``derived_from`` record of a slice: its time range and the source's rows, in the
+    new vault's order (docs/format.md, section 4.1.1)."""
+    return {"op": "slice", "start": lo, "stop": hi, "rows": rows}
 
 
 def _dataset_slice(
@@ -212,7 +218,7 @@ def _dataset_slice(
     with building(target) as tmp:
         for name in sorted(ranges):
             src, (lo, hi), chosen = snaps[name], ranges[name], picked[name]
-            op = {"op": "slice", "start": lo, "shard": name}
+            op = {**_slice_op(lo, hi, chosen), "shard": name}
             where = tmp.child(f"{SHARDS}/{name}")
             with _new_vault(src, where, len(chosen), codec, op) as out:
                 known = _starts_known(src, chosen, lo)

@@ -319,7 +319,9 @@ class Vault(EpisodeMethods, ReadMethods, WriteMethods, CommitMethods):
 
     @property
     def leaf_names(self) -> list[str]:
-        """Every leaf's path (``"obs"``, ``"info/x"``), sorted."""
+        """Every leaf's path (``"obs"``, ``"info/x"``), in the structure's leaf order (a
+        dict's keys sorted, a tuple's or named tuple's fields in order: the order
+        ``jax.tree_util`` flattens it in)."""
         return self._snap.names
 
     @property

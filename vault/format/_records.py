@@ -221,7 +221,8 @@ class Manifest:
 
     @property
     def leaf_names(self) -> list[str]:
-        """Every leaf's path, sorted."""
+        """Every leaf's path, in the structure's leaf order (a dict's keys sorted, a tuple's or
+        named tuple's fields in order: the order ``jax.tree_util`` flattens it in)."""
         return [leaf.name for leaf in self.leaves]
 
     def leaf(self, name: str) -> LeafSpec:

@@ -286,7 +286,7 @@ class _Checker:
             itemsize = np.dtype(arr.dtype).itemsize
             decoded = max(1, math.prod(arr.chunk or [1]) * itemsize)
             blosc = decoded if self.blosc.get(arr.key) else None
-            batch: list[tuple[str, Any]] = []
+            batch: list[tuple[str, str, Any]] = []
             for index in present:
                 key = chunk_key(index, *arr.encoding)
                 place = f"{arr.key} chunk {'.'.join(map(str, index))}"
@@ -295,14 +295,14 @@ class _Checker:
                         [f"{arr.key}/{key}"], max_encoded_bytes(decoded), blosc
                     )
                 except VaultCorruptError as err:
-                    self.problem(place, _one_line(err))
+                    self.problem(place, f"{_span(arr, index)}{_one_line(err)}")
                     self.tick(1)
                     continue
                 region = tuple(
                     slice(i * c, min((i + 1) * c, e))
                     for i, c, e in zip(index, arr.chunk or [], arr.extent, strict=True)
                 )
-                batch.append((place, arr.handle[region].read()))
+                batch.append((place, _span(arr, index), arr.handle[region].read()))
                 if len(batch) >= READ_BATCH_CHUNKS or len(batch) * decoded >= READ_BATCH_BYTES:
                     self.settle(batch)
             self.settle(batch)
@@ -327,8 +327,8 @@ class _Checker:
             if stores_fill:
                 self.problem(
                     f"{arr.key} chunk {'.'.join(map(str, index))}",
-                    f"chunk file {arr.key}/{named[-1]} is missing (its values would read as "
-                    "the fill value)",
+                    f"{_span(arr, index)}chunk file {arr.key}/{named[-1]} is missing (its values "
+                    "would read as the fill value)",
                 )
             if len(named) >= MAX_NAMED:
                 break
@@ -390,18 +390,28 @@ class _Checker:
             "the fill value, so a deleted chunk cannot be told from such a chunk",
         )
 
-    def settle(self, batch: list[tuple[str, Any]]) -> None:
-        for place, future in batch:
+    def settle(self, batch: list[tuple[str, str, Any]]) -> None:
+        for place, span, future in batch:
             try:
                 future.result()
             except ValueError as err:
                 typed = storage_failure(self.location, err)
                 if typed is not None:  # not the data: the storage would not give it
                     raise typed from err
-                self.problem(place, f"corrupt: {_one_line(err)}")
+                self.problem(place, f"{span}corrupt: {_one_line(err)}")
         self.report.chunks_checked += len(batch)
         self.tick(len(batch))
         batch.clear()
+
+
+def _span(arr: _Array, index: tuple[int, ...]) -> str:
+    """The timesteps that chunk ``index`` of a leaf's array holds, as a problem's message
+    starts (``"timesteps 12-15: "``); empty for the other arrays."""
+    if not arr.key.startswith(f"{EXPERIENCE}/") or not arr.chunk or len(index) < 2:
+        return ""
+    step = arr.chunk[1]
+    last = min((index[1] + 1) * step, arr.extent[1]) - 1
+    return f"timesteps {index[1] * step}-{last}: "
 
 
 def _one_line(err: BaseException | str) -> str:

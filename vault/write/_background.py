@@ -33,7 +33,9 @@ class BackgroundQueue:
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._pending: collections.deque[concurrent.futures.Future[None]] = collections.deque()
         self._error: BaseException | None = None
-        self._unseen: list[BaseException | None] = [None]  # failed, not raised to a caller yet
+        # failed, not raised to a caller yet: the error in words only (the error itself holds
+        # its traceback, whose frames hold this queue, which the finalizer must not keep alive)
+        self._unseen: list[str | None] = [None]
         weakref.finalize(self, _report_unseen, self._unseen, where or "a vault")
 
     @property
@@ -64,7 +66,8 @@ class BackgroundQueue:
         try:
             job()
         except BaseException as err:
-            self._error = self._unseen[0] = err
+            self._error = err
+            self._unseen[0] = f"{type(err).__name__}: {err}"
 
     def wait(self) -> BaseException | None:
         """Wait for every queued job; returns (and clears) the first error, if any."""
@@ -88,16 +91,15 @@ class BackgroundQueue:
             self._pool = None
 
 
-def _report_unseen(unseen: list[BaseException | None], where: str) -> None:
+def _report_unseen(unseen: list[str | None], where: str) -> None:
     """Log the error of a background write that no caller saw (the queue is being dropped)."""
     err = unseen[0]
     if err is not None:
         unseen[0] = None
         _log.error(
             "%s: a background write failed, and the writer was dropped (or the process ended) "
-            "before a later write, flush() or close() could raise it: %s: %s. The vault is at "
+            "before a later write, flush() or close() could raise it: %s. The vault is at "
             "its last commit: that write and every one queued after it were not committed.",
             where,
-            type(err).__name__,
             err,
         )
