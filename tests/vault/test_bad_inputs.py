@@ -259,7 +259,7 @@ CASES = [
          VaultLocationError, "a vault location is a path, a URL or a kvstore spec, got int"),
     Case("open-unknown-scheme", lambda c: Vault.open("gs://bucket/v"), VaultLocationError,
          "unsupported vault location scheme 'gs'"),
-    Case("open-s3-bad-storage", lambda c: Vault.open("s3://b/v", storage={"retries": "3"}),
+    Case("open-s3-bad-storage", lambda c: Vault.open("s3://bkt/v", storage={"retries": "3"}),
          VaultLocationError, "storage setting 'retries' must be a number"),
     Case("open-pin-float", lambda c: Vault.open(c.path, at=1.5), VaultArgumentError,
          "at must be a commit number, a commit id or a tag name, got float"),

@@ -114,12 +114,12 @@ def test_configuration_follows_the_aws_environment_and_storage_overrides_it(
 
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.setenv("AWS_PROFILE", "research")
-    assert parse_location("s3://b/p").spec["aws_credentials"] == {
+    assert parse_location("s3://bkt/p").spec["aws_credentials"] == {
         "type": "profile",
         "profile": "research",
     }
-    raw = {"driver": "s3", "bucket": "b", "path": "x/", "endpoint": "http://127.0.0.1:7"}
-    assert str(parse_location(raw)) == "s3://b/x"
+    raw = {"driver": "s3", "bucket": "bkt", "path": "x/", "endpoint": "http://127.0.0.1:7"}
+    assert str(parse_location(raw)) == "s3://bkt/x"
     assert parse_location(raw).spec["endpoint"] == "http://127.0.0.1:7"
 
 
@@ -142,7 +142,7 @@ def test_failures_are_typed_fast_and_never_show_secrets(s3_env: S3TestServer) ->
     # an endpoint where nothing listens: the default retry policy would take ~15 minutes
     started = time.monotonic()
     with pytest.raises(vault.VaultStorageError, match="cannot reach the S3 endpoint"):
-        Vault.open("s3://b/p", storage={"endpoint": "http://127.0.0.1:9"})
+        Vault.open("s3://bkt/p", storage={"endpoint": "http://127.0.0.1:9"})
     assert time.monotonic() - started < 10
     wrong = {
         "endpoint": s3_env.endpoint,

@@ -39,10 +39,12 @@ are built in place behind a ``.rlvault-partial`` marker, see ``Location.staging`
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import hashlib
 import logging
 import os
+import re
 import socket
 import tempfile
 import time
@@ -183,6 +185,11 @@ def _credentials_file(key: str, secret: str, token: Any) -> str:
     return path
 
 
+# S3's bucket names as TensorStore checks them (legacy names: capitals and '_' allowed)
+_BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]+[A-Za-z0-9]")
+_IPV4 = re.compile(r"\d{1,3}(\.\d{1,3}){3}")
+
+
 class S3Location(Location):
     """A prefix of an S3 bucket."""
 
@@ -201,6 +208,25 @@ class S3Location(Location):
         if not bucket:
             raise VaultLocationError("an s3:// location needs a bucket: s3://BUCKET/PREFIX")
         path = path.strip("/")
+        where = f"s3://{bucket}/{path}"
+        if not _BUCKET.fullmatch(bucket) or any(bad in bucket for bad in ("..", ".-", "-.")):
+            raise VaultLocationError(
+                f"{where}: {bucket!r} is not a valid S3 bucket name (at least 3 characters: "
+                "letters, digits, '.', '-' and '_', beginning and ending with a letter or digit, "
+                "no '..')"
+            )
+        if _IPV4.fullmatch(bucket) or bucket.startswith("xn--"):
+            raise VaultLocationError(
+                f"{where}: {bucket!r} is not a valid S3 bucket name (not an IP address, no "
+                "'xn--' prefix)"
+            )
+        dots = [part for part in path.split("/") if part in (".", "..")]
+        if dots:
+            raise VaultLocationError(
+                f"{where}: an object key cannot hold the path segment {dots[0]!r} (S3 keys are "
+                "not paths: such a key is signed as written and sent normalised, so every "
+                "request would be refused); write the prefix without it"
+            )
         self.bucket = bucket
         self.path = f"{path}/" if path else ""
         self.config = config
@@ -281,6 +307,20 @@ class S3Location(Location):
             values = [f.result() for f in futures]
         return [bytes(v.value) if v.state == "value" else None for v in values]
 
+    def prepare(self) -> None:
+        """The bucket exists: a listing of the prefix, which a missing bucket refuses
+        (``VaultNotFoundError`` naming it; a PUT into it would create it on some servers)."""
+        self.is_empty()
+
+    def contains(self, other: Location) -> bool:
+        """``other`` lies at or under this prefix of the same bucket on the same endpoint,
+        whatever credentials either was opened with."""
+        return (
+            isinstance(other, S3Location)
+            and (other.config.endpoint, other.bucket) == (self.config.endpoint, self.bucket)
+            and other.path.startswith(self.path)
+        )
+
     def is_empty(self) -> bool:
         with self.failures("list the location"):
             keys = self.kvstore().list().result()
@@ -336,10 +376,15 @@ def _reachable(endpoint: str, timeout: float, where: str) -> None:
     if endpoint in _REACHED:
         return
     parsed = urlparse(endpoint)
+    host = parsed.hostname or ""
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
     try:
-        with socket.create_connection((parsed.hostname or "", port), timeout=timeout):
-            pass
+        with socket.create_connection((host, port), timeout=timeout) as conn:
+            # a server that accepts connections but never answers (stopped, or hung) would
+            # hold every request for the HTTP client's stall limit: ask for any answer at all
+            # (an HTTP reply, a TLS alert, a close) within the same time
+            conn.sendall(f"HEAD / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
+            answered = _answers(conn)
     except OSError as err:
         raise VaultStorageError(
             f"{where}: cannot reach the S3 endpoint {endpoint} ({err.strerror or err}) within "
@@ -347,7 +392,25 @@ def _reachable(endpoint: str, timeout: float, where: str) -> None:
             "the server runs",
             err.errno,
         ) from None
+    if not answered:
+        raise VaultStorageError(
+            f"{where}: the S3 endpoint {endpoint} accepts connections but does not answer "
+            f"within {timeout:g} s (connect_timeout); check that the server runs and is not "
+            "overloaded",
+            errno.ETIMEDOUT,
+        )
     _REACHED.add(endpoint)
+
+
+def _answers(conn: socket.socket) -> bool:
+    """Whether anything (bytes, or the connection closed) comes back before the timeout."""
+    try:
+        conn.recv(1)
+    except TimeoutError:
+        return False
+    except OSError:
+        return True  # reset: an answer of sorts (the server is alive)
+    return True
 
 
 def s3_error(
