@@ -7,7 +7,6 @@ Everything comes from the public ``vault`` API: the typed manifest, ``vault.disk
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -107,20 +106,3 @@ def dataset_summary(dataset: Dataset) -> dict[str, Any]:
         "rlvault_version": template.rlvault_version,
         "leaf_count": len(template.leaves),
     }
-
-
-def codec_text(codecs: Iterable[Mapping[str, Any]]) -> str:
-    """``blosc(zstd-1, shuffle) + crc32c`` from a Zarr v3 codec chain (``bytes`` omitted)."""
-    parts = []
-    for codec in codecs:
-        name = codec.get("name")
-        conf = codec.get("configuration", {}) or {}
-        if name == "bytes":
-            continue
-        if name == "blosc":
-            parts.append(f"blosc({conf.get('cname')}-{conf.get('clevel')}, {conf.get('shuffle')})")
-        elif "level" in conf:
-            parts.append(f"{name}-{conf['level']}")
-        else:
-            parts.append(str(name))
-    return " + ".join(parts) or "none"

@@ -27,6 +27,7 @@ def info(
     """Structure (leaves, shapes, dtypes, codecs, chunks), sizes, episodes, metadata, writer,
     the commit (with --json its content fingerprint) and tags; --at shows an older commit."""
     from vault import Vault, disk_usage, is_dataset
+    from vault.storage._arrays import codec_text
 
     check_vault_path(path)
     if is_dataset(path):
@@ -46,7 +47,7 @@ def info(
             "shape": [rows, committed, *leaf.shape],
             "dtype": leaf.dtype,
             "chunk": list(leaf.chunk),
-            "codecs": _facts.codec_text(leaf.codecs),
+            "codecs": codec_text(leaf.codecs),
             "raw_bytes": committed * rows * leaf.step_bytes,
             "disk_bytes": disk_usage(vault, leaf=leaf.name),
         }

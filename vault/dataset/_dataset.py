@@ -58,6 +58,7 @@ from vault.format._records import (
     group_json,
     parse_json,
 )
+from vault.storage._arrays import codec_text
 from vault.storage._kinds import LocationLike, parse_location
 from vault.storage._location import ABSENT, Location, vault_kind
 from vault.write._create import create_vault, plan_manifest
@@ -141,6 +142,27 @@ def structure_problems(template: Manifest, manifest: Manifest) -> list[str]:
     return out
 
 
+def setting_problems(
+    template: Manifest, asked: Manifest, codec: bool, chunk: dict[str, Any]
+) -> list[str]:
+    """How the codecs (where ``codec``: given) and the chunks of the leaves in ``chunk`` of
+    ``asked`` (a joining actor's plan) depart from the dataset's ``template``."""
+    out = []
+    like = shard_manifest(template, asked.rows)  # a shard of the asked rows, as it would be
+    for want, got in zip(like.leaves, asked.leaves, strict=True):
+        if codec and want.codecs != got.codecs:
+            out.append(
+                f"leaf {want.name!r} has codec {codec_text(want.codecs)}, not the "
+                f"{codec_text(got.codecs)} asked (leave codec= and level= out to join)"
+            )
+        if want.name in chunk and want.chunk != got.chunk:
+            out.append(
+                f"leaf {want.name!r} has chunk {list(want.chunk)}, not the {list(got.chunk)} "
+                "asked (leave chunk= out to join)"
+            )
+    return out
+
+
 def default_shard_name() -> str:
     """``<host>-<pid>-<random>``: unique across processes and machines."""
     host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:40] or "host"
@@ -177,6 +199,7 @@ class Dataset(DatasetReadMethods):
         self._write_catalog = False  # Dataset.open(write_catalog=True) allows it
         self._catalog_writes = 0
         self._catalog_found = "absent"  # what open found: "absent", "damaged" or "valid"
+        self._shard_rows: int | None = None  # rows of a new shard (None: the template's)
 
     # ------------------------------------------------------------------------ entry points
     @classmethod
@@ -210,7 +233,9 @@ class Dataset(DatasetReadMethods):
             truncated_leaf: as in :meth:`Vault.create`.
             reward_leaf: as in :meth:`Vault.create`.
             exist_ok: open a dataset already there with the same structure instead (every
-                actor can call this at start; exactly one creates it).
+                actor can call this at start; exactly one creates it). ``rows`` then sets
+                the rows of the shards this object makes; a ``codec``, ``level`` or
+                ``chunk`` given must be the dataset's.
             storage: as in :meth:`Vault.create`.
 
         Returns:
@@ -218,7 +243,8 @@ class Dataset(DatasetReadMethods):
 
         Raises:
             VaultExistsError: a dataset is there (without ``exist_ok``), or something else.
-            VaultStructureError: with ``exist_ok``, the dataset there has another structure.
+            VaultStructureError: with ``exist_ok``, the dataset there has another structure,
+                or other codecs or chunks than those given.
             VaultArgumentError: ``exist_ok`` not True or False (and the arguments that
                 :meth:`Vault.create` refuses).
         """
@@ -251,12 +277,16 @@ class Dataset(DatasetReadMethods):
                 "exist_ok=True"
             )
         theirs = _template_of(existing, where)
-        problems = structure_problems(theirs, template)
+        problems = structure_problems(theirs, template) or setting_problems(
+            theirs, template, codec != "auto" or level is not None, chunk or {}
+        )
         if problems:
             raise VaultStructureError(
                 f"{where}: the dataset there has another structure: " + "; ".join(problems)
             )
-        return cls(where, theirs)
+        dataset = cls(where, theirs)
+        dataset._shard_rows = rows  # this actor's shards: the rows it asked for
+        return dataset
 
     @classmethod
     def open(
@@ -388,7 +418,8 @@ class Dataset(DatasetReadMethods):
 
         Args:
             name: the shard's name (default: host, process id and a random part).
-            rows: the shard's rows (default: the dataset's).
+            rows: the shard's rows (default: those given to ``Dataset.create``, else the
+                dataset's).
 
         Returns:
             The shard's vault, open for appending.
@@ -412,26 +443,34 @@ class Dataset(DatasetReadMethods):
                 "a shard name is 1 to 128 letters, digits, '.', '_' or '-' (not starting with "
                 f"'.', '_' or '-'), got {name!r}"
             )
-        if rows is not None:
-            rows = int_arg("rows", rows, 1)
+        rows = self._shard_rows if rows is None else int_arg("rows", rows, 1)
         where = self._where.child(f"{SHARDS}/{name}")
         if where.read(MANIFEST_KEY) is not None:
-            vault = Vault.open(where, mode="a")
-            try:
-                self._check_shard(name, vault.manifest)
-                if rows is not None and rows != vault.rows:
-                    raise VaultStructureError(
-                        f"{self._where}: shard {name!r} exists with {vault.rows} rows, not "
-                        f"{rows}: open it without rows=, or name a new shard"
-                    )
-            except BaseException:
-                vault.close()
-                raise
+            vault = self._open_shard(where, name, rows)
         else:
-            vault = vault_of_writer(create_vault(where, shard_manifest(self._template, rows)))
+            try:
+                vault = vault_of_writer(create_vault(where, shard_manifest(self._template, rows)))
+            except VaultExistsError:
+                if where.read(MANIFEST_KEY) is None:
+                    raise
+                vault = self._open_shard(where, name, rows)  # created meanwhile elsewhere
         vault._after_close = functools.partial(
             shards_io.catalog_closed_shard, self._where, name, self._catalog_key
         )  # its entry in the catalog: the first reader of a finished dataset finds it there
+        return vault
+
+    def _open_shard(self, where: Location, name: str, rows: int | None) -> Vault:
+        vault = Vault.open(where, mode="a")  # a writer at it: VaultLockedError naming it
+        try:
+            self._check_shard(name, vault.manifest)
+            if rows is not None and rows != vault.rows:
+                raise VaultStructureError(
+                    f"{self._where}: shard {name!r} exists with {vault.rows} rows, not "
+                    f"{rows}: open it without rows=, or name a new shard"
+                )
+        except BaseException:
+            vault.close()
+            raise
         return vault
 
     def _check_shard(self, name: str, manifest: Manifest) -> None:
@@ -514,9 +553,6 @@ class Dataset(DatasetReadMethods):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        return f"Dataset({self._where}, shards={len(self._shards)})"
-
     def check_catalog(self) -> dict[str, Any]:
         """Check the catalog found at open against the shards it served (``vault verify``).
 
@@ -528,24 +564,6 @@ class Dataset(DatasetReadMethods):
         """
         used, problems = shards_io.audit_catalog(list(self._shards.values()))
         return {"state": self._catalog_found, "used": used, "problems": problems}
-
-    def describe(self) -> dict[str, Any]:
-        """Returns a JSON-ready summary: shards with rows, committed length and commit id."""
-        return {
-            "path": self.location,
-            "kind": "dataset",
-            "shards": [
-                {
-                    "shard": name,
-                    "rows": v.rows,
-                    "committed": v.length,
-                    "commit": v.commit_id,
-                }
-                for name, v in self._shards.items()
-            ],
-            "timesteps": self.timesteps,
-            "leaves": [leaf.name for leaf in self._template.leaves],
-        }
 
 
 def shard_manifest(template: Manifest, rows: int | None) -> Manifest:

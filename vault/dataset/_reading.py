@@ -213,3 +213,25 @@ class DatasetReadMethods:
         """Raise :class:`VaultNotFoundError` if the dataset has no shard yet."""
         if not self.shards:
             raise VaultNotFoundError(f"{self.location}: the dataset has no shard yet")
+
+    def __repr__(self) -> str:
+        return f"Dataset({self._where}, shards={len(self._shards)})"
+
+    def describe(self) -> dict[str, Any]:
+        """Returns a JSON-ready summary: shards with rows, committed length and commit id."""
+        return {
+            "path": self.location,
+            "kind": "dataset",
+            "shards": [
+                {
+                    "shard": name,
+                    "rows": v.rows,
+                    "committed": v.length,
+                    "commit": v.commit_id,
+                }
+                for name, v in self._shards.items()
+            ],
+            "timesteps": self.timesteps,
+            "leaves": [leaf.name for leaf in self._template.leaves],
+        }
+

@@ -34,7 +34,7 @@ from vault.dataset._dataset import SHARDS, Dataset, root_json
 from vault.facade._vault import Vault
 from vault.format import _structure
 from vault.format._episodes import EpisodeTable
-from vault.format._records import MANIFEST_KEY
+from vault.format._records import MANIFEST_KEY, Manifest
 from vault.read import _read
 from vault.storage._kinds import LocationLike, parse_location
 from vault.storage._location import (
@@ -216,13 +216,16 @@ def _dataset_slice(
         )
     total, copied = sum(hi - lo for lo, hi in ranges.values()), 0
     with building(target) as tmp:
+        held: list[tuple[Location, Manifest]] = []
         for name in sorted(ranges):
             src, (lo, hi), chosen = snaps[name], ranges[name], picked[name]
             op = {**_slice_op(lo, hi, chosen), "shard": name}
             where = tmp.child(f"{SHARDS}/{name}")
-            with _new_vault(src, where, len(chosen), codec, op) as out:
+            with _new_vault(src, where, len(chosen), codec, op, held) as out:
                 known = _starts_known(src, chosen, lo)
                 copied = _copy(src, out, chosen, lo, hi, known, progress, copied, total)
+        for where, manifest in held:
+            publish_manifest(where, manifest)
         with tmp.failures("write the dataset's root"):  # last: only now is it a dataset
             tmp.kvstore().write(MANIFEST_KEY, root_json(dataset.template)).result()
     return Dataset.open(target)
@@ -540,10 +543,18 @@ def _write_failure(err: BaseException, target: Location, tmp: Location) -> Vault
 
 @contextlib.contextmanager
 def _new_vault(
-    src: Snapshot, location: Location, rows: int, codec: str | None, op: dict[str, Any]
+    src: Snapshot,
+    location: Location,
+    rows: int,
+    codec: str | None,
+    op: dict[str, Any],
+    held: list[tuple[Location, Manifest]] | None = None,
 ) -> Iterator[Writer]:
     """The writer of a new vault at ``location`` shaped like ``src``; closed (its lock
-    released) when the block ends, however it ends."""
+    released) when the block ends, however it ends, and then published: its manifest
+    written, or, given ``held``, added there for the caller to publish later (the shards of
+    a dataset, each published only once all are copied: where a build cannot be staged and
+    renamed, a killed build must leave no shard that reads as a vault)."""
     out = _create_like(src, location, rows, codec, op)
     try:
         yield out
@@ -552,7 +563,10 @@ def _new_vault(
             out.close()
         raise
     out.close()
-    publish_manifest(location, out.snapshot.manifest)  # last: only now is it a vault
+    if held is None:
+        publish_manifest(location, out.snapshot.manifest)  # last: only now is it a vault
+    else:
+        held.append((location, out.snapshot.manifest))
 
 
 def _create_like(

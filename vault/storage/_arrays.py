@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -52,6 +53,23 @@ def codec_chain(codec: str | None, level: int | None) -> list[dict[str, Any]]:
         chain.append(CODECS[codec](3 if level is None else level))
     chain.append({"name": "crc32c"})
     return chain
+
+
+def codec_text(codecs: Iterable[Mapping[str, Any]]) -> str:
+    """``blosc(zstd-1, shuffle) + crc32c`` from a Zarr v3 codec chain (``bytes`` omitted)."""
+    parts = []
+    for codec in codecs:
+        name = codec.get("name")
+        conf = codec.get("configuration", {}) or {}
+        if name == "bytes":
+            continue
+        if name == "blosc":
+            parts.append(f"blosc({conf.get('cname')}-{conf.get('clevel')}, {conf.get('shuffle')})")
+        elif "level" in conf:
+            parts.append(f"{name}-{conf['level']}")
+        else:
+            parts.append(str(name))
+    return " + ".join(parts) or "none"
 
 
 def choose_chunk(rows: int, item_shape: tuple[int, ...], dtype: np.dtype) -> list[int]:

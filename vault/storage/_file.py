@@ -72,28 +72,10 @@ class FileLocation(Location):
     @classmethod
     def from_url(cls, text: str) -> FileLocation:
         """From a path or a ``file://`` URL (``#`` and ``?`` included: they are a file name's
-        characters), made absolute and normalised (TensorStore refuses ``../runs/v``).
-
-        A URL's authority is a host, as TensorStore reads it (RFC 8089): ``file:///tmp/v`` and
-        ``file://localhost/tmp/v`` are ``/tmp/v``; another host (``file://server/tmp/v``,
-        or ``file://runs/v`` meant as a relative path) is a :class:`VaultLocationError`."""
-        if text[:5].lower() == "file:":
-            rest = text[5:]
-            if not rest.startswith("//"):
-                raise VaultLocationError(
-                    f"{text!r} is not a file URL (file:///ABSOLUTE/PATH); for a relative path "
-                    f"pass the plain path (./{text})"
-                )
-            host, slash, path = rest[2:].partition("/")
-            if host.lower() not in ("", "localhost"):
-                raise VaultLocationError(
-                    f"{text!r} names the host {host!r}: a file URL names a file on this machine "
-                    f"(file:///ABSOLUTE/PATH or file://localhost/ABSOLUTE/PATH); for a relative "
-                    f"path pass the plain path ({host}/{path}), for another machine's store an "
-                    "s3:// URL"
-                )
-            text = slash + path
-        return cls(Path(os.path.abspath(Path(text).expanduser())))
+        characters), made absolute and normalised (TensorStore refuses ``../runs/v``). As
+        TensorStore reads a URL (RFC 8089), ``file://localhost/tmp/v`` is ``/tmp/v`` and any
+        other host (``file://runs/v`` too) is a :class:`VaultLocationError`."""
+        return cls(Path(os.path.abspath(Path(_url_path(text)).expanduser())))
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -337,6 +319,13 @@ class FileLocation(Location):
             errno.ENOTDIR,
         )
 
+    def top_names(self) -> set[str]:
+        with self.failures("list the location"):
+            try:
+                return {entry.name for entry in os.scandir(self.path)}
+            except FileNotFoundError:
+                return set()
+
     def is_empty(self) -> bool:
         with self.failures("list the location"):
             try:
@@ -399,12 +388,7 @@ class FileLocation(Location):
     # ------------------------------------------------------------------------- the rest
     def disk_usage(self, prefix: str = "") -> int:
         """Sum of the sizes of every file under ``prefix`` (links are not followed)."""
-        total = 0
-        for dirpath, _dirs, files in os.walk(self.path / prefix):
-            for name in files:
-                with contextlib.suppress(FileNotFoundError):
-                    total += os.lstat(os.path.join(dirpath, name)).st_size
-        return total
+        return _disk_usage(self.path / prefix)
 
     @contextlib.contextmanager
     def staging(self) -> Iterator[Location]:
@@ -474,6 +458,36 @@ class FileLocation(Location):
 
 STAGING_SWEEPS = (0.02, 0.1, 0.3)
 """Pauses (seconds) after which a failed build's staged folder is removed again."""
+
+
+def _url_path(text: str) -> str:
+    """The path of a ``file://`` URL (a plain path as it is); see ``FileLocation.from_url``."""
+    if text[:5].lower() != "file:":
+        return text
+    rest = text[5:]
+    if not rest.startswith("//"):
+        raise VaultLocationError(
+            f"{text!r} is not a file URL (file:///ABSOLUTE/PATH); for a relative path pass the "
+            f"plain path (./{text})"
+        )
+    host, slash, path = rest[2:].partition("/")
+    if host.lower() not in ("", "localhost"):
+        raise VaultLocationError(
+            f"{text!r} names the host {host!r}: a file URL names a file on this machine "
+            "(file:///ABSOLUTE/PATH or file://localhost/ABSOLUTE/PATH); for a relative path pass "
+            f"the plain path ({host}/{path}), for another machine's store an s3:// URL"
+        )
+    return slash + path
+
+
+def _disk_usage(root: Path) -> int:
+    """Sum of the sizes of every file under ``root`` (links are not followed)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
 
 
 def _remove_staged(tmp: Path, settle: bool) -> None:

@@ -431,15 +431,25 @@ class Location(abc.ABC):
                     self.clear()
 
     def abandoned_build(self) -> bool:
-        """Returns whether this holds what an interrupted build of a vault left.
+        """Returns whether this holds what an interrupted build of a vault or a dataset left.
 
-        That is a commit record without a manifest, and no writer at work.
+        A vault's: a commit record without a manifest, and no writer at work. A dataset's:
+        shards without the dataset's root ``zarr.json`` (which a dataset's creator writes
+        first, and a derive last), none with a writer at work.
         """
-        return (
-            self.read(COMMIT_KEY) is not None
-            and self.read(MANIFEST_KEY) is None
-            and self.lock_holder() is None
-        )
+        if self.read(MANIFEST_KEY) is not None:
+            return False
+        if self.read(COMMIT_KEY) is not None:
+            return self.lock_holder() is None
+        prefix = f"{SHARDS}/"
+        try:
+            keys = [bytes(k).decode(errors="replace") for k in self.kvstore().list().result()]
+        except (OSError, ValueError):  # a file where the folder would be: nobody's build
+            return False
+        if not keys or not all(k.startswith(prefix) for k in keys):
+            return False
+        names = {k[len(prefix) :].split("/", 1)[0] for k in keys}
+        return all(self.child(f"{SHARDS}/{name}").lock_holder() is None for name in names)
 
     def clear(self) -> None:
         """Remove everything stored under the root: what a create that failed half-way left.
@@ -450,6 +460,13 @@ class Location(abc.ABC):
 
         with self.failures("remove a half-made vault"):
             self.kvstore().delete_range(ts.KvStore.KeyRange("", "")).result()
+
+    def top_names(self) -> set[str]:
+        """Returns the names directly under the root (of keys; and of folders, where the store
+        has folders: an empty one left by a killed process is named too)."""
+        with self.failures("list the location"):
+            keys = self.kvstore().list().result()
+        return {bytes(k).decode(errors="replace").partition("/")[0] for k in keys}
 
     def is_empty(self) -> bool:
         """Returns whether nothing is stored under the root."""

@@ -301,6 +301,11 @@ def create_vault(location: Location, manifest: Manifest, publish: bool = True) -
                 f"{location} holds an unfinished copy (a derive or import that was "
                 "interrupted): run it again to replace it, or delete what is there"
             )
+        if location.read(MANIFEST_KEY) is not None:  # another process's create finished
+            raise VaultExistsError(
+                f"a vault was created at {location} meanwhile (by another writer): to add to "
+                "it, open it with Vault.open(path, mode='a')"
+            )
         raise VaultExistsError(
             f"{location} is not empty and holds no vault ({_contents(location)}): "
             "create the vault in a new or empty directory, or move what is there away"
@@ -340,10 +345,9 @@ def interrupted_create(location: Location) -> bool:
     if location.read(MANIFEST_KEY) is not None:
         return False
     try:
-        keys = location.kvstore().list().result()
+        top = location.top_names()  # a folder left empty (a lock's, made first) counts
     except (OSError, ValueError):  # a file where the vault's directory would be
         return False
-    top = {bytes(k).decode(errors="replace").partition("/")[0] for k in keys}
     if not top or not top <= CREATION_NAMES:
         return False
     raw = location.read(COMMIT_KEY)
@@ -519,10 +523,9 @@ def _episode_leaves(
 def _contents(location: Location, count: int = 5) -> str:
     """What is at ``location`` (its first top-level names), for a message."""
     try:
-        keys = location.kvstore().list().result()
+        top = sorted(location.top_names())
     except (OSError, ValueError):  # a file where the vault's directory would be
         return "it is a file, not a directory"
-    top = sorted({bytes(k).decode(errors="replace").partition("/")[0] for k in keys})
     shown = ", ".join(top[:count])
     return "it has " + shown + (f" and {len(top) - count} more" if len(top) > count else "")
 
