@@ -234,4 +234,3 @@ class DatasetReadMethods:
             "timesteps": self.timesteps,
             "leaves": [leaf.name for leaf in self._template.leaves],
         }
-
