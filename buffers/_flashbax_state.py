@@ -176,8 +176,10 @@ def _convert(state: Any, length: int | None, period: int | None, what: str) -> A
     if kind == "queue":
         from buffers.trajectory_queue import TrajectoryQueueState
 
-        return TrajectoryQueueState(*(_get(state, f) for f in QUEUE))
+        experience, write, read, full = (_get(state, f) for f in QUEUE)
+        return TrajectoryQueueState(experience, _strong(write), _strong(read), _strong(full))
     experience, current, full = (_get(state, f) for f in TRAJECTORY)
+    current, full = _strong(current), _strong(full)
     if kind == "trajectory":
         from buffers.trajectory_buffer import TrajectoryBufferState
 
@@ -200,6 +202,15 @@ def _convert(state: Any, length: int | None, period: int | None, what: str) -> A
             clean = jax.vmap(clean)
         ours = clean(ours)
     return ours
+
+
+def _strong(value: Any) -> Any:
+    """A position or flag of the reference's state with a fixed dtype: the reference's
+    ``init`` leaves them weakly typed (``jnp.array(0)``), and a jitted ``add`` returns them
+    strongly typed, so its second call would trace again (an int32 or bool array either
+    way)."""
+    value = jnp.asarray(value)
+    return value.astype(jnp.bool_ if value.dtype == jnp.bool_ else jnp.int32)
 
 
 def _counter_of(current: Any, full: Any, running: Any, t_len: int) -> Array:

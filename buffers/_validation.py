@@ -160,7 +160,7 @@ def real_number(name: str, value: Any, remedy: str) -> float:
         dtype is not None
         and np.ndim(value) == 0
         and not isinstance(value, jax.core.Tracer)
-        and np.dtype(dtype).kind in "iuf"
+        and dtype_kind(dtype) in "iuf"
     ):
         return float(value)
     raise ArgumentTypeError(f"`{name}` must be a real number, got {describe(value)}: {remedy}")
@@ -340,10 +340,24 @@ def _scalar_fits(value: Any, dtype: Any) -> bool:
         if kind in "iu":
             info = np.iinfo(np_dtype)
             return int(info.min) <= value <= int(info.max)
-        return kind in "fc" or (kind == "b" and value in (0, 1))
+        if kind == "f":
+            return _float_fits(value, np_dtype)
+        return kind == "c" or (kind == "b" and value in (0, 1))
     if isinstance(value, float):
-        return kind in "fc"
+        return kind == "c" or (kind == "f" and _float_fits(value, np_dtype))
     return kind == "c"
+
+
+def _float_fits(value: float, dtype: np.dtype) -> bool:
+    """Whether ``value`` (a Python int or float) stays finite in the float ``dtype`` when it is
+    finite (``70000`` becomes ``inf`` in float16)."""
+    try:
+        as_float = float(value)
+    except OverflowError:  # an int beyond every float
+        return False
+    if not math.isfinite(as_float):
+        return isinstance(value, float)  # inf and nan are what they were
+    return abs(as_float) <= float(jnp.finfo(dtype).max)
 
 
 def _bad_timestep_leaf(leaf: Any) -> str | None:
@@ -528,12 +542,12 @@ def check_priorities(indices: Any, priorities: Any, n_items: int) -> tuple[Any, 
     idx_dtype = indices.dtype if hasattr(indices, "dtype") else np.asarray(indices).dtype
     pri_dtype = priorities.dtype if hasattr(priorities, "dtype") else np.asarray(priorities).dtype
     idx_shape, pri_shape = tuple(np.shape(indices)), tuple(np.shape(priorities))
-    if np.dtype(idx_dtype).kind not in "iu":
+    if dtype_kind(idx_dtype) not in "iu":
         raise PriorityError(
             f"set_priorities: `indices` must be integers (the `indices` of a sample), got "
             f"{dtype_name(idx_dtype)}{_fmt_shape(idx_shape)}"
         )
-    if np.dtype(pri_dtype).kind not in "iuf":
+    if dtype_kind(pri_dtype) not in "iuf":
         raise PriorityError(
             f"set_priorities: `priorities` must be real numbers, got "
             f"{dtype_name(pri_dtype)}{_fmt_shape(pri_shape)}"

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Generic
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax import Array
 
 from buffers import _sum_tree
@@ -55,6 +54,7 @@ from buffers._validation import (
     check_sequence_args,
     check_state,
     describe,
+    dtype_kind,
     dtype_name,
     key_to_str,
     positive_int,
@@ -179,7 +179,7 @@ def episode_ends(
             f"{list(flags.shape)} {dtype_name(flags.dtype)}"
         )
     check(
-        np.dtype(flags.dtype).kind in "biuf",
+        dtype_kind(flags.dtype) in "biuf",
         f"{what}: {source} bool (or numeric, nonzero = episode end), got {dtype_name(flags.dtype)}",
     )
     return flags.astype(bool)
@@ -256,9 +256,24 @@ def episode_add(
     slots = jnp.concatenate([new_slots, zone])
     rows = jnp.broadcast_to(jnp.arange(b_size, dtype=jnp.int32)[:, None], (b_size, slots.shape[0]))
     slots = jnp.broadcast_to(slots[None], rows.shape)
-    weights = _window_weights(state, rows, slots, sequence_length, pad)
+    # where episodes end: the flags (the new ones, and the stored ones of the oldest slots),
+    # never a next step's 0, which a restart of ``from_state`` (a seam) makes too
+    stored = _stored_flags(state.experience, episode_end, zone, (b_size, zone.shape[0]))
+    ended = jnp.concatenate([ends, stored], axis=1)
+    weights = _window_weights(state, rows, slots, sequence_length, pad, ended)
     tree = _sum_tree.set_batch(state.sum_tree_state, rows * t_len + slots, weights, device=device)
     return state.replace(sum_tree_state=tree)
+
+
+def _stored_flags(
+    experience: Any, episode_end: EpisodeEnd, slots: Array, shape: tuple[int, int]
+) -> Array:
+    """The episode-end flags of the stored timesteps at ``slots`` of every row (``shape``)."""
+    if isinstance(episode_end, str):  # only that leaf is gathered, also outside jit
+        experience = _named_flags(experience, episode_end, "add")
+        return episode_ends({"done": experience[:, slots]}, "done", shape, "add")
+    picked = jax.tree.map(lambda x: x[:, slots], experience)
+    return episode_ends(picked, episode_end, shape, "add")
 
 
 def episode_can_sample(state: EpisodeBufferState[Experience], min_length_time_axis: int) -> Array:

@@ -198,7 +198,8 @@ def make_mixer(
         The mixer's ``sample`` and ``can_sample`` and each buffer's share of the batch.
 
     Raises:
-        BufferConfigError: no buffers, buffers of different kinds, proportions that do not
+        BufferConfigError: no buffers, buffers of different kinds, trajectory queues (their
+            ``sample`` takes no key and consumes), proportions that do not
             match the buffers or are negative, or a buffer whose ``sample_batch_size`` is
             below its share.
         ArgumentTypeError: an element of ``buffers`` that is not a buffer (the message names
@@ -224,6 +225,11 @@ def make_mixer(
         _check_buffer(i, buf, "sample")
     kinds = {type(b).__name__ for b in buffers}
     check(len(kinds) == 1, f"all buffers must be of the same kind, got {sorted(kinds)}")
+    check(
+        kinds != {"TrajectoryQueue"},
+        "trajectory queues cannot be mixed: a queue's `sample(state)` takes no key and "
+        "consumes what it returns (a new state with it); mix replay buffers",
+    )
     for i, buf in enumerate(buffers):
         _check_buffer(i, buf, "sample", "can_sample")
     check(

@@ -339,8 +339,10 @@ def set_priorities(
 ) -> PrioritisedTrajectoryBufferState[Experience]:
     """Set the priorities ``p`` (e.g. ``|td| + eps``) of sampled items.
 
-    Stored values are ``p ** priority_exponent`` (0 stays 0). Indices whose window is no
-    longer valid (overwritten since it was sampled) are ignored. Inside ``jit`` values cannot
+    Stored values are ``p ** priority_exponent`` (0 stays 0). Indices whose window is not
+    valid now (partly overwritten since it was sampled) are ignored; an index whose slot holds
+    a new whole window by now sets that window's priority (an index names a slot, as in
+    Flashbax). Inside ``jit`` values cannot
     raise: bad entries are ignored (those items keep their priorities), so one NaN loss cannot
     poison the sum tree. A buffer's ``set_priorities`` binds every argument after
     ``priorities``.
