@@ -110,6 +110,17 @@ def known_options(function: str, given: Iterable[str], accepted: Callable[..., A
     )
 
 
+def once(value: Any) -> Any:
+    """A one-shot iterable (a generator, ``iter(...)``) given as a selection (``rows``,
+    ``leaves``) as a list, read once here, since the selection is checked and then used (and
+    a spent iterator would then select nothing); anything else as it is."""
+    if value is None or isinstance(value, (str, bytes, slice, dict, set, frozenset)):
+        return value
+    if hasattr(value, "__iter__") and not hasattr(value, "__len__"):
+        return list(value)
+    return value
+
+
 @functools.cache
 def memory_bytes() -> int:
     """The machine's physical memory (a fixed 64 TiB where it cannot be read)."""

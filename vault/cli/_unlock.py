@@ -44,9 +44,14 @@ def unlock(
             f"whose writer died, `vault unlock {path.rstrip('/')}/shards/NAME` (`vault ls "
             f"{path}` lists the shards)"
         )
-    if not vault.parse_location(path).capabilities.lease:
-        vault.break_lock(path)  # refused: the lock ends with its holder's process
     holder = vault.lock_holder(path)
+    if not vault.parse_location(path).capabilities.lease:
+        fail(
+            f"{path}: its writer lock is released when the writer's process ends, so there is "
+            "no lock to break; "
+            + ("nobody holds it" if holder is None else f"it is held by {holder}: stop that "
+               "process if it is stuck")
+        )  # fmt: skip
     who = "nobody holds it (or the lease expired)" if holder is None else f"held by {holder}"
     if not yes:
         console = stdout()

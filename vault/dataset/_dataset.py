@@ -418,8 +418,8 @@ class Dataset(DatasetReadMethods):
 
         Args:
             name: the shard's name (default: host, process id and a random part).
-            rows: the shard's rows (default: those given to ``Dataset.create``, else the
-                dataset's).
+            rows: the shard's rows (default for a new shard: those given to
+                ``Dataset.create``, else the dataset's; an existing shard keeps its own).
 
         Returns:
             The shard's vault, open for appending.
@@ -443,13 +443,14 @@ class Dataset(DatasetReadMethods):
                 "a shard name is 1 to 128 letters, digits, '.', '_' or '-' (not starting with "
                 f"'.', '_' or '-'), got {name!r}"
             )
-        rows = self._shard_rows if rows is None else int_arg("rows", rows, 1)
+        rows = None if rows is None else int_arg("rows", rows, 1)
         where = self._where.child(f"{SHARDS}/{name}")
         if where.read(MANIFEST_KEY) is not None:
             vault = self._open_shard(where, name, rows)
         else:
+            manifest = shard_manifest(self._template, self._shard_rows if rows is None else rows)
             try:
-                vault = vault_of_writer(create_vault(where, shard_manifest(self._template, rows)))
+                vault = vault_of_writer(create_vault(where, manifest))
             except VaultExistsError:
                 if where.read(MANIFEST_KEY) is None:
                     raise

@@ -6,8 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from vault._args import bool_arg, kind
-from vault._errors import VaultArgumentError
+import numpy as np
+
+from vault._args import bool_arg, kind, once
+from vault._errors import VaultArgumentError, VaultReadError
 from vault.format._episodes import EpisodeTable
 from vault.read import _read
 
@@ -109,14 +111,36 @@ class EpisodeMethods:
                 f"iter_episodes takes an EpisodeTable (from vault.episodes()), got {kind(table)}"
             )
         chosen = _read.episode_table(snap) if table is None else table
+        if table is not None:
+            _within(snap, table)
+        leaves = once(leaves)  # read for every episode: an iterator only once
         if leaves is not None:
             _read.leaf_selection(snap, leaves)
         return (_episode_data(snap, chosen[i], leaves) for i in range(len(chosen)))
 
 
+def _within(snap: Snapshot, table: EpisodeTable) -> None:
+    """Every episode of ``table`` lies in the snapshot's committed data (a table of a later
+    commit, or of another vault, may not), else :class:`VaultReadError` naming the first."""
+    rows, starts = np.asarray(table.row), np.asarray(table.start)
+    stops = starts + np.asarray(table.length)
+    outside = np.flatnonzero(
+        (rows < 0) | (rows >= snap.rows) | (starts < 0) | (stops > snap.length)
+    )
+    if outside.size:
+        i = int(outside[0])
+        raise VaultReadError(
+            f"{snap.where}: episode {i} of the table (row {int(rows[i])}, timesteps "
+            f"{int(starts[i])}-{int(stops[i]) - 1}) lies outside this vault's committed "
+            f"{snap.rows} rows x {snap.length} timesteps (a table of a later commit or of "
+            "another vault?)" + (f"; {outside.size} episodes in all" if outside.size > 1 else "")
+        )
+
+
 def _episode_data(snap: Snapshot, one: EpisodeTable, leaves: Sequence[str] | None) -> Any:
     import jax
 
+    _within(snap, one)
     row, start, length = int(one.row[0]), int(one.start[0]), int(one.length[0])
     data = _read.read_numpy(snap, [row], start, start + length, leaves)
     return jax.tree.map(lambda x: x[0], data)

@@ -13,11 +13,12 @@ import math
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from vault._args import check_memory, index_arg, kind
+from vault._args import check_memory, index_arg, kind, once
 from vault._errors import VaultArgumentError, VaultCorruptError, VaultReadError
 from vault.commits._gate import gate
 from vault.commits._snapshot import Snapshot, result
@@ -87,7 +88,9 @@ def time_range(
             raise VaultReadError(
                 f"percentiles must satisfy 0 <= a <= b <= 100, got ({low}, {high})"
             )
-        return math.floor(low / 100 * length), math.floor(high / 100 * length)
+        # exactly (a float's decimal value: 0.29 * 100 is 28.999... in binary)
+        cut_low, cut_high = (math.floor(Fraction(repr(p)) * length / 100) for p in (low, high))
+        return cut_low, cut_high
     lo = 0 if start is None else index_arg("start", start)
     hi = length if stop is None else index_arg("stop", stop)
     if lo > hi:
@@ -107,10 +110,16 @@ def row_selection(snap: Snapshot, rows: Rows) -> Any:
         return slice(None)
     if isinstance(rows, slice):
         return _row_slice(snap, rows)
-    if isinstance(rows, (str, bytes, set, frozenset, dict)) or not hasattr(rows, "__iter__"):
+    scalar = getattr(rows, "ndim", None) == 0  # np.argmax(...) and other 0-d arrays
+    if (
+        isinstance(rows, (str, bytes, set, frozenset, dict))
+        or not hasattr(rows, "__iter__")
+        or scalar
+    ):
+        one = scalar or isinstance(rows, (int, np.integer))
         raise VaultArgumentError(
             f"rows must be a list of row indices, a slice or None, got {kind(rows)}"
-            + ("; for one row write rows=[i]" if isinstance(rows, (int, np.integer)) else "")
+            + ("; for one row write rows=[i]" if one else "")
         )
     listed = rows if hasattr(rows, "__len__") else list(rows)  # a generator
     if len(listed) == 0:
@@ -407,6 +416,7 @@ def fetch_checked(
 
 def read_numpy(snap: Snapshot, rows: Rows, lo: int, hi: int, leaves: Sequence[str] | None) -> Any:
     """``[rows, lo:hi]`` as numpy: the vault's structure, or ``{path: array}`` for ``leaves``."""
+    rows, leaves = once(rows), once(leaves)
     wanted, selected = views(snap, rows, lo, hi, leaves, edge_later=True)
     check_read_size(selected, hi - lo, "this read", "read fewer rows or timesteps at a time")
     items = [(v, n, int(v.shape[1]), lo) for v, n in zip(selected, wanted, strict=True)]
@@ -415,6 +425,24 @@ def read_numpy(snap: Snapshot, rows: Rows, lo: int, hi: int, leaves: Sequence[st
     if leaves is not None:
         return dict(zip(wanted, out, strict=True))
     return _structure.build(snap.manifest.structure, out)
+
+
+def _check_narrowing(snap: Snapshot, names: Sequence[str], arrays: Sequence[np.ndarray]) -> None:
+    """JAX without 64-bit types (its default) stores a 64-bit integer leaf as 32 bits: a value
+    beyond 32 bits would wrap silently. Refuse such a read (:class:`VaultReadError` naming the
+    leaf); values that fit are read as 32-bit integers, as JAX takes any int64 array."""
+    for name, arr in zip(names, arrays, strict=True):
+        if arr.dtype.kind not in "iu" or arr.dtype.itemsize != 8 or arr.size == 0:
+            continue
+        narrow = np.iinfo(np.int32 if arr.dtype.kind == "i" else np.uint32)
+        low, high = int(arr.min()), int(arr.max())
+        if low < narrow.min or high > narrow.max:
+            raise VaultReadError(
+                f"{snap.where}: leaf {name!r} ({arr.dtype}) holds values up to {high} (from "
+                f"{low}), beyond 32 bits, and JAX without 64-bit types would store them "
+                "wrapped: read it with read_numpy, or enable them "
+                "(jax.config.update('jax_enable_x64', True)) before reading"
+            )
 
 
 def _import_in_background(*modules: str) -> threading.Thread | None:
@@ -446,6 +474,7 @@ def read_state(
     """``[rows, lo:hi]`` as a trajectory-buffer state of ``capacity`` timesteps (default: the
     read's length); a smaller capacity keeps the most recent timesteps."""
     importing = _import_in_background("jax", "buffers")
+    rows, leaves = once(rows), once(leaves)
     wanted, selected = views(snap, rows, lo, hi, leaves, edge_later=True)
     length = hi - lo
     cap = length if capacity is None else index_arg("capacity", capacity)
@@ -465,6 +494,8 @@ def read_state(
 
     from buffers import TrajectoryBufferState
 
+    if not jax.config.jax_enable_x64:
+        _check_narrowing(snap, wanted, fetched)
     out = [jax.device_put(arr) for arr in fetched]
     fetched.clear()
     if leaves is not None:
@@ -474,8 +505,10 @@ def read_state(
     full = cap <= length
     index = 0 if full else length
     # The write counter is given (numpy, no JAX computation): a state built outside jit
-    # would otherwise derive it with several small XLA compilations in a fresh process.
-    counter = np.array([0, cap if full else length], np.uint32)  # (high, low) words
+    # would otherwise derive it with several small XLA compilations in a fresh process. It
+    # counts every timestep read, so a state that kept only the last ``cap`` of them is one
+    # whose ring dropped its oldest (an episode cut there has no known start).
+    counter = np.array([length >> 32, length & 0xFFFFFFFF], np.uint32)  # (high, low) words
     return TrajectoryBufferState(
         experience=experience,
         # device_put of numpy values: jnp.asarray with a dtype compiles a conversion (three

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from vault._args import bool_arg, kind
+from vault._args import bool_arg, kind, once
 from vault._errors import VaultArgumentError, VaultDependencyError
 from vault.commits._pins import at_pin, commit_id
 from vault.commits._snapshot import Snapshot, load_snapshot
@@ -85,6 +85,7 @@ def to_xarray(source: Any, *, leaves: Sequence[str] | None = None, episodes: boo
         ({'row': 2, 'time': 5, 'obs_0': 3}, 30.0)
     """
     with_episodes = bool_arg("episodes", episodes)
+    leaves = once(leaves)  # read for every shard: an iterator only once
     shards = getattr(source, "snapshots", None)
     if isinstance(shards, list) and hasattr(source, "template"):  # a Dataset of shards
         names = list(source.shards)

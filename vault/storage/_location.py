@@ -462,8 +462,11 @@ class Location(abc.ABC):
             self.kvstore().delete_range(ts.KvStore.KeyRange("", "")).result()
 
     def top_names(self) -> set[str]:
-        """Returns the names directly under the root (of keys; and of folders, where the store
-        has folders: an empty one left by a killed process is named too)."""
+        """Returns the names directly under the root.
+
+        Those of keys, and of folders where the store has folders (an empty one left by a
+        killed process is named too).
+        """
         with self.failures("list the location"):
             keys = self.kvstore().list().result()
         return {bytes(k).decode(errors="replace").partition("/")[0] for k in keys}

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from vault._args import int_arg, kind
+from vault._args import int_arg, kind, once
 from vault._errors import VaultArgumentError, VaultReadError
 from vault.commits._pins import commit_id
 from vault.commits._snapshot import Snapshot
@@ -57,6 +57,7 @@ class VaultWindows:
         cache_bytes: int,
         storage: dict[str, Any] | None,
     ) -> None:
+        rows, leaves = once(rows), once(leaves)  # checked, kept and pickled: read it once
         self._options = {
             "sequence_length": sequence_length, "stride": stride, "rows": rows,
             "leaves": None if leaves is None else list(leaves), "episode_aware": episode_aware,

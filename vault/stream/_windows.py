@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from vault._args import once
 from vault._errors import VaultReadError, VaultStructureError
 from vault.commits._snapshot import Snapshot
 from vault.read import _read
@@ -96,6 +97,7 @@ def iter_windows(
     shuffle = bool_arg("shuffle", shuffle)
     drop_remainder = bool_arg("drop_remainder", drop_remainder)
     sources = sources_arg(snaps)
+    rows, leaves = once(rows), once(leaves)  # read for every window: an iterator only once
     picked = [selection(snap, rows, leaves) for snap in sources]  # fail now, not later
     row_ids, names = picked[0]
     uneven = [
