@@ -494,7 +494,7 @@ def read_state(
 
     from buffers import TrajectoryBufferState
 
-    if not jax.config.jax_enable_x64:
+    if not jax.config.read("jax_enable_x64"):
         _check_narrowing(snap, wanted, fetched)
     out = [jax.device_put(arr) for arr in fetched]
     fetched.clear()
