@@ -120,6 +120,15 @@ def import_minari(
         raise VaultCorruptError(
             f"{data_path}: not a Minari dataset Minari can read ({err})"
         ) from None
+    odd = _unsupported(storage.observation_space, "observations") + _unsupported(
+        storage.action_space, "actions"
+    )
+    if odd:
+        raise VaultStructureError(
+            f"{data_path}: spaces whose values are not arrays of numbers cannot be imported "
+            "(a vault leaf is one): convert those fields, or export the dataset without them",
+            odd,
+        )
     count = int(storage.total_episodes)
     if count == 0:
         raise VaultReadError(f"{data_path}: the Minari dataset has no episodes; nothing to import")
@@ -233,6 +242,19 @@ def _check_like(tree: Any, first: Any, where: Path, index: int) -> None:
     ]
     if problems:
         raise VaultStructureError(f"{where}: episodes of different shapes", problems)
+
+
+def _unsupported(space: Any, path: str) -> list[str]:
+    """The leaves of a Gymnasium space whose values are not numeric arrays (``Text``,
+    ``Graph``, ``Sequence``, ...), each named by its leaf path and space."""
+    from gymnasium import spaces
+
+    if isinstance(space, spaces.Dict):
+        return [p for key, sub in space.spaces.items() for p in _unsupported(sub, f"{path}/{key}")]
+    if isinstance(space, spaces.Tuple):
+        return [p for i, sub in enumerate(space.spaces) for p in _unsupported(sub, f"{path}/{i}")]
+    numeric = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+    return [] if space is None or isinstance(space, numeric) else [f"{path}: {space}"]
 
 
 def _groups(lengths: list[int], step: int, block_bytes: int) -> list[list[int]]:

@@ -52,6 +52,7 @@ from vault._args import bool_arg, kind, path_arg
 from vault._errors import (
     VaultArgumentError,
     VaultCorruptError,
+    VaultError,
     VaultNotFoundError,
     VaultStructureError,
 )
@@ -65,7 +66,8 @@ from vault.converters._sink import (
     time_blocks,
 )
 from vault.facade._vault import Vault
-from vault.storage._kinds import LocationLike
+from vault.format._records import MANIFEST_KEY
+from vault.storage._kinds import LocationLike, parse_location
 
 REQUIRED = ("observations", "actions", "terminals")
 INFO = ("qpos", "qvel", "button_states")
@@ -134,6 +136,27 @@ def import_ogbench(
     path = dataset_path(source, dataset_dir)
     val = _val_target(path, dest, val_dest)
     files = [(path, dest)] + ([] if val is None else [val])
+    if val is not None:
+        _drop_orphan(val[0], val[1], dest)
+    published = [False]  # the validation vault was published (and the training one may not)
+    try:
+        _build(files, val, published, codec, block_bytes, progress)
+    except BaseException:
+        if published[0] and val is not None:  # not left without its training vault
+            with contextlib.suppress(Exception):
+                parse_location(val[1]).clear()
+        raise
+    return Vault.open(dest)
+
+
+def _build(
+    files: list[tuple[Path, LocationLike]],
+    val: tuple[Path, LocationLike] | None,
+    published: list[bool],
+    codec: str | None,
+    block_bytes: int,
+    progress: Progress | None,
+) -> None:
     with contextlib.ExitStack() as stack:
         opened = [stack.enter_context(NpzReader(p)) for p, _ in files]
         sizes = [r.total_bytes for r in opened]
@@ -150,6 +173,8 @@ def import_ogbench(
             }
             if i == 0 and val is not None:
                 origin["validation"] = _text(val[1])
+            if i == 1:  # left right after the validation vault's block: was it published?
+                stack.push(lambda kind, *_: published.__setitem__(0, kind is None))
             out = stack.enter_context(
                 new_vault(
                     target,
@@ -162,7 +187,25 @@ def import_ogbench(
             )
             blocks = time_blocks(reader.read, reader.length, reader.step_bytes, block_bytes)
             pump(out, *blocks, _offset(progress, sum(sizes[:i]), total))
-    return Vault.open(dest)
+
+
+def _drop_orphan(val_file: Path, val_dest: LocationLike, dest: LocationLike) -> None:
+    """Remove the validation vault an interrupted import of this same file left without its
+    training vault (published last, the import's commit point), so the import runs again.
+    Anything else at ``val_dest`` stays, and the build refuses it."""
+    if parse_location(dest).read(MANIFEST_KEY) is not None:
+        return
+    try:
+        left = Vault.open(val_dest)
+    except VaultError:
+        return
+    origin = left.metadata.get("imported_from")
+    left.close()
+    if isinstance(origin, dict) and (origin.get("format"), origin.get("source")) == (
+        "ogbench",
+        str(val_file),
+    ):
+        parse_location(val_dest).clear()
 
 
 def _offset(progress: Progress | None, before: int, total: int) -> Progress | None:

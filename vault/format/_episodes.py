@@ -269,17 +269,27 @@ def advance(
     o_start = np.asarray(open_eps.start, np.int64)
     o_ret = np.asarray(open_eps.returns, np.float64)
     o_flags = np.asarray(open_eps.flags, np.int64)
-    if reward is None:
-        cum = np.zeros((rows, n), np.float64)
-    else:
-        cum = np.cumsum(reward.reshape(rows, n), axis=1, dtype=np.float64)
+    # each episode's piece of the rewards summed on its own (one bincount over segment ids):
+    # differences of a running sum would carry a NaN, an inf or a huge reward into every later
+    # episode of the row
+    before = np.cumsum(ended, axis=1) - ended  # episodes of the row ended before each step
+    pieces = ended.sum(axis=1) + 1  # per row: its ended episodes, then the open tail
+    offsets = np.concatenate([[0], np.cumsum(pieces)[:-1]]).astype(np.int64)
+    weights = (
+        np.zeros(rows * n, np.float64)
+        if reward is None
+        else reward.reshape(rows, n).astype(np.float64).ravel()
+    )
+    sums = np.bincount(
+        (offsets[:, None] + before).ravel(), weights=weights, minlength=int(pieces.sum())
+    )
     r_idx, t_idx = np.nonzero(ended)
     first = np.ones(r_idx.shape, bool)
     first[1:] = r_idx[1:] != r_idx[:-1]
     prev_t = np.zeros_like(t_idx)
     prev_t[1:] = t_idx[:-1]
     start = np.where(first, o_start[r_idx], begin + prev_t + 1)
-    seg = cum[r_idx, t_idx] - np.where(first, 0.0, cum[r_idx, prev_t])
+    seg = sums[offsets[r_idx] + before[r_idx, t_idx]]
     returns = seg + np.where(first, o_ret[r_idx], 0.0)
     flags = np.where(first, o_flags[r_idx], 0)
     if truncated is not None:
@@ -289,7 +299,7 @@ def advance(
     bounds = np.stack([r_idx, start, begin + t_idx + 1 - start, flags], axis=1).astype(np.int64)
     has_end = ended.any(axis=1)
     last = np.where(has_end, n - 1 - np.argmax(ended[:, ::-1], axis=1), -1)
-    tail = cum[:, -1] - np.where(has_end, cum[np.arange(rows), np.maximum(last, 0)], 0.0)
+    tail = sums[offsets + pieces - 1]
     new_open = OpenEpisodes(
         tuple(np.where(has_end, begin + last + 1, o_start).tolist()),
         tuple(np.where(has_end, tail, o_ret + tail).tolist()),
