@@ -332,11 +332,6 @@ def test_a_tag_killed_while_written_is_absent_and_written_again(
     assert cli("info", two_commits, "--at", name, "--json")["committed"] == 12
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a tag written where a killed tagger left refs/<name>.__lock keeps that file's "
-    "longer stale tail (TensorStore reuses it untruncated): the tag is malformed for good",
-)
 def test_a_tag_written_after_a_killed_tag_of_that_name_is_readable(
     tmp_path: Path, two_commits: Path
 ) -> None:
@@ -536,11 +531,6 @@ def s3_source(s3_env: Any) -> tuple[str, str, str]:
     return prefix, f"{prefix}/src", fingerprint
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: rerunning a derive killed on S3 (within its lease) fails 'not empty; choose a "
-    "new destination' instead of replacing it or naming the dead build's lease / vault unlock",
-)
 def test_a_derive_killed_on_s3_is_replaced_by_the_next_build_or_named_locked(
     tmp_path: Path, s3_source: tuple[str, str, str]
 ) -> None:

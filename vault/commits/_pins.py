@@ -186,6 +186,7 @@ def create_tag(snap: Snapshot, name: str) -> str:
     }
     kv = snap.location.kvstore()
     with snap.location.failures("write the tag"):
+        snap.location.drop_stale_temp(f"{REFS}/{name}")  # a killed tagger's, reused otherwise
         # refs/ is an empty Zarr group, so that zarr-python lists the hierarchy
         kv.write(f"{REFS}/{ZARR_JSON}", group_json(), if_equal=ABSENT).result()
         written = kv.write(f"{REFS}/{name}", json.dumps(doc).encode(), if_equal=ABSENT).result()

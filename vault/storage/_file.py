@@ -432,7 +432,8 @@ class FileLocation(Location):
         found: list[tuple[Location, str, str | None]] = []
         datasets: list[str] = []
         with self.failures("search for vaults"):
-            for dirpath, dirs, files in os.walk(self.path, onerror=self._walk_error):
+            walk_error = functools.partial(_walk_error, self)
+            for dirpath, dirs, files in os.walk(self.path, onerror=walk_error):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
                 here = FileLocation(Path(dirpath))
                 looks_like = {"commit", "experience"} <= set(dirs)
@@ -446,14 +447,38 @@ class FileLocation(Location):
                     dirs[:] = []
         return sorted(found, key=lambda item: str(item[0]))
 
-    def _walk_error(self, err: OSError) -> None:
-        """The search's root must be readable (a missing one, or a file, holds no vaults); a
-        folder under it that cannot be read is skipped with a warning."""
-        if isinstance(err, (FileNotFoundError, NotADirectoryError)):
-            return
-        if err.filename is not None and Path(os.fsdecode(err.filename)) == self.path:
-            raise err
-        _log.warning("%s: skipped %s: %s", self, err.filename, err.strerror)
+    def drop_stale_temp(self, key: str) -> None:
+        """Remove ``key``'s temporary file if its writer is gone (:func:`_drop_stale_temp`)."""
+        _drop_stale_temp(self.path / f"{key}.__lock")
+
+
+def _walk_error(root: FileLocation, err: OSError) -> None:
+    """The search's root must be readable (a missing one, or a file, holds no vaults); a
+    folder under it that cannot be read is skipped with a warning."""
+    if isinstance(err, (FileNotFoundError, NotADirectoryError)):
+        return
+    if err.filename is not None and Path(os.fsdecode(err.filename)) == root.path:
+        raise err
+    _log.warning("%s: skipped %s: %s", root, err.filename, err.strerror)
+
+
+def _drop_stale_temp(temp: Path) -> None:
+    """Remove TensorStore's temporary file of a key (``<key>.__lock``) whose writer was
+    killed: a later write of the key reuses it without truncating it, so a shorter value would
+    keep the old tail (a tag written again after a killed tagger: malformed for good). A
+    writer at work holds a POSIX lock on it (checked without waiting): then it stays. Within
+    this process, only a concurrent write of the same key could hold it."""
+    try:
+        fd = os.open(temp, os.O_RDWR | os.O_NOFOLLOW)
+    except OSError:
+        return  # none (or not a file we may touch)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        temp.unlink(missing_ok=True)
+    except OSError:
+        pass  # its writer is at work
+    finally:
+        os.close(fd)
 
 
 STAGING_SWEEPS = (0.02, 0.1, 0.3)

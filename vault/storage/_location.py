@@ -31,6 +31,7 @@ from vault._errors import (
     VaultError,
     VaultExistsError,
     VaultLocationError,
+    VaultLockedError,
     VaultNotFoundError,
     VaultStorageError,
 )
@@ -383,6 +384,16 @@ class Location(abc.ABC):
         """Returns what frees replaced files off the write path, where the location can."""
         return None
 
+    def drop_stale_temp(self, key: str) -> None:  # noqa: B027 (optional hook)
+        """Remove a temporary file of ``key`` left by a writer of it that died.
+
+        Only where the store keeps such files; called before a key is written without the
+        writer lock (a tag).
+
+        Args:
+            key: the key about to be written.
+        """
+
     def recover(self) -> int:
         """Clean up after a writer that died (called with the writer lock held).
 
@@ -419,7 +430,7 @@ class Location(abc.ABC):
             raise VaultExistsError(f"{self} already exists; choose a new destination")
         if not self.is_empty():
             if not self.abandoned_build():
-                raise VaultExistsError(f"{self} is not empty; choose a new destination")
+                _refuse_occupied(self)
             self.clear()
         done = False
         try:
@@ -513,6 +524,27 @@ NO_MANIFEST = (
     "no manifest (zarr.json): a vault being created, what a killed create left (the next "
     "create there removes it), or a vault whose manifest was removed"
 )
+
+
+def _refuse_occupied(where: Location) -> None:
+    """The error for a build into ``where``, which holds something that is not a build left
+    by a dead builder: a build whose writer lock is still held (at work, or killed less than
+    its lease ago: :class:`VaultLockedError` naming it), or anything else."""
+    held = where.lock_holder() if where.read(COMMIT_KEY) is not None else None
+    if held is None and where.read(MANIFEST_KEY) is None:
+        prefix = f"{SHARDS}/"
+        with contextlib.suppress(OSError, ValueError):
+            keys = [bytes(k).decode(errors="replace") for k in where.kvstore().list().result()]
+            names = sorted({k[len(prefix) :].split("/")[0] for k in keys if k.startswith(prefix)})
+            shards = (where.child(f"{SHARDS}/{name}").lock_holder() for name in names)
+            held = next((h for h in shards if h is not None), None)
+    if held is not None:
+        raise VaultLockedError(
+            f"{where}: a build there is at work, or was killed less than its lease ago (its "
+            f"writer lock is held by {held}); wait for it, or if it died break the lock "
+            f"(`vault unlock {where}`, or the shard's) or let it expire, then run this again"
+        )
+    raise VaultExistsError(f"{where} is not empty; choose a new destination")
 
 
 def vault_kind(read: Callable[[str], bytes | None], looks_like: bool) -> str | None:
