@@ -505,11 +505,6 @@ def test_a_local_derive_killed_in_its_copy_leaves_nothing_and_runs_again(
         assert_model(made.read_numpy(), want, "slice")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a derive killed on a local disk leaves its hidden .NAME.partial-XXXX copy "
-    "beside the destination for good: the rerun does not free it, vault ls does not show it",
-)
 def test_a_local_derive_killed_and_run_again_leaves_no_hidden_copy(
     tmp_path: Path, local_source: tuple[Path, str, dict[str, Any]]
 ) -> None:

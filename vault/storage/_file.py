@@ -26,6 +26,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Iterator, Sequence
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any
 
@@ -402,8 +403,9 @@ class FileLocation(Location):
                 final.parent.mkdir(parents=True, exist_ok=True)
             except (FileExistsError, NotADirectoryError):
                 raise self._in_the_way() from None
+        _sweep_partials(final)  # what builds killed here before left
         tmp = final.parent / f".{final.name}.partial-{uuid.uuid4().hex[:8]}"
-        done = False
+        done, held = False, _held_folder(tmp)  # held while it is built: not swept
         try:
             yield FileLocation(tmp)
             if not self.is_empty():
@@ -413,6 +415,8 @@ class FileLocation(Location):
             done = True
         finally:
             _remove_staged(tmp, settle=not done)
+            if held is not None:
+                os.close(held)
 
     def clear(self) -> None:
         # the folder stays (it may have existed, empty, before); writes still in flight when
@@ -513,6 +517,37 @@ def _disk_usage(root: Path) -> int:
             with contextlib.suppress(FileNotFoundError):
                 total += os.lstat(os.path.join(dirpath, name)).st_size
     return total
+
+
+def _held_folder(folder: Path) -> int | None:
+    """Make ``folder`` and hold an exclusive ``flock`` on it (the descriptor returned: close
+    it to let go), so that :func:`_sweep_partials` leaves it to its builder. None where it
+    cannot be made (a read-only file system): the build then fails as it writes, naming why."""
+    try:
+        folder.mkdir()
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return None
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def _sweep_partials(final: Path) -> None:
+    """Remove the staged folders (``.NAME.partial-*``) of builds of ``final`` whose builder
+    is gone (a killed derive or import): no process holds their ``flock``."""
+    for stale in final.parent.glob(f".{glob_escape(final.name)}.partial-*"):
+        try:
+            fd = os.open(stale, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            continue  # a build at work
+        else:
+            shutil.rmtree(stale, ignore_errors=True)
+        finally:
+            os.close(fd)
 
 
 def _remove_staged(tmp: Path, settle: bool) -> None:
