@@ -220,11 +220,6 @@ def tag_killed_between_shards(tmp_path: Path, root: Path, name: str) -> list[str
     return tagged
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Dataset.tag killed between shards leaves a tag on some shards only, and "
-    "Dataset.open(at=tag) silently reads those shards as the whole tagged dataset",
-)
 def test_a_dataset_tag_killed_between_shards_is_not_read_as_the_whole_dataset(
     tmp_path: Path, dataset_root: Path
 ) -> None:

@@ -174,16 +174,20 @@ def list_tags(snap: Snapshot) -> dict[str, str]:
     return out
 
 
-def create_tag(snap: Snapshot, name: str) -> str:
+def create_tag(snap: Snapshot, name: str, dataset_shards: int | None = None) -> str:
     """Name ``snap``'s commit ``name``; a tag that exists is never moved
-    (:class:`VaultExistsError`). Returns the commit id."""
+    (:class:`VaultExistsError`). Returns the commit id. ``dataset_shards``: for a shard of a
+    dataset's tag, how many shards that tag names (a reader can then tell an interrupted
+    dataset tag from a whole one)."""
     check_tag_name(name)
     target = commit_id(snap.commit)
-    doc = {
+    doc: dict[str, Any] = {
         "commit": target,
         "committed_length": snap.length,
         "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
     }
+    if dataset_shards is not None:
+        doc["dataset_shards"] = dataset_shards
     kv = snap.location.kvstore()
     with snap.location.failures("write the tag"):
         snap.location.drop_stale_temp(f"{REFS}/{name}")  # a killed tagger's, reused otherwise

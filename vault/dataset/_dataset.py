@@ -20,8 +20,10 @@ it closes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
+import json
 import os
 import re
 import socket
@@ -41,7 +43,7 @@ from vault._errors import (
     VaultReadError,
     VaultStructureError,
 )
-from vault.commits._pins import check_tag_name
+from vault.commits._pins import check_tag_name, create_tag
 from vault.dataset import _catalog as catalog_io
 from vault.dataset import _shards as shards_io
 from vault.dataset._reading import DatasetReadMethods
@@ -140,6 +142,21 @@ def structure_problems(template: Manifest, manifest: Manifest) -> list[str]:
     if manifest.episodes != template.episodes:
         out.append("its episode leaves differ")
     return out
+
+
+def _check_whole(where: Location, tag: str, refs: list[bytes]) -> None:
+    """A dataset tag is on as many shards as it was made for (each shard's tag records how
+    many: ``dataset_shards``), else it was interrupted (:class:`VaultPinError`)."""
+    made_for = 0
+    for raw in refs:
+        with contextlib.suppress(ValueError, TypeError, AttributeError):
+            made_for = max(made_for, int(json.loads(raw).get("dataset_shards") or 0))
+    if len(refs) < made_for:
+        raise VaultPinError(
+            f"{where}: tag {tag!r} is on {len(refs)} of the {made_for} shards it was made for "
+            f"(Dataset.tag was interrupted): tag the dataset again, Dataset.tag({tag!r}) or "
+            f"`vault tag {where} {tag}`, which completes it"
+        )
 
 
 def setting_problems(
@@ -369,6 +386,7 @@ class Dataset(DatasetReadMethods):
             )  # fmt: skip
         if not self._shards:
             raise VaultPinError(f"{self._where}: no shard has the tag {tag!r}")
+        _check_whole(self._where, tag, [ref for ref in refs if ref is not None])
         self._tag = tag
 
     @property
@@ -406,7 +424,8 @@ class Dataset(DatasetReadMethods):
                 f"{self._where}: tag {name!r} already names other commits of shards "
                 f"{', '.join(taken)}; tags never move (choose another name)"
             )
-        return {shard: vault.tag(name) for shard, vault in vaults.items()}
+        count = len(vaults)  # in every shard's tag: an interrupted tag is then told apart
+        return {shard: create_tag(v.snapshot, name, count) for shard, v in vaults.items()}
 
     # ------------------------------------------------------------------------- writing
     def shard(self, name: str | None = None, *, rows: int | None = None) -> Vault:
