@@ -60,7 +60,17 @@ def fail(message: str, code: int = EXIT_OTHER) -> NoReturn:
 
 
 def stdout() -> Console:
-    return Console(highlight=False)
+    """The console of a command's output. Into a pipe or a file it never wraps a line (a path
+    split across lines cannot be pasted back; rich would wrap at 80 columns there), unless
+    ``COLUMNS`` sets a width."""
+    console = Console(highlight=False)
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        return console
+    return Console(highlight=False, soft_wrap=True, width=PIPE_WIDTH)
+
+
+PIPE_WIDTH = 4096
+"""Columns of a command's output into a pipe: as wide as any line it prints."""
 
 
 def stderr() -> Console:

@@ -13,7 +13,6 @@ from vault.cli._common import (
     exit_with,
     fail,
     leaf_table,
-    number,
     open_dataset,
     shards_text,
     stdout,
@@ -184,21 +183,6 @@ def episodes(
     if json_out:
         emit_json({"path": dataset.location, "kind": "dataset", **counts, "records": records})
         return
-    from rich.markup import escape
-    from rich.table import Table
+    from vault.cli._episode_table import render_episode_table
 
-    table_out = Table(
-        title=f"{escape(path)}: {count(counts['episodes'], 'complete episode')} in "
-        f"{shards_text(len(dataset.shards))}",
-        title_justify="left",
-    )
-    for col in ("shard", "row", "start", "length", "return", "truncated"):
-        table_out.add_column(col, justify="left" if col == "shard" else "right", no_wrap=True)
-    for r in records:
-        table_out.add_row(
-            escape(r["shard"]), str(r["row"]), str(r["start"]), str(r["length"]),
-            number(r["return"], 6), "yes" if r["truncated"] else "no",
-        )  # fmt: skip
-    stdout().print(table_out)
-    if len(records) < total:
-        stdout().print(f"... {total - len(records)} more (--head 0 shows all)")
+    render_episode_table(path, records, total, counts, shards=len(dataset.shards))

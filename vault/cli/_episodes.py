@@ -16,14 +16,13 @@ from vault.cli._common import (
     emit_json,
     fail,
     local_out,
-    natural_width,
-    number,
     open_source,
     open_vault,
     progress_bar,
     shards_text,
     stdout,
 )
+from vault.cli._episode_table import render_episode_table
 from vault.cli._facts import episode_counts
 from vault.cli._tag import AtOpt
 
@@ -81,45 +80,10 @@ def episodes(
     if json_out:
         emit_json({"path": vault.location, **counts, "records": records})
         return
-    _render_table(path, records, total, counts)
+    render_episode_table(path, records, total, counts)
 
 
 # Columns of the episode table; the last ones only where the terminal has room for them.
-_COLUMNS: list[tuple[str, Any]] = [
-    ("row", lambda r: str(r["row"])),
-    ("start", lambda r: str(r["start"])),
-    ("length", lambda r: str(r["length"])),
-    ("return", lambda r: number(r["return"], 6)),
-    ("truncated", lambda r: "yes" if r["truncated"] else "no"),
-    ("complete", lambda r: "yes" if r["complete"] else "open"),
-    ("stop", lambda r: str(r["start"] + r["length"])),
-    ("start known", lambda r: "yes" if r["start_known"] else "no (after a seam)"),
-]
-
-
-def _render_table(
-    location: str, records: list[dict[str, Any]], total: int, counts: dict[str, Any]
-) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    console = stdout()
-    location = escape(location)
-    opened = "" if total == counts["episodes"] else f" and {total - counts['episodes']} open"
-    title = f"{location}: {count(counts['episodes'], 'complete episode')}{opened}"
-    for n in range(len(_COLUMNS), 5, -1):  # the optional columns only where they fit
-        table = Table(title=title, title_justify="left")
-        for name, _ in _COLUMNS[:n]:
-            table.add_column(name, justify="right", no_wrap=True)
-        for r in records:
-            table.add_row(*(cell(r) for _, cell in _COLUMNS[:n]))
-        if natural_width(console, table) <= console.width:
-            break
-    console.print(table)
-    if len(records) < total:
-        console.print(f"... {total - len(records)} more (--head 0 shows all)")
-
-
 def plot(
     path: PathArg,
     out_text: Annotated[

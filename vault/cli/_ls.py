@@ -193,10 +193,15 @@ def _ls_table(entries: list[dict[str, Any]], title: str, columns: list[Any], emp
     if not entries:
         console.print(empty, highlight=False, markup=False)
         return
-    for n in range(len(columns), 1, -1):  # as many columns as fit without wrapping
+    for n in range(len(columns), 0, -1):  # as many columns as fit without wrapping
         table = _ls_build(entries, title, columns[:n])
         if natural_width(console, table) <= console.width:
             break
+    else:  # a path wider than the terminal: printed whole (the terminal folds the line)
+        from rich.console import Console
+
+        table = _ls_build(entries, title, columns[:1])
+        console = Console(highlight=False, width=natural_width(console, table), soft_wrap=True)
     console.print(table)
     left_out = [name for name, _, _ in columns[n:]]
     if left_out:
@@ -210,7 +215,9 @@ def _ls_build(entries: list[dict[str, Any]], title: str, columns: list[Any]) -> 
     table = Table(title=_escape(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
     broken = any("error" in e for e in entries)
     for name, _, right in columns:
-        table.add_column(name, justify="right" if right else "left", no_wrap=name != "path")
+        # a path is never cut or wrapped (one too wide for the terminal runs past its edge)
+        wide = {"no_wrap": True, "overflow": "ignore"} if name == "path" else {"no_wrap": True}
+        table.add_column(name, justify="right" if right else "left", **wide)
     if broken:
         table.add_column("error", overflow="fold")
     for e in entries:

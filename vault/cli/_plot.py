@@ -151,7 +151,24 @@ def draw(
     labels: list[str] | None = None,
 ) -> tuple[int, int]:
     """Write the figure to ``out`` (PNG, atomically); return its size in pixels. The curve's
-    rows are a vault's rows, or with ``labels`` (their names) a dataset's shards."""
+    rows are a vault's rows, or with ``labels`` (their names) a dataset's shards. Every text is
+    plain: a ``$`` in a path or a leaf's name is not mathtext."""
+    import matplotlib
+
+    with matplotlib.rc_context({"text.parse_math": False}):
+        return _draw(title, table, leaf, curve, out, max_rows=max_rows, labels=labels)
+
+
+def _draw(
+    title: str,
+    table: EpisodeTable | None,
+    leaf: str | None,
+    curve: dict[str, Any] | None,
+    out: Path,
+    *,
+    max_rows: int,
+    labels: list[str] | None,
+) -> tuple[int, int]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

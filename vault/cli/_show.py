@@ -148,7 +148,7 @@ def _print_leaves(
             value,
             threshold=0 if partial else THRESHOLD,
             edgeitems=EDGE,
-            max_line_width=max(40, console.width),
+            max_line_width=max(40, console.width if console.is_terminal else 120),
             separator=" ",
         )
         console.print(f"[cyan]{escape(name)}[/cyan]  {spec.dtype} {shape}", highlight=False)

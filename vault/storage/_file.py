@@ -76,7 +76,7 @@ class FileLocation(Location):
         characters), made absolute and normalised (TensorStore refuses ``../runs/v``). As
         TensorStore reads a URL (RFC 8089), ``file://localhost/tmp/v`` is ``/tmp/v`` and any
         other host (``file://runs/v`` too) is a :class:`VaultLocationError`."""
-        return cls(Path(os.path.abspath(Path(_url_path(text)).expanduser())))
+        return cls(_local_path(text))
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -489,8 +489,22 @@ STAGING_SWEEPS = (0.02, 0.1, 0.3)
 """Pauses (seconds) after which a failed build's staged folder is removed again."""
 
 
+def _local_path(text: str) -> Path:
+    """The absolute path a path or a ``file://`` URL names; see ``FileLocation.from_url``.
+    A backslash is refused: TensorStore's file driver takes it for a separator, so a vault
+    there would be written to (and read from) another folder than Python's file calls use."""
+    path = Path(os.path.abspath(Path(_url_path(text)).expanduser()))
+    if "\\" in str(path):
+        raise VaultLocationError(
+            f"{path}: the path holds a backslash, which TensorStore's file driver reads as a "
+            "folder separator (it would read and write another folder than this one): rename "
+            "the folder without it, or use another place"
+        )
+    return path
+
+
 def _url_path(text: str) -> str:
-    """The path of a ``file://`` URL (a plain path as it is); see ``FileLocation.from_url``."""
+    """The path of a ``file://`` URL (a plain path as it is)."""
     if text[:5].lower() != "file:":
         return text
     rest = text[5:]
