@@ -177,11 +177,6 @@ def test_json_is_one_document_in_the_tours_vocabulary(kinds: dict[str, Path], ki
 
 
 # -------------------------------------------------------- the tour's table, every command
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: `vault import --json` prints `leaves` as leaf-name strings (the table: objects "
-    "with `name` first) and a `validation` object the table does not have",
-)
 def test_import_json_speaks_the_tours_vocabulary(tmp_path: Path) -> None:
     def ogbench(path: Path, n: int, ends: list[int]) -> None:
         terminals = np.zeros(n, bool)
@@ -197,11 +192,6 @@ def test_import_json_speaks_the_tours_vocabulary(tmp_path: Path) -> None:
     check_doc(doc, vocabulary())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: `vault export --format minari --json` names the vault as typed (`path`: 'v', "
-    "not its location) and prints `dataset_id`, a key the tour's table does not have",
-)
 def test_minari_export_json_speaks_the_tours_vocabulary(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -241,11 +231,6 @@ def test_minari_export_json_speaks_the_tours_vocabulary(
     check_doc(doc, vocabulary())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: `vault unlock --json` prints `holder` and `broken`, keys the tour's table "
-    "(which says every command uses its keys) does not list",
-)
 def test_unlock_json_speaks_the_tours_vocabulary(s3_env: Any) -> None:
     url = f"s3://{s3_env.bucket}/contracts-{os.getpid()}-{time.monotonic_ns()}/v"
     build(url, writes=(3,))
@@ -254,11 +239,6 @@ def test_unlock_json_speaks_the_tours_vocabulary(s3_env: Any) -> None:
     check_doc(doc, vocabulary())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: `vault tag --json` prints the path as typed ('v', './v/'), where every other "
-    "command prints the vault's location under `path`",
-)
 def test_tag_json_names_the_vault_as_every_command_does(
     kinds: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -296,11 +276,6 @@ def test_a_dataset_refuses_a_wrong_at_or_shard_in_one_line_with_its_code(
     assert [set(v.tags()) for _, v in Dataset.open(str(ds)).vaults()] == [{"t"}, {"t"}]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Ctrl-C at the `vault unlock` prompt exits 1 with click's bare 'Aborted.' "
-    "instead of the documented 130 and one `vault: ...` line",
-)
 def test_ctrl_c_at_the_unlock_prompt_is_an_interruption(s3_env: Any) -> None:
     url = f"s3://{s3_env.bucket}/contracts-{os.getpid()}-{time.monotonic_ns()}/v"
     build(url, writes=(3,))
@@ -471,9 +446,9 @@ def help_examples() -> list[str]:
 
 # the snippets help_examples() finds (checked below; listed here so that collecting this file
 # renders no help)
-EXAMPLES = ["vault ls DATASET", "vault combine DATASET --out V", "vault verify --at NAME",
-            "vault info --json"]  # fmt: skip
-NO_PATH = {"vault verify --at NAME", "vault info --json"}
+EXAMPLES = ["vault ls DATASET", "vault combine DATASET --out V", "vault verify PATH --at NAME",
+            "vault info PATH --json"]  # fmt: skip
+NO_PATH: set[str] = set()  # examples that leave out PATH: none since they were fixed
 
 
 def test_the_examples_tried_are_every_example_in_the_help() -> None:

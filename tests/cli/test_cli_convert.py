@@ -98,12 +98,12 @@ def test_import_ogbench_with_its_validation_file(cli: Cli, tmp_path: Path) -> No
 def test_import_rlds_as_a_vault_and_as_shards(cli: Cli, tmp_path: Path) -> None:
     doc = cli.json("import", "rlds", RLDS, "--out", tmp_path / "v")
     assert (doc["committed"], doc["episodes"]) == (24, 6)
-    assert "observation/image" in doc["leaves"]
+    assert "observation/image" in doc["leaf_names"]
     out = cli("import", "rlds", RLDS, "--out", tmp_path / "d", "--shards", "--split", "val")
     assert "2 shards" in out.stdout
     assert Dataset.open(tmp_path / "d").shards == ["val-00000", "val-00001"]
     again = cli.json("import", "rlds", RLDS, "--out", tmp_path / "d", "--shards", "--split", "val")
-    assert again["shards"] == 2  # resumed: nothing left to do, nothing refused
+    assert len(again["shards"]) == 2  # resumed: nothing left to do, nothing refused
     line = one_error_line(
         cli("import", "d4rl", RLDS, "--out", tmp_path / "z", "--split", "val", code=1)
     )

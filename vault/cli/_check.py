@@ -39,7 +39,7 @@ def verify(
         typer.Option(
             "--fingerprint",
             metavar="F",
-            help="The content fingerprint the data must have (from `vault info --json`).",
+            help="The content fingerprint the data must have (from `vault info PATH --json`).",
             show_default=False,
         ),
     ] = None,
@@ -62,7 +62,7 @@ def verify(
 
         if FINGERPRINT.fullmatch(fingerprint) is None:
             fail(
-                f"--fingerprint must be a content fingerprint as `vault info --json` gives it "
+                f"--fingerprint must be a content fingerprint as `vault info PATH --json` gives it "
                 f"('sha256:' and 64 hex digits), got {fingerprint!r}",
                 EXIT_USAGE,
             )

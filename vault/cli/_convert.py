@@ -131,21 +131,23 @@ def _summary(made: Any) -> dict[str, Any]:
     from vault import Dataset
 
     if isinstance(made, Dataset):
-        return {"kind": "dataset", "shards": len(made.shards), "timesteps": made.timesteps,
-                "leaves": made.leaf_names, "episodes": len(made.episodes())}  # fmt: skip
+        return {"kind": "dataset", "shards": made.describe()["shards"],
+                "timesteps": made.timesteps, "leaf_names": made.leaf_names,
+                "episodes": len(made.episodes())}  # fmt: skip
     return {
+        "kind": "vault",
         "rows": made.rows,
         "committed": made.committed_length,
-        "leaves": made.leaf_names,
+        "leaf_names": made.leaf_names,
         "episodes": len(made.episodes()) if made.has_episodes else None,
     }
 
 
 def _line(doc: dict[str, Any]) -> str:
     eps = "" if doc["episodes"] is None else f", {count(doc['episodes'], 'episode')}"
-    leaves = count(len(doc["leaves"]), "leaf", "leaves")
+    leaves = count(len(doc["leaf_names"]), "leaf", "leaves")
     if doc.get("kind") == "dataset":
-        shards = count(doc["shards"], "shard")
+        shards = count(len(doc["shards"]), "shard")
         return (
             f"dataset {doc['path']}: {shards}, {count(doc['timesteps'], 'timestep')}, {leaves}{eps}"
         )
@@ -212,7 +214,7 @@ def export(
             data_format=data_format,
             progress=progress,
         )
-    doc = {"path": path, "format": "minari", "dataset_id": out, "out": str(made)}
+    doc = {"path": source.location, "format": "minari", "dataset_id": out, "out": str(made)}
     if shard is not None:
         doc["shard"] = shard
     if json_out:

@@ -36,7 +36,7 @@ def tag(
     json_out: JsonOpt = False,
 ) -> None:
     """Name a commit NAME (usable wherever a commit is: `Vault.open(PATH, at=NAME)`,
-    `vault verify --at NAME`). Tags never move: setting an existing tag to another commit
+    `vault verify PATH --at NAME`). Tags never move: setting an existing tag to another commit
     is refused. Needs no writer lock. A dataset's root: every shard's commit is tagged
     (`Dataset.open(PATH, at=NAME)` reads the dataset as tagged; --at takes a tag)."""
     from vault import Vault, is_dataset
@@ -49,7 +49,7 @@ def tag(
     commit = vault.tag(name)
     if json_out:
         length = vault.committed_length
-        emit_json({"path": path, "tag": name, "commit": commit, "committed": length})
+        emit_json({"path": vault.location, "tag": name, "commit": commit, "committed": length})
         return
     stdout().print(
         f"{path}: tag {name} -> commit {commit} ({count(vault.committed_length, 'timestep')})",

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 from collections.abc import Iterator
 from typing import Annotated, Any, NoReturn
 
@@ -122,8 +123,12 @@ class _Group(_Help, TyperGroup):
             return super().invoke(ctx)
         except typer.TyperException as err:
             _usage_error(err)
-        except (typer.Exit, typer.Abort):
+        except typer.Exit:
             raise
+        except typer.Abort:  # Ctrl-C (or no input) at a prompt, before anything was done
+            sys.stderr.write("\n")  # end the prompt's line
+            say_error("interrupted at the prompt; nothing was done")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
         except KeyboardInterrupt:
             say_error("interrupted; nothing was left half-written")
             raise typer.Exit(EXIT_INTERRUPTED) from None

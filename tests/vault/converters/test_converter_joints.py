@@ -748,7 +748,7 @@ def test_cli_import_gives_what_the_api_gives(
     doc = _cli("import", fmt, src, "--out", tmp_path / "cli", *CLI_ARGS[fmt], "--json")
     api = import_dataset(fmt, src, tmp_path / "api", **API_OPTIONS[fmt])
     cli = Vault.open(tmp_path / "cli")
-    assert doc["leaves"] == cli.leaf_names == api.leaf_names
+    assert doc["leaf_names"] == cli.leaf_names == api.leaf_names
     assert doc["committed"] == api.committed_length
     assert doc["episodes"] == (len(api.episodes()) if api.has_episodes else None)
     _same(cli.read_numpy(), api.read_numpy())
