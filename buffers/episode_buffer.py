@@ -321,6 +321,7 @@ def episode_state_from(
     *,
     restarts: Sequence[int] | Array = (),
     start_known: bool | None = None,
+    gaps: Sequence[int] | Array = (),
 ) -> EpisodeBufferState[Experience]:
     """An episode buffer state holding the data of a trajectory-buffer state.
 
@@ -338,8 +339,12 @@ def episode_state_from(
         restarts: timesteps (counted from the oldest stored one, 0) where every row begins
             a new episode whatever its flags say, such as a vault's seams: for
             ``vault.read(start=a, stop=b)``,
-            ``[s.at - a for s in vault.seams if a < s.at < b]``. The timesteps before a
-            restart end no episode (with ``pad=True`` they are not sampled as a whole one).
+            ``[s.at - a for s in vault.seams if a < s.at < b and not s.lost]`` (the seams that
+            lost timesteps are ``gaps``). The timesteps before a restart end no episode (with
+            ``pad=True`` they are not sampled as a whole one).
+        gaps: timesteps (counted as ``restarts``) where data were lost just before (a vault
+            seam with ``lost > 0``): every row restarts there too, but the episode that goes
+            on there has no known start, so it is never sampled as a whole padded one.
         start_known: whether each row's oldest stored timestep begins an episode. By
             default it does unless the ring has wrapped (``write_counter`` beyond what is
             stored: its start was overwritten). Where it does not (also data read from the
@@ -362,12 +367,19 @@ def episode_state_from(
     else:
         known = jnp.asarray(start_known, bool)
     logical = jnp.arange(t_len, dtype=jnp.int32)
-    restart = jnp.zeros((t_len,), bool)
-    if len(restarts):
-        restart = (logical[:, None] == jnp.asarray(restarts, jnp.int32)[None]).any(axis=1)
+
+    def at(positions: Sequence[int] | Array) -> Array:  # [T]: whether each step is one
+        if not len(positions):
+            return jnp.zeros((t_len,), bool)
+        return (logical[:, None] == jnp.asarray(positions, jnp.int32)[None]).any(axis=1)
+
+    gap = at(gaps)
     starts = jnp.concatenate([jnp.broadcast_to(known, (b_size, 1)), ends[:, :-1]], axis=1)
-    starts = starts | restart[None]
+    starts = starts | at(restarts)[None] | gap[None]
     last_start = jax.lax.cummax(jnp.where(starts, logical, -1), axis=1)
+    # an episode that goes on after a gap ends where its flags say, but is never whole
+    after_gap = gap[jnp.maximum(last_start, 0)] & (last_start >= 0)
+    ends_whole = ends & ~after_gap
     # before the first known start, steps count on from beyond the ring (its start unknown)
     steps = jnp.where(last_start >= 0, logical - last_start, t_len + logical)
     episode_step = jnp.zeros((b_size, t_len), jnp.int32).at[:, order].set(steps)
@@ -383,7 +395,7 @@ def episode_state_from(
     )
     rows = jnp.broadcast_to(jnp.arange(b_size, dtype=jnp.int32)[:, None], (b_size, t_len))
     slots = jnp.broadcast_to(jnp.arange(t_len, dtype=jnp.int32)[None], (b_size, t_len))
-    ended = jnp.zeros((b_size, t_len), bool).at[:, order].set(ends)  # only done/truncated
+    ended = jnp.zeros((b_size, t_len), bool).at[:, order].set(ends_whole)  # done/truncated
     weights = _window_weights(out, rows, slots, sequence_length, pad, ended)
     tree = _sum_tree.set_batch(out.sum_tree_state, rows * t_len + slots, weights, device=device)
     return out.replace(sum_tree_state=tree)
@@ -394,8 +406,8 @@ class EpisodeBuffer(TrajectoryBuffer, Generic[Experience]):
     """A trajectory buffer whose ``sample`` never crosses an episode boundary.
 
     Attributes:
-        from_state: ``from_state(trajectory_state, *, restarts=(), start_known=None) ->
-            EpisodeBufferState``: a trajectory-buffer state (for example one read from a
+        from_state: ``from_state(trajectory_state, *, restarts=(), start_known=None,
+            gaps=()) -> EpisodeBufferState``: a trajectory-buffer state (for example one read from a
             vault, with the vault's seams as ``restarts``) as this buffer's state
             (:func:`episode_state_from`).
         pad: whether whole episodes shorter than the sequence length are sampled, padded.

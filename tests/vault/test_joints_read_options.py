@@ -526,16 +526,11 @@ def test_a_state_cut_by_capacity_never_offers_its_cut_episode_whole(tmp_path: Pa
     assert (16, 2) not in padded_firsts(drawn)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the documented restarts (every seam) make the episode after an overrun "
-    "seam (lost > 0) a known start: from_state(pad=True) samples that fragment whole",
-)
 def test_the_fragment_after_an_overrun_seam_is_never_sampled_whole(tmp_path: Path) -> None:
     """After a seam that lost steps, the vault marks the next episode ``start_known=False``
-    and ``select`` skips it; the episode buffer built the documented way
-    (``from_state(vault.read(), restarts=[s.at for s in vault.seams])``) must not sample
-    that fragment as a whole padded episode either. History 0..7 is stored, 8..14 lost,
+    and ``select`` skips it; the episode buffer built the documented way (train-offline.md:
+    ``restarts=`` the seams that lost nothing, ``gaps=`` those that lost steps) must not
+    sample that fragment as a whole padded episode either. History 0..7 is stored, 8..14 lost,
     then 15..23: steps 15..17 are the tail of the episode 12..17."""
     path = str(tmp_path / "v")
     buf = fbx.make_trajectory_buffer(1, 1, 1, 1, 1, max_length_time_axis=9)
@@ -557,6 +552,14 @@ def test_the_fragment_after_an_overrun_seam_is_never_sampled_whole(tmp_path: Pat
     assert unknown == [(8, 3)]  # steps 15..17, its start lost
     assert len(table.select()) == len(table) - 1
     from_state, sample = padded_episode_buffer(EB_T)
-    episodes = from_state(v.read(capacity=EB_T), restarts=[s.at for s in v.seams])
+    first = max(0, v.committed_length - EB_T)  # the state holds the last EB_T timesteps
+    episodes = from_state(
+        v.read(capacity=EB_T),
+        restarts=[s.at - first for s in v.seams if not s.lost],
+        gaps=[s.at - first for s in v.seams if s.lost],
+    )
     drawn = sample(episodes, jax.random.key(0))
     assert (15, 3) not in padded_firsts(drawn)
+    # the same state, restarted there as if nothing was lost: the fragment is offered whole
+    assumed = from_state(v.read(capacity=EB_T), restarts=[s.at - first for s in v.seams])
+    assert (15, 3) in padded_firsts(sample(assumed, jax.random.key(0)))
