@@ -299,7 +299,8 @@ class Dataset(DatasetReadMethods):
         )
         if problems:
             raise VaultStructureError(
-                f"{where}: the dataset there has another structure: " + "; ".join(problems)
+                f"{where}: the dataset there has another structure or settings: "
+                + "; ".join(problems)
             )
         dataset = cls(where, theirs)
         dataset._shard_rows = rows  # this actor's shards: the rows it asked for
