@@ -263,12 +263,6 @@ def test_close_mid_epoch_keeps_the_position_and_a_refreshed_source_changes_nothi
 
 
 # ------------------------------------------------------------------------------------ bugs
-@pytest.mark.xfail(
-    strict=True,
-    raises=(AssertionError, VaultReadError),
-    reason="BUG: rows=/leaves= given as an iterator are consumed by the first source: state() "
-    "saves [] (resume fails) and a dataset's second shard sees an empty selection",
-)
 @pytest.mark.parametrize("case", ["vault-rows", "vault-leaves", "dataset-rows"])
 def test_rows_and_leaves_given_as_iterators_work_for_every_source_and_checkpoint(
     one: Vault, pinned: tuple[Dataset, list[dict[str, np.ndarray]]], case: str
@@ -337,12 +331,6 @@ def test_jax_batches_never_hold_wrapped_64_bit_integers(tmp_path: Path, option: 
         np.testing.assert_array_equal(np.asarray(b.experience["stamp"]), want)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="BUG: the memory refusal of a stream whose stack is too large names "
-    "sample_batch_size/prefetch/interleave/block_timesteps, never stack",
-)
 def test_a_stack_too_large_for_memory_is_refused_naming_stack(one: Vault) -> None:
     """A stream that would hold more than the machine's memory is refused before anything is
     allocated; when what makes it too large is ``stack``, the message must name it (the
@@ -352,12 +340,6 @@ def test_a_stack_too_large_for_memory_is_refused_naming_stack(one: Vault) -> Non
     assert "stack" in str(err.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="BUG: resume_stream of a state whose args hold an unknown (or unsaved) option "
-    "raises a bare TypeError from as_dataset(), not VaultArgumentError",
-)
 @pytest.mark.parametrize("extra", ["shuffle_buffer", "resume_at"])
 def test_a_state_with_an_option_it_cannot_hold_is_a_typed_error_naming_it(
     one: Vault, extra: str

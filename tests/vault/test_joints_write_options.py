@@ -353,9 +353,6 @@ def test_a_flashbax_shaped_state_written_exactly_a_ring_later_is_never_silently_
 
 
 # --------------------------------------------------------------------- 3. create and options
-@pytest.mark.xfail(
-    strict=True, reason="BUG: Vault.create from a state of 0 rows raises ZeroDivisionError"
-)
 def test_a_state_of_no_rows_is_refused_with_a_typed_error(tmp_path: Path) -> None:
     """``rows=0`` with an example is VaultArgumentError naming ``rows``; a state with no rows
     (built by hand, or a vmap over nothing) must be refused as typed, nothing created."""
@@ -366,11 +363,6 @@ def test_a_state_of_no_rows_is_refused_with_a_typed_error(tmp_path: Path) -> Non
     assert not (tmp_path / "b").exists() or not any((tmp_path / "b").iterdir())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Vault(..., compression=) maps blosc to blosc-zstd whatever its cname, and "
-    "clevel=0 to level 3 (`or`)",
-)
 def test_the_reference_constructor_keeps_the_compressor_it_is_given(tmp_path: Path) -> None:
     """``compression`` is the reference's ``{"id": ..., ...}`` mapped to a codec: a blosc
     compressor keeps its ``cname`` and a level of 0 (no compression) stays 0."""
@@ -393,11 +385,6 @@ def test_the_reference_constructor_keeps_the_compressor_it_is_given(tmp_path: Pa
     assert_stored(tmp_path / "b" / "u", steps(0, 3))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Vault(name, state) refuses a state in Flashbax's dict shape that "
-    "Vault.create and write take",
-)
 def test_the_reference_constructor_takes_a_flashbax_shaped_dict_as_create_does(
     tmp_path: Path,
 ) -> None:
@@ -417,11 +404,6 @@ def test_the_reference_constructor_takes_a_flashbax_shaped_dict_as_create_does(
     assert_stored(tmp_path / "run" / "u", steps(0, 3))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: append() of a first leaf (in leaf order) without [rows, time] axes (write() "
-    "likewise) does not name the leaf",
-)
 def test_a_first_leaf_without_row_and_time_axes_is_named(tmp_path: Path) -> None:
     """The conventions: a refusal names the leaf path. A bad leaf that comes later in leaf
     order is named (``experience/obs: leading axes ...``); the first one must be too."""
@@ -435,11 +417,6 @@ def test_a_first_leaf_without_row_and_time_axes_is_named(tmp_path: Path) -> None
         assert v.committed_length == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: verify of a vault whose reward leaf holds +inf and -inf emits numpy's "
-    "RuntimeWarning (an error under -W error)",
-)
 def test_verify_of_a_reward_leaf_with_infinities_is_clean_and_quiet(tmp_path: Path) -> None:
     """Rewards are the user's floats: an episode summing +inf and -inf has a NaN return.
     The index stores it; ``verify`` reports the healthy vault ok without stray warnings (the

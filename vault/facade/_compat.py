@@ -13,6 +13,7 @@ from vault._errors import VaultArgumentError, VaultNotFoundError, VaultStructure
 from vault.format._records import MANIFEST_KEY
 from vault.storage._kinds import check_name, parse_location
 from vault.storage._location import Location
+from vault.write._create import is_state
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,7 +64,7 @@ def reference_target(
         )
     codec, level = compat_compression(compression)
     rows = None
-    if not hasattr(experience_structure, "experience"):
+    if not is_state(experience_structure):
         # The reference passes ``state.experience``: leaves ``[B, T, ...]``.
         experience_structure, rows = timestep_of(experience_structure)
     return ReferenceTarget(location, True, experience_structure, rows, codec, level)
@@ -87,6 +88,14 @@ def compat_compression(compression: dict[str, Any] | None) -> tuple[str | None, 
     """The reference's ``compression`` dict as (codec, level)."""
     if compression is None:
         return "auto", None
-    cname = compression.get("cname") or compression.get("id") or "zstd"
-    level = compression.get("clevel") or compression.get("level")
-    return ("blosc" if compression.get("id") == "blosc" else cname), level
+    level = compression.get("clevel", compression.get("level"))  # 0 is a level
+    if compression.get("id") == "blosc":
+        cname = compression.get("cname", "zstd")
+        blosc = {"zstd": "blosc", "lz4": "lz4"}  # with byte shuffle, as rlvault stores blosc
+        if cname not in blosc:
+            raise VaultArgumentError(
+                f"compression: blosc with cname {cname!r} is not one rlvault writes; use cname "
+                "'zstd' or 'lz4' (byte shuffle), or another id ('zstd', 'gzip')"
+            )
+        return blosc[cname], level
+    return compression.get("cname") or compression.get("id") or "zstd", level

@@ -339,7 +339,12 @@ def end_free(flags: np.ndarray, head: int) -> np.ndarray:
 
 
 def check_stream_memory(
-    lay: Layout, global_batch: int, prefetch: int, epochs: int | None, items_bytes: int
+    lay: Layout,
+    global_batch: int,
+    prefetch: int,
+    epochs: int | None,
+    items_bytes: int,
+    stack: int | None = None,
 ) -> None:
     """Refuse, before anything is allocated, a stream that would hold more than the
     machine's memory: the groups of blocks read ahead plus the items cut ahead
@@ -348,9 +353,12 @@ def check_stream_memory(
     ahead = prefetch
     if epochs is not None:  # never more groups than the epochs have
         ahead = min(ahead, epochs * lay.n_blocks)
+    stacked = "" if stack is None else f", stack={stack}"
     check_memory(
         f"as_dataset(sample_batch_size={global_batch}, sequence_length={lay.seq}, "
-        f"prefetch={prefetch}, interleave={lay.interleave})",
+        f"prefetch={prefetch}, interleave={lay.interleave}{stacked})",
         (1 + ahead) * group_bytes * lay.step_bytes + items_bytes,
-        "lower sample_batch_size, prefetch, interleave or block_timesteps",
+        "lower sample_batch_size, "
+        + ("stack, " if stack is not None else "")
+        + "prefetch, interleave or block_timesteps",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from vault._errors import VaultArgumentError
@@ -65,8 +66,19 @@ def resume_stream(
                 "its process_index (JAX's, or given)"
             )
     args = dict(saved.args)
+    taken = set(inspect.signature(as_dataset).parameters) - _GIVEN_HERE
+    unknown = sorted(set(args) - taken)
+    if unknown:
+        raise VaultArgumentError(
+            f"a stream state with options this as_dataset does not take: {unknown} (a state "
+            f"of another rlvault, or edited); it takes {sorted(taken)}"
+        )
     size, length = args.pop("sample_batch_size"), args.pop("sequence_length")
     return as_dataset(
         open_pinned(saved.pins, storage), size, length, resume_at=(saved.epoch, saved.batch),
         sharding=sharding, process_index=process[0], process_count=process[1], **args,
     )  # fmt: skip
+
+
+_GIVEN_HERE = {"snaps", "resume_at", "sharding", "process_index", "process_count"}
+"""The options of ``as_dataset`` that ``resume_stream`` gives itself (never a state's)."""

@@ -37,6 +37,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from vault import _args
+from vault._args import once
 from vault._errors import VaultArgumentError, VaultReadError
 from vault.commits._snapshot import Snapshot
 from vault.format import _structure
@@ -129,8 +130,9 @@ class _Plan:
         self.batch_layout = batch_layout(self.batch_shapes, self.dtypes)
         self.queue_depth = max(2, min(16, BATCH_QUEUE_BYTES // max(1, self.batch_layout[-1])))
         check_stream_memory(
-            lay, global_batch, prefetch, epochs, (self.queue_depth + 1) * self.batch_layout[-1]
-        )
+            lay, global_batch, prefetch, epochs, (self.queue_depth + 1) * self.batch_layout[-1],
+            stack,
+        )  # fmt: skip
         self._steps = np.arange(lay.seq, dtype=np.int64)
         self._tails: dict[int, list[np.ndarray]] = {}
         self._issued_blocks: list[int] = []
@@ -627,6 +629,7 @@ def as_dataset(
     ``close()`` (or leaving the ``with`` block, or dropping it) stops its thread. Errors met
     while reading (for example :class:`VaultCorruptError`) are raised by ``next()``.
     """
+    rows, leaves = once(rows), once(leaves)  # read per source, and saved: an iterator once
     args = dict(locals())
     for name in ("snaps", "resume_at", "sharding", "process_index"):
         del args[name]  # a state resumes every process, each with its own sharding

@@ -73,7 +73,7 @@ MAX_METADATA_BYTES = MAX_RECORD_BYTES // 2  # the manifest holds it: readers ref
 LEVELS = {"zstd": (-131072, 22), "gzip": (0, 9), "blosc": (0, 9), "lz4": (0, 9)}
 
 
-def _is_state(value: Any) -> bool:
+def is_state(value: Any) -> bool:
     """Whether ``value`` is a buffer state: ours or the reference's (a Flashbax state object,
     or the dict orbax restores from a checkpoint of one, as ``Vault.write`` takes it)."""
     if hasattr(value, "experience"):
@@ -99,9 +99,14 @@ def plan_manifest(
     argument is checked here, before anything is created."""
     user = check_metadata(metadata)
     level = check_codec(codec, level)
-    if _is_state(structure_or_state):
+    if is_state(structure_or_state):
         view = BufferView(structure_or_state)
         example, n_rows, skip = view.experience, view.rows, view.stack + 2
+        if n_rows < 1:
+            raise VaultStructureError(
+                f"the buffer state has {n_rows} rows (its leaves' leading axes); a vault holds "
+                "at least one"
+            )
         if rows is not None and check_rows(rows) != n_rows:
             raise VaultArgumentError(
                 f"rows={rows!r}, but the buffer state has {n_rows} rows: with a state the rows "

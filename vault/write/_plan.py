@@ -164,7 +164,7 @@ class BufferView:
         if len(first.shape) < self.stack + 2:
             raise VaultStructureError(
                 f"the state's experience leaves must be [rows, time, ...], got shape "
-                f"{tuple(first.shape)}"
+                f"{tuple(first.shape)}{_named(state.experience, 'experience/')}"
             )
         self.time_len = int(first.shape[self.stack + 1])
         self.rows = int(math.prod(first.shape[: self.stack + 1]))
@@ -245,10 +245,21 @@ class ArraysView:
             raise VaultStructureError(
                 "append() takes array leaves shaped [rows, time, ...], got "
                 + (f"shape {tuple(first.shape)}" if hasattr(first, "shape") else repr(first))
+                + _named(experience, "experience/")
             )
         self.experience = experience
         self.rows = int(first.shape[0])
         self.time_len = int(first.shape[1])
+
+
+def _named(tree: Any, prefix: str = "") -> str:
+    """`` for leaf 'PATH'``: the path of ``tree``'s first leaf, for a message (empty where
+    the structure cannot be described)."""
+    try:
+        names = _structure.leaf_names(_structure.describe(tree))
+    except VaultStructureError:
+        return ""
+    return f" for leaf {prefix + names[0]!r}" if names else ""
 
 
 def first_leaf(tree: Any) -> Any:
