@@ -28,7 +28,7 @@ from vault.storage._location import (
 )
 from vault.storage._reclaim import Reclaimer
 from vault.storage._relay_write import WriteRelay
-from vault.write import _commit
+from vault.write import _commit, _device
 from vault.write._background import BackgroundQueue
 from vault.write._plan import (
     AppendJob,
@@ -158,6 +158,15 @@ class Writer:
         if not tip.source_counter:  # no buffer written yet (or one with nothing in it)
             return tip.length > 0  # after appended arrays a buffer is another source: a seam
         if tip.known_source and not new_buffer and not self.adopt_buffers:
+            # the buffer this writer wrote, unless its data say otherwise; checked where that
+            # costs no wait (a buffer on an accelerator would be read back, stalling the step)
+            # (a counter behind the vault's is plan_write's to tell)
+            last, ahead = tip.last, view.counter >= tip.source_counter
+            host = not any(map(_device.on_accelerator, values[:1]))
+            checked = last is not None and ahead and host
+            same = same_buffer(tip, view, values, last) if checked and last is not None else None
+            if same is False:
+                raise self._not_that_buffer(view)
             return False
         if tip.length == 0 and tip.last is None:
             same = None  # nothing stored to compare with
@@ -175,13 +184,17 @@ class Writer:
             return True
         if same is None:
             return False  # it cannot tell: plan_write saves all it holds, or reports a loss
-        raise VaultStructureError(
+        raise self._not_that_buffer(view)
+
+    def _not_that_buffer(self, view: BufferView) -> VaultStructureError:
+        source = self.tip.source_counter or 0
+        return VaultStructureError(
             f"{self.where}: this is not the buffer the vault was last written from: the vault "
-            f"holds its first {tip.source_counter} timesteps, and this buffer "
+            f"holds its first {source} timesteps, and this buffer "
             + (
                 f"has had only {view.counter} added"
-                if view.counter < tip.source_counter
-                else f"holds different data at timestep {tip.source_counter - 1}"
+                if view.counter < source
+                else f"holds different data at timestep {source - 1}"
             )
             + ". Nothing was written. If it is a new buffer (a new process, a restarted run), "
             "pass new_buffer=True to append everything it holds; to continue the old buffer, "
