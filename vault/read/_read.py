@@ -427,7 +427,7 @@ def read_numpy(snap: Snapshot, rows: Rows, lo: int, hi: int, leaves: Sequence[st
     return _structure.build(snap.manifest.structure, out)
 
 
-def _check_narrowing(snap: Snapshot, names: Sequence[str], arrays: Sequence[np.ndarray]) -> None:
+def check_narrowing(where: str, names: Sequence[str], arrays: Sequence[np.ndarray]) -> None:
     """JAX without 64-bit types (its default) stores a 64-bit integer leaf as 32 bits: a value
     beyond 32 bits would wrap silently. Refuse such a read (:class:`VaultReadError` naming the
     leaf); values that fit are read as 32-bit integers, as JAX takes any int64 array."""
@@ -438,7 +438,7 @@ def _check_narrowing(snap: Snapshot, names: Sequence[str], arrays: Sequence[np.n
         low, high = int(arr.min()), int(arr.max())
         if low < narrow.min or high > narrow.max:
             raise VaultReadError(
-                f"{snap.where}: leaf {name!r} ({arr.dtype}) holds values up to {high} (from "
+                f"{where}: leaf {name!r} ({arr.dtype}) holds values up to {high} (from "
                 f"{low}), beyond 32 bits, and JAX without 64-bit types would store them "
                 "wrapped: read it with read_numpy, or enable them "
                 "(jax.config.update('jax_enable_x64', True)) before reading"
@@ -495,7 +495,7 @@ def read_state(
     from buffers import TrajectoryBufferState
 
     if not jax.config.read("jax_enable_x64"):
-        _check_narrowing(snap, wanted, fetched)
+        check_narrowing(snap.where, wanted, fetched)
     out = [jax.device_put(arr) for arr in fetched]
     fetched.clear()
     if leaves is not None:

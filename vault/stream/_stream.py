@@ -42,6 +42,7 @@ from vault._errors import VaultArgumentError, VaultReadError
 from vault.commits._snapshot import Snapshot
 from vault.format import _structure
 from vault.read import _read
+from vault.read._read import check_narrowing
 from vault.stream._args import bool_arg, end_leaves_of, int_arg, resume_arg, sources_arg
 from vault.stream._buffers import BlockGroup, PartialBatch, batch_layout
 from vault.stream._device_cut import DeviceGroup, on_accelerator, rebuilder, to_device
@@ -116,6 +117,8 @@ class _Plan:
         self._rebuild: Callable[[list[Any]], Any] | None = None  # set by the first batch
         self.out_count = len(self.names)
         self.items, self.dtypes = lay.items, lay.dtypes
+        # a 64-bit integer leaf: JAX batches are checked for values beyond 32 bits
+        self.wide = any(np.dtype(d).kind in "iu" and np.dtype(d).itemsize == 8 for d in lay.dtypes)
         self.structure = lay.sources[0].snap.manifest.structure
         # an item: a batch, or a stack of ``stack`` batches (``unit`` sequences)
         self.unit = batch * (stack or 1)
@@ -285,10 +288,19 @@ class _Plan:
             base, source, row, start = base[order], source[order], row[order], start[order]
         return base, source, row, start
 
+    def _check_narrowing(self, arrays: list[np.ndarray]) -> None:
+        """JAX without 64-bit types stores a 64-bit integer leaf as 32 bits: values beyond
+        would wrap silently, so such a batch is refused (``read.check_narrowing``)."""
+        if self.wide and not _jax_x64():
+            where = self.layout.sources[0].snap.where
+            check_narrowing(where, self.names, arrays[: len(self.names)])
+
     def _finish(self, pending: PartialBatch, epoch: int, last: bool) -> list[StreamBatch]:
         """The pack's items: its whole ones, and at the end of an epoch (``last``) a short
         stack of the whole batches left, then the incomplete rest unless ``drop_remainder``."""
         b, unit, fill = self.batch, self.unit, pending.fill
+        if self.device_put or self.sharding is not None:
+            self._check_narrowing([a[:fill] for a in pending.arrays])
         whole = fill // b * b if last else fill // unit * unit
         n = fill if last and not self.drop_remainder else whole
         out, i = [], 0
@@ -695,3 +707,9 @@ def as_dataset(
         stack=stack,
     )
     return DatasetStream(plan, args)
+
+
+def _jax_x64() -> bool:
+    import jax
+
+    return bool(jax.config.read("jax_enable_x64"))
