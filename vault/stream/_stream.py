@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Callable, Generator, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
@@ -44,6 +44,7 @@ from vault.format import _structure
 from vault.read import _read
 from vault.read._read import check_narrowing
 from vault.stream._args import bool_arg, end_leaves_of, int_arg, resume_arg, sources_arg
+from vault.stream._batch import StreamBatch
 from vault.stream._buffers import BlockGroup, PartialBatch, batch_layout
 from vault.stream._device_cut import DeviceGroup, on_accelerator, rebuilder, to_device
 from vault.stream._hosts import check_sharding, local_batch_size, process_arg, to_global
@@ -54,32 +55,6 @@ from vault.stream._state import state_of
 BATCH_QUEUE_BYTES = 4 << 20  # batches cut ahead of the consumer: 2 to 16, about this much
 PACK_BYTES = 2 << 20  # small batches are cut and handed over in packs (one gather per leaf)
 MAX_PACK = 64  # of at most this many batches
-
-
-class StreamBatch(NamedTuple):
-    """One batch of a stream (:meth:`Vault.as_dataset`).
-
-    Sequence ``i`` is ``read_numpy(rows=[row[i]], start=start[i], stop=start[i] +
-    sequence_length)`` of source ``source[i]``. With a ``sharding`` the leaves are global
-    ``jax.Array`` s and ``source``/``row``/``start`` describe this process's part of them.
-    With ``stack`` (:meth:`Vault.as_dataset`), an item holds consecutive batches of one epoch:
-    every array gains a leading axis (``[stack, batch, ...]``), ``epoch`` stays one int.
-
-    Attributes:
-        experience: the vault's structure (or ``{path: array}`` when ``leaves`` was given)
-            with leaves ``[batch, sequence_length, ...]``.
-        row: each sequence's row (int64 numpy, ``[batch]``).
-        start: each sequence's first timestep (int64 numpy, ``[batch]``).
-        epoch: the epoch, counted from 0.
-        source: each sequence's source, an index into the stream's snapshots (0 for a
-            single vault).
-    """
-
-    experience: Any
-    row: np.ndarray
-    start: np.ndarray
-    epoch: int
-    source: np.ndarray
 
 
 # ------------------------------------------------------------------------------- as_dataset
