@@ -448,29 +448,13 @@ def help_examples() -> list[str]:
 # renders no help)
 EXAMPLES = ["vault ls DATASET", "vault combine DATASET --out V", "vault verify PATH --at NAME",
             "vault info PATH --json"]  # fmt: skip
-NO_PATH: set[str] = set()  # examples that leave out PATH: none since they were fixed
 
 
 def test_the_examples_tried_are_every_example_in_the_help() -> None:
     assert help_examples() == EXAMPLES
 
 
-@pytest.mark.parametrize(
-    "example",
-    [
-        pytest.param(
-            e,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="BUG: this help snippet leaves out PATH: as written it exits 1 "
-                "('Missing argument PATH')",
-            ),
-        )
-        if e in NO_PATH
-        else e
-        for e in EXAMPLES
-    ],
-)
+@pytest.mark.parametrize("example", EXAMPLES)
 def test_every_example_in_a_help_text_runs_as_written(
     kinds: dict[str, Path], tmp_path: Path, example: str
 ) -> None:

@@ -594,8 +594,9 @@ def ogbench_arrays(n: int, salt: int) -> dict[str, np.ndarray]:
 @pytest.fixture(scope="module")
 def ogbench_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("crash-ogbench")
-    np.savez(folder / "maze-tiny-v0.npz", **ogbench_arrays(TRAIN, 0))  # type: ignore[arg-type]
-    np.savez(folder / "maze-tiny-v0-val.npz", **ogbench_arrays(VAL, 1))  # type: ignore[arg-type]
+    for name, (n, salt) in {"maze-tiny-v0": (TRAIN, 0), "maze-tiny-v0-val": (VAL, 1)}.items():
+        arrays: dict[str, Any] = ogbench_arrays(n, salt)
+        np.savez(folder / f"{name}.npz", **arrays)
     return folder / "maze-tiny-v0.npz"
 
 

@@ -363,12 +363,6 @@ def test_a_state_with_an_option_it_cannot_hold_is_a_typed_error_naming_it(
         resume_stream(state)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason="BUG: resume_at=(epoch, batch) past the end of that epoch is not refused: the "
-    "surplus is silently skipped from the next epoch's batches",
-)
 def test_resume_at_past_an_epochs_end_is_refused_naming_it(one: Vault) -> None:
     """``resume_at`` is a position a state holds: at most the epoch's batch count (then the
     next epoch comes whole). A position past it cannot be one; silently skipping batches of

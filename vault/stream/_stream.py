@@ -432,6 +432,11 @@ class _Plan:
                         if items:
                             yield items
                     pending = None
+                    if self._skip:  # a resume_at past this epoch's end: no state holds one
+                        raise VaultArgumentError(
+                            f"resume_at=({epoch}, {self.skip}) is past the end of epoch "
+                            f"{epoch}, which has {self.skip - self._skip} batches"
+                        )
                     if self._epoch_items == 0:
                         raise self._no_batch()
                     self._epoch_items = 0

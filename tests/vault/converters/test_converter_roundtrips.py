@@ -128,6 +128,8 @@ OG_MARL = {
     "truncations": dict.fromkeys(AGENTS, ((), np.bool_)),
     "infos": {"state": ((4,), np.float32)},
 }
+BOOL: Any = np.bool_  # a bool Box is valid; gymnasium's annotations say float only
+
 ROLES: dict[str, Any] = {"done": "terminals/agent_0", "truncated": "truncations/agent_0",
                          "reward": "rewards/agent_0"}  # fmt: skip
 # a ring of 8 written every 10 adds: Flashbax writes only what the ring still holds since its
@@ -265,7 +267,7 @@ def test_minari_odd_spaces_and_non_finite_rewards_round_trip(
         {
             "bits": spaces.MultiBinary(3),
             "cell": spaces.Discrete(4, start=-2),
-            "flags": spaces.Box(0, 1, (2,), np.bool_),  # type: ignore[arg-type]
+            "flags": spaces.Box(0, 1, (2,), BOOL),
             "parts": spaces.Tuple([spaces.Box(-1, 1, (i + 1,), np.float32) for i in range(11)]),
         }
     )
