@@ -382,9 +382,8 @@ def _reachable(endpoint: str, timeout: float, where: str) -> None:
         with socket.create_connection((host, port), timeout=timeout) as conn:
             # a server that accepts connections but never answers (stopped, or hung) would
             # hold every request for the HTTP client's stall limit: ask for any answer at all
-            # (an HTTP reply, a TLS alert, a close) within the same time
-            conn.sendall(f"HEAD / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n".encode())
-            answered = _answers(conn)
+            # (a TLS handshake, an HTTP reply, a close) within the same time
+            answered = _answers(conn, parsed.scheme == "https")
     except OSError as err:
         raise VaultStorageError(
             f"{where}: cannot reach the S3 endpoint {endpoint} ({err.strerror or err}) within "
@@ -402,14 +401,24 @@ def _reachable(endpoint: str, timeout: float, where: str) -> None:
     _REACHED.add(endpoint)
 
 
-def _answers(conn: socket.socket) -> bool:
-    """Whether anything (bytes, or the connection closed) comes back before the timeout."""
+def _answers(conn: socket.socket, tls: bool) -> bool:
+    """Whether anything (bytes, or the connection closed) comes back before the timeout: for
+    ``tls``, the server's part of a TLS handshake (a certificate it would not pass is still
+    an answer: only liveness is asked here), else a reply to an HTTP request."""
     try:
+        if tls:
+            import ssl
+
+            context = ssl.create_default_context()
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+            context.wrap_socket(conn, do_handshake_on_connect=True)
+            return True
+        conn.sendall(b"HEAD / HTTP/1.1\r\nHost: s3\r\nConnection: close\r\n\r\n")
         conn.recv(1)
     except TimeoutError:
         return False
     except OSError:
-        return True  # reset: an answer of sorts (the server is alive)
+        return True  # reset or refused in TLS: an answer of sorts (the server is alive)
     return True
 
 
