@@ -8,12 +8,16 @@ CLI. The behaviour shared with every location kind is in ``test_location_conform
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import socket
+import ssl
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -136,6 +140,65 @@ def test_configuration_follows_the_aws_environment_and_storage_overrides_it(
 def test_bad_storage_settings_are_typed_errors(storage: dict[str, Any], match: str) -> None:
     with pytest.raises(vault.VaultLocationError, match=match):
         parse_location("s3://bucket/p", storage=storage)
+
+
+def _serve(listener: socket.socket, answer: Any) -> None:
+    """Accept connections on ``listener`` and pass each to ``answer`` (on a daemon thread)."""
+
+    def loop() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn, contextlib.suppress(Exception):
+                answer(conn)
+
+    threading.Thread(target=loop, daemon=True).start()
+
+
+def test_an_https_endpoint_is_asked_in_tls_whether_it_answers(tmp_path: Path) -> None:
+    """object-storage.md: an endpoint that accepts connections and never answers is
+    ``VaultStorageError`` within ``connect_timeout``. For an ``https://`` endpoint the probe is
+    a TLS handshake: a silent server is refused by name, and a server that answers it (here
+    with a self-signed certificate, which TensorStore then refuses for itself) is not."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key),
+         "-out", str(cert), "-days", "1", "-subj", "/CN=127.0.0.1"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    with socket.socket() as silent, socket.socket() as tls:
+        for listener in (silent, tls):
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(8)
+
+        def handshake(conn: socket.socket) -> None:
+            # a TLS server that says nothing to bytes that do not open a TLS handshake (as
+            # some do): only a probe that speaks TLS gets an answer from it
+            if conn.recv(1, socket.MSG_PEEK) != b"\x16":
+                while conn.recv(1 << 16):  # reads on, silent, until the client gives up
+                    pass
+                return
+            with context.wrap_socket(conn, server_side=True) as secured:
+                secured.recv(1)
+
+        _serve(tls, handshake)
+
+        def opened(listener: socket.socket) -> str:
+            port = listener.getsockname()[1]
+            storage = {"endpoint": f"https://127.0.0.1:{port}", "retries": 0,
+                       "connect_timeout": 1}  # fmt: skip
+            started = time.monotonic()
+            with pytest.raises(vault.VaultError) as caught:
+                Vault.open(f"s3://tls-{port}/p", storage=storage)
+            assert time.monotonic() - started < 20
+            return str(caught.value)
+
+        assert "does not answer" in opened(silent)
+        assert "does not answer" not in opened(tls)
 
 
 def test_failures_are_typed_fast_and_never_show_secrets(s3_env: S3TestServer) -> None:

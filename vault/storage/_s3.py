@@ -411,8 +411,8 @@ def _answers(conn: socket.socket, tls: bool) -> bool:
 
             context = ssl.create_default_context()
             context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-            context.wrap_socket(conn, do_handshake_on_connect=True)
-            return True
+            with context.wrap_socket(conn, do_handshake_on_connect=True):
+                return True
         conn.sendall(b"HEAD / HTTP/1.1\r\nHost: s3\r\nConnection: close\r\n\r\n")
         conn.recv(1)
     except TimeoutError:
