@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import typer
@@ -58,7 +59,7 @@ def unlock(
         if not console.is_terminal:
             say_error(f"`vault unlock`: {path}: {who}; pass --yes to break the lock")
             exit_with(EXIT_USAGE)
-        if not typer.confirm(f"{path}: writer lock {who}. Break it?", default=False):
+        if not _confirm(f"{path}: writer lock {who}. Break it?"):
             say_error("not unlocked")
             exit_with(EXIT_USAGE)
     had = vault.break_lock(path)
@@ -71,3 +72,20 @@ def unlock(
     stdout().print(
         f"{path}: " + ("writer lock broken" if had else "no writer lock was held"), markup=False
     )
+
+
+def _confirm(question: str) -> bool:
+    """Ask ``question`` (yes/no, default no) on the terminal. Waits in short steps, so that
+    Ctrl-C interrupts it at once even when the signal reached one of TensorStore's threads
+    (CPython acts on a signal in the main thread, once that thread runs: a blocking read
+    would wait for a key); the end of input is an interruption too."""
+    import select
+
+    sys.stdout.write(f"{question} [y/N]: ")
+    sys.stdout.flush()
+    while not select.select([sys.stdin], [], [], 0.1)[0]:
+        pass  # a pending Ctrl-C is raised here, as KeyboardInterrupt
+    answer = sys.stdin.readline()
+    if not answer:
+        raise typer.Abort()
+    return answer.strip().lower() in ("y", "yes")
