@@ -452,15 +452,8 @@ class Location(abc.ABC):
             return False
         if self.read(COMMIT_KEY) is not None:
             return self.lock_holder() is None
-        prefix = f"{SHARDS}/"
-        try:
-            keys = [bytes(k).decode(errors="replace") for k in self.kvstore().list().result()]
-        except (OSError, ValueError):  # a file where the folder would be: nobody's build
-            return False
-        if not keys or not all(k.startswith(prefix) for k in keys):
-            return False
-        names = {k[len(prefix) :].split("/", 1)[0] for k in keys}
-        return all(self.child(f"{SHARDS}/{name}").lock_holder() is None for name in names)
+        names = _shard_build(self)
+        return bool(names) and all(self.child(f"{SHARDS}/{n}").lock_holder() is None for n in names)
 
     def clear(self) -> None:
         """Remove everything stored under the root: what a create that failed half-way left.
@@ -526,18 +519,27 @@ NO_MANIFEST = (
 )
 
 
+def _shard_build(where: Location) -> list[str]:
+    """The shards of a dataset being built at ``where`` (every key lies under ``shards/``),
+    sorted; none where it holds anything else, nothing, or cannot be listed (a file)."""
+    prefix = f"{SHARDS}/"
+    try:
+        keys = [bytes(k).decode(errors="replace") for k in where.kvstore().list().result()]
+    except (OSError, ValueError):  # a file where the folder would be: nobody's build
+        return []
+    if not keys or not all(k.startswith(prefix) for k in keys):
+        return []
+    return sorted({k[len(prefix) :].split("/", 1)[0] for k in keys})
+
+
 def _refuse_occupied(where: Location) -> None:
     """The error for a build into ``where``, which holds something that is not a build left
     by a dead builder: a build whose writer lock is still held (at work, or killed less than
     its lease ago: :class:`VaultLockedError` naming it), or anything else."""
     held = where.lock_holder() if where.read(COMMIT_KEY) is not None else None
     if held is None and where.read(MANIFEST_KEY) is None:
-        prefix = f"{SHARDS}/"
-        with contextlib.suppress(OSError, ValueError):
-            keys = [bytes(k).decode(errors="replace") for k in where.kvstore().list().result()]
-            names = sorted({k[len(prefix) :].split("/")[0] for k in keys if k.startswith(prefix)})
-            shards = (where.child(f"{SHARDS}/{name}").lock_holder() for name in names)
-            held = next((h for h in shards if h is not None), None)
+        shards = (where.child(f"{SHARDS}/{name}").lock_holder() for name in _shard_build(where))
+        held = next((h for h in shards if h is not None), None)
     if held is not None:
         raise VaultLockedError(
             f"{where}: a build there is at work, or was killed less than its lease ago (its "
