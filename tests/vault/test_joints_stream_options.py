@@ -299,15 +299,7 @@ def test_rows_and_leaves_given_as_iterators_work_for_every_source_and_checkpoint
     "option",
     [
         "device_put",
-        pytest.param(
-            "cut_on_device",
-            marks=pytest.mark.xfail(
-                strict=True,
-                raises=AssertionError,
-                reason="BUG: with cut_on_device=True (no x64) int64 values beyond 32 bits are "
-                "silently wrapped; device_put=True and read()/iter_windows() refuse such a leaf",
-            ),
-        ),
+        "cut_on_device",
     ],
 )
 def test_jax_batches_never_hold_wrapped_64_bit_integers(tmp_path: Path, option: str) -> None:

@@ -270,11 +270,19 @@ class _Plan:
             where = self.layout.sources[0].snap.where
             check_narrowing(where, self.names, arrays[: len(self.names)])
 
+    def _check_windows(self, flat: list[np.ndarray], base: np.ndarray) -> None:
+        """``_check_narrowing`` for the sequences at ``base`` of a block group cut on the
+        device: their windows only (the group's buffers hold unread memory elsewhere)."""
+        if self.wide and not _jax_x64() and base.size:
+            window = base[:, None] + np.arange(self.seq)
+            wide = [a.dtype.kind in "iu" and a.dtype.itemsize == 8 for a in flat]
+            self._check_narrowing([a[window] if w else a[:0] for a, w in zip(flat, wide)])
+
     def _finish(self, pending: PartialBatch, epoch: int, last: bool) -> list[StreamBatch]:
         """The pack's items: its whole ones, and at the end of an epoch (``last``) a short
         stack of the whole batches left, then the incomplete rest unless ``drop_remainder``."""
         b, unit, fill = self.batch, self.unit, pending.fill
-        if self.device_put or self.sharding is not None:
+        if self.device_put or self.cut_on_device or self.sharding is not None:
             self._check_narrowing([a[:fill] for a in pending.arrays])
         whole = fill // b * b if last else fill // unit * unit
         n = fill if last and not self.drop_remainder else whole
@@ -422,6 +430,7 @@ class _Plan:
                     pos = 0 if pending is None else min(self.unit - pending.fill, n)
                     pending = yield from self._host_cut(pending, flat, base, where, epoch, 0, pos)
                     whole = pos + (n - pos) // self.unit * self.unit
+                    self._check_windows(flat, base[pos:whole])
                     yield from self._device_cut(flat, base, where, epoch, pos, whole)
                     pos = whole
                 pending = yield from self._host_cut(pending, flat, base, where, epoch, pos, n)
