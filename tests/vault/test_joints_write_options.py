@@ -285,11 +285,6 @@ def test_another_buffer_written_through_the_same_writer_is_refused_not_cut(
     assert_stored(path, joined([steps(0, 3), steps(0, 5, salt=1)]))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: with new_buffer=True an overrun of the buffer being written is neither "
-    "raised nor counted right (the seam says 5 lost, 2 were)",
-)
 def test_new_buffer_on_every_write_still_reports_an_overrun_of_that_buffer(
     tmp_path: Path,
 ) -> None:

@@ -48,8 +48,9 @@ class WriteMethods:
                 unchanged); ``"save_surviving"`` saves the surviving ones and records the loss
                 as a seam (:attr:`seams`).
             new_buffer: append all the buffer holds (a buffer new to this vault); safe on
-                every write (never a timestep twice); ``Vault(name, ...)`` always acts so,
-                except that an overrun of the buffer it wrote last is an overrun (above).
+                every write: never a timestep twice, and an overrun of the buffer this object
+                wrote last is still an overrun (above: a buffer more than a ring past the
+                vault's last timestep is taken for it). ``Vault(name, ...)`` always acts so.
             block: ``False`` returns once the fresh timesteps have been copied out of the
                 buffer into host memory (so the buffer may be donated or overwritten at
                 once); compression, I/O and the commit continue on a background thread, in

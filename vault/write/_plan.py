@@ -357,6 +357,7 @@ def plan_write(
     where: str,
     on_overrun: OnOverrun = "error",
     fresh: bool = False,
+    new_buffer: bool = False,
     copy: bool = False,
     chunks: Sequence[int] | None = None,
     empty: Empty = np.empty,
@@ -364,7 +365,8 @@ def plan_write(
     """The append that saves what ``view`` holds beyond ``tip`` (None: nothing new).
 
     ``fresh``: the buffer is not the one the tip's counter belongs to; everything it holds is
-    new. ``copy``: copy the fresh timesteps out of the buffer (for a write that returns before
+    new. ``new_buffer``: the write said ``new_buffer=True`` (for the overrun's message).
+    ``copy``: copy the fresh timesteps out of the buffer (for a write that returns before
     the data is stored; the buffer may be donated or overwritten at once). ``chunks`` (the
     chunk time per leaf): stage the data in whole chunks (``vault.write._stage.stage``, into
     arrays from ``empty``), which copies it too.
@@ -404,9 +406,17 @@ def plan_write(
                 f"{where}: {unsaved} timesteps per row were added since the last write but the "
                 f"buffer holds {view.stored}; {lost} were overwritten before being saved. "
                 f"Nothing was written. Write more often (at least every {view.time_len} "
-                "timesteps) or pass on_overrun='save_surviving'. If this is not the buffer "
-                "the vault was last written from (a new process, a restarted run), pass "
-                "new_buffer=True to append everything it holds.",
+                "timesteps) or pass on_overrun='save_surviving'. "
+                + (
+                    "With new_buffer=True too: a buffer this far past the vault's last "
+                    "timestep is taken for the buffer written last (a new buffer this far on "
+                    "had also overwritten timesteps before its first write); "
+                    "on_overrun='save_surviving' stores the timesteps it holds."
+                    if new_buffer
+                    else "If this is not the buffer the vault was last written from (a new "
+                    "process, a restarted run), pass new_buffer=True to append everything "
+                    "it holds."
+                ),
                 lost,
             )
         seams = _with_seam(seams, tip.length, lost)

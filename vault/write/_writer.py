@@ -115,6 +115,7 @@ class Writer:
             where=self.where,
             on_overrun=on_overrun,
             fresh=fresh,
+            new_buffer=new_buffer,
             copy=not block,
             chunks=self._chunks(),
             empty=self._staging.empty,
@@ -149,8 +150,11 @@ class Writer:
         buffers (the reference-style constructor, which tracks buffers per Vault object)
         everything it holds is appended; otherwise the write is refused, never silently short.
         A buffer that no longer holds that timestep, further on than the one this writer
-        wrote last, is that buffer overrun, not another one, unless ``new_buffer=True`` says
-        so: the overrun policy applies (by default :class:`UnsavedDataLostError`). One that
+        wrote last, is that buffer overrun, not another one: the overrun policy applies (by
+        default :class:`UnsavedDataLostError`). So with ``new_buffer=True`` where it is more
+        than a ring further on (so that passing the flag on every write never hides an
+        overrun; a new buffer that far on had wrapped before its first write, losing
+        timesteps too); closer than that it is a new buffer, all it holds appended. One that
         had exactly a ring's worth added since the vault's last timestep (the most a write may
         wait, so that nothing is left to compare) is taken for that buffer, written on time.
         """
@@ -174,8 +178,12 @@ class Writer:
             same = same_buffer(tip, view, values, self._last_timestep())
         if same is True:
             return False
-        if same is None and tip.known_source and not new_buffer:
-            return False  # the buffer this writer wrote, overrun: plan_write tells the loss
+        if same is None and tip.known_source:
+            if not new_buffer or view.counter - (tip.source_counter or 0) > view.stored:
+                # the buffer this writer wrote, overrun (plan_write tells the loss); with
+                # new_buffer=True too, since a new buffer this far on had wrapped before its
+                # first write and lost timesteps as well: loud either way, never taken quietly
+                return False
         if same is None and view.full and view.counter - tip.source_counter == view.stored:
             # exactly a ring's worth added since the vault's last timestep (the most a write
             # may wait): nothing the vault holds is left to compare, and nothing is lost
