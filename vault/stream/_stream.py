@@ -275,8 +275,9 @@ class _Plan:
         device: their windows only (the group's buffers hold unread memory elsewhere)."""
         if self.wide and not _jax_x64() and base.size:
             window = base[:, None] + np.arange(self.seq)
-            wide = [a.dtype.kind in "iu" and a.dtype.itemsize == 8 for a in flat]
-            self._check_narrowing([a[window] if w else a[:0] for a, w in zip(flat, wide)])
+            self._check_narrowing(
+                [a[window] if a.dtype.kind in "iu" and a.itemsize == 8 else a[:0] for a in flat]
+            )
 
     def _finish(self, pending: PartialBatch, epoch: int, last: bool) -> list[StreamBatch]:
         """The pack's items: its whole ones, and at the end of an epoch (``last``) a short

@@ -178,12 +178,12 @@ class Writer:
             same = same_buffer(tip, view, values, self._last_timestep())
         if same is True:
             return False
-        if same is None and tip.known_source:
-            if not new_buffer or view.counter - (tip.source_counter or 0) > view.stored:
-                # the buffer this writer wrote, overrun (plan_write tells the loss); with
-                # new_buffer=True too, since a new buffer this far on had wrapped before its
-                # first write and lost timesteps as well: loud either way, never taken quietly
-                return False
+        beyond = view.counter - (tip.source_counter or 0) > view.stored
+        if same is None and tip.known_source and (beyond or not new_buffer):
+            # the buffer this writer wrote, overrun (plan_write tells the loss); with
+            # new_buffer=True too, since a new buffer this far on had wrapped before its
+            # first write and lost timesteps as well: loud either way, never taken quietly
+            return False
         if same is None and view.full and view.counter - tip.source_counter == view.stored:
             # exactly a ring's worth added since the vault's last timestep (the most a write
             # may wait): nothing the vault holds is left to compare, and nothing is lost
