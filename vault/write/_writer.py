@@ -188,6 +188,11 @@ class Writer:
             # exactly a ring's worth added since the vault's last timestep (the most a write
             # may wait): nothing the vault holds is left to compare, and nothing is lost
             return False
+        if same is False and tip.known_source and not new_buffer and _back_where(view, tip):
+            # where this writer's buffer was at its last write, holding other data there:
+            # a ring or more later (how many, a derived counter cannot tell) or another
+            # buffer; taken for either, the loss recorded could be wrong
+            raise self._not_that_buffer(view)
         if new_buffer or self.adopt_buffers:
             return True
         if same is None:
@@ -203,6 +208,13 @@ class Writer:
                 f"has had only {view.counter} added"
                 if view.counter < source
                 else f"holds different data at timestep {source - 1}"
+            )
+            + (
+                " (a state in the reference's shape: its counter derived from its position, "
+                "a ring or more added since the last write looks the same; write it more often "
+                f"than every {view.time_len} adds)"
+                if _back_where(view, self.tip)
+                else ""
             )
             + ". Nothing was written. If it is a new buffer (a new process, a restarted run), "
             "pass new_buffer=True to append everything it holds; to continue the old buffer, "
@@ -364,3 +376,10 @@ class Writer:
                 self._lock.release()
                 self._lock = None
             self.closed = True
+
+
+def _back_where(view: BufferView, tip: Tip) -> bool:
+    """Whether ``view`` (a state in the reference's shape, its counter derived from its
+    position) is where the buffer was at the vault's last write of it: full, and its counter
+    counted on from the vault's record is that record."""
+    return view.derived and view.full and view.counter == tip.source_counter
