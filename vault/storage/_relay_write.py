@@ -74,8 +74,6 @@ class LeaseLock(WriterLock, Protocol):
 
     def start_check(self) -> Callable[[], None]: ...
 
-    def send_check(self) -> None: ...
-
 
 def array_keys(snap: Any) -> list[str]:
     """The keys of every array of the vault: leaves, then the episode index."""

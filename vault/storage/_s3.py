@@ -23,8 +23,8 @@ replacement of the commit record is conditional on the generation (ETag) this wr
 wrote or read, and a writer that takes the lock first rewrites the commit record with a fresh
 token, so a writer that lost its lease can never commit: it gets :class:`VaultLockedError`.
 Before an append PUTs any data the writer checks that the lease is still its own (a GET sent
-with its previous commit, if that was less than ``CHECK_FRESH`` seconds ago, else a new
-one): a writer whose lease was broken writes nothing (the lease: ``vault/storage/_s3_lease.py``).
+as the append starts, answered while its chunks are encoded): a writer whose lease was broken
+before that writes nothing (the lease: ``vault/storage/_s3_lease.py``).
 Data it wrote past the commit is overwritten by the next append; a paused writer's data writes
 landing after a new writer's are caught by the chunk checksums bound to their places
 (``VaultCorruptError`` on read, a problem in ``vault verify``), never read as data. Both lease

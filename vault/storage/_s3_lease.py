@@ -27,11 +27,6 @@ _log = logging.getLogger(__name__)
 LEASE_KEY = f"{LOCK_DIR}/lease.json"
 LOCK_GROUP = f"{LOCK_DIR}/zarr.json"
 
-CHECK_FRESH = 0.1
-"""Seconds for which a lease check sent with a commit stands for the next append's check: an
-append's data PUTs go out only once the lease was seen held by a GET sent at most this long
-before (or during the append itself)."""
-
 
 class S3Lease:
     """The writer lock of an S3 vault (see the module docstring); ``replace`` and ``fence``
@@ -50,7 +45,6 @@ class S3Lease:
         self._nonce = uuid.uuid4().hex
         self._renewals = 0
         self._deadline = 0.0  # monotonic time until which the lease is surely ours
-        self._sent: tuple[float, bytes, Any] | None = None  # send_check's (when, ours, GET)
         self._stop = threading.Event()
         self._holding = [b""]  # the lease's generation while held (shared with the finalizer)
         self._generation = self._holding[0] = self._acquire()
@@ -150,30 +144,17 @@ class S3Lease:
         taken over, run out): one GET, before an append writes any data."""
         self.start_check()()
 
-    def send_check(self) -> None:
-        """Send the next :meth:`start_check`'s GET now (a writer sends it with each commit
-        record's PUT, so that the answer is back when its next append starts): an append that
-        starts less than :data:`CHECK_FRESH` seconds after it was sent waits for that answer
-        instead of a new round trip, and one that starts later sends its own."""
-        with self._guard:
-            if self._lost is not None:
-                return
-            with self.location.failures("check the writer lock"):
-                self._sent = (time.monotonic(), self._generation, self._kv.read(LEASE_KEY))
-
     def start_check(self) -> Callable[[], None]:
-        """Send :meth:`check`'s GET (or take the one :meth:`send_check` sent, if recent);
-        returns what waits for it and raises (work that writes nothing, such as encoding
-        chunks in memory, can go on meanwhile)."""
+        """Send :meth:`check`'s GET; returns what waits for it and raises (work that writes
+        nothing, such as encoding chunks in memory, can go on meanwhile). Each append sends
+        its own: a check sent with the previous commit, answered before the append began,
+        would let a writer whose lease was broken meanwhile PUT its chunks over the new
+        holder's (measured: no cost beyond noise, the GET overlapping the encode)."""
         with self._guard:
             self._check_held()
-            sent, self._sent = self._sent, None
-            if sent is not None and time.monotonic() - sent[0] < CHECK_FRESH:
-                _, ours, pending = sent
-            else:
-                ours = self._generation
-                with self.location.failures("check the writer lock"):
-                    pending = self._kv.read(LEASE_KEY)
+            ours = self._generation
+            with self.location.failures("check the writer lock"):
+                pending = self._kv.read(LEASE_KEY)
 
         def finish() -> None:
             with self._guard:

@@ -245,8 +245,7 @@ def _append_remote(snap: Snapshot, job: AppendJob, lock: LeaseLock, relay: Write
     """:func:`_append` on a remote location, through the writer's relay: chunks encoded in
     memory and PUT with their checksums known, tags written whole, array metadata fenced
     (``vault/storage/_relay_write.py``). The same steps and fault points, in the same order. The
-    lease check's GET goes out first (or went out with the previous commit, less than
-    ``CHECK_FRESH`` ago: ``S3Lease.send_check``), and nothing is written before it returns."""
+    lease check's GET goes out first, and nothing is written before it returns."""
     checked = lock.start_check()  # a writer that lost its lock writes nothing
     cfg, episodes = snap.manifest.episodes, snap.commit.episodes
     count = 0 if episodes is None else episodes.count
@@ -289,7 +288,6 @@ def _append_remote(snap: Snapshot, job: AppendJob, lock: LeaseLock, relay: Write
         relay.wait()
         grown_meta()
         history.result()
-    lock.send_check()  # the next append's lease check, answered while this one commits
     return dataclasses.replace(grown, commit=_commit(job, lock, record))
 
 
