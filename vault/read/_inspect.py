@@ -6,8 +6,14 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from vault._errors import VaultNotFoundError, VaultReadError
-from vault.format._records import MANIFEST_KEY, leaf_key, read_manifest_bytes
+from vault._errors import (
+    VaultCorruptError,
+    VaultLocationError,
+    VaultNotFoundError,
+    VaultReadError,
+)
+from vault.format._json import parse_json
+from vault.format._records import DATASET_ATTR, MANIFEST_KEY, leaf_key, read_manifest_bytes
 from vault.storage._kinds import LocationLike, parse_location
 from vault.storage._location import LockHolder
 
@@ -108,10 +114,22 @@ def break_lock(location: LocationLike) -> bool:
         VaultNotFoundError: neither a vault nor a lock at ``location`` (a create that was
             interrupted leaves a lock and no vault: that lock is broken).
         VaultLocationError: a local file system: there is nothing to break (the kernel
-            releases a dead writer's ``flock``).
+            releases a dead writer's ``flock``); or a dataset's root, whose shards each have
+            their own lock (break the one of ``<root>/shards/NAME``).
     """
     where = parse_location(location)
+    root = where.read(MANIFEST_KEY)
+    try:
+        doc = parse_json(root, f"{where}/{MANIFEST_KEY}") if root is not None else None
+    except VaultCorruptError:  # a damaged record: its lock can still be broken
+        doc = None
+    attrs = doc.get("attributes") if isinstance(doc, dict) else None
+    if isinstance(attrs, dict) and isinstance(attrs.get(DATASET_ATTR), dict):
+        raise VaultLocationError(
+            f"{where} is a dataset of shards, each with its own writer lock: break the lock "
+            f"of the shard whose writer died, {str(where).rstrip('/')}/shards/NAME"
+        )
     had = where.break_lock()
-    if not had and where.read(MANIFEST_KEY) is None:
+    if not had and root is None:
         raise VaultNotFoundError(f"no vault at {where} (no {MANIFEST_KEY}), and no lock")
     return had

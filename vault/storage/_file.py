@@ -598,7 +598,8 @@ class _FlockLock(OsExclusiveLock):
             except BaseException:
                 os.close(fd)
                 raise
-        self._finalizer = weakref.finalize(self, _unlock, fd)
+        _HELD.add(fd)
+        self._finalizer = weakref.finalize(self, _unlock, fd, os.getpid())
         try:
             with location.failures("take the writer lock"):
                 _write_holder(meta)
@@ -636,9 +637,32 @@ def _write_holder(meta: Path) -> None:
         raise
 
 
-def _unlock(fd: int) -> None:
+_HELD: set[int] = set()
+"""The descriptors of the writer locks this process holds."""
+
+
+def _unlock(fd: int, pid: int) -> None:
+    """Release the lock on ``fd`` taken by process ``pid`` (in another, a forked child, the
+    descriptor was closed at the fork and the lock stays its owner's)."""
+    if os.getpid() != pid or fd not in _HELD:
+        return
+    _HELD.discard(fd)
     fcntl.flock(fd, fcntl.LOCK_UN)
     os.close(fd)
+
+
+def _close_inherited() -> None:
+    """In a child made by ``fork`` (a multiprocessing worker, say): close the descriptors of
+    the parent's writer locks without unlocking them. A ``flock`` belongs to the open file
+    description that parent and child share: unlocking here would free the parent's lock,
+    and a descriptor kept open would hold it after the parent died."""
+    for fd in list(_HELD):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_close_inherited)
 
 
 def _read_holder(meta: Path) -> LockHolder | None:

@@ -43,6 +43,7 @@ class S3Lease:
         self._guard = threading.Lock()
         self._lost: str | None = None
         self._nonce = uuid.uuid4().hex
+        self._writer = holder_record()  # who took the lock, and when: the same in renewals
         self._renewals = 0
         self._deadline = 0.0  # monotonic time until which the lease is surely ours
         self._stop = threading.Event()
@@ -65,7 +66,7 @@ class S3Lease:
         self._renewals += 1
         return json.dumps(
             {
-                "writer": holder_record(),
+                "writer": self._writer,
                 "nonce": self._nonce,
                 "renewals": self._renewals,
                 "seconds": self.seconds,
