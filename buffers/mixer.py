@@ -225,6 +225,16 @@ def make_mixer(
         _check_buffer(i, buf, "sample")
     kinds = {type(b).__name__ for b in buffers}
     check(len(kinds) == 1, f"all buffers must be of the same kind, got {sorted(kinds)}")
+    # one factory (a flat and an item buffer share a class) and one sequence length: their
+    # samples must concatenate
+    made = {f for f in map(_factory_of, buffers) if f is not None}
+    check(len(made) <= 1, f"all buffers must come from one make_* factory, got {sorted(made)}")
+    lengths = {getattr(b, "sample_sequence_length", None) for b in buffers}
+    check(
+        len(lengths) == 1,
+        f"all buffers must sample sequences of one length, got sample_sequence_length "
+        f"{sorted(lengths, key=str)}",
+    )
     check(
         kinds != {"TrajectoryQueue"},
         "trajectory queues cannot be mixed: a queue's `sample(state)` takes no key and "
@@ -286,3 +296,14 @@ __all__ = [
     "sample_types",
     "state_types",
 ]
+
+
+def _factory_of(buffer: Any) -> str | None:
+    """The sampling function's name that a ``make_*`` factory bound in ``buffer``.
+
+    Its ``sample`` is a partial of it; None where ``sample`` was replaced by something else.
+    """
+    fn = getattr(buffer, "sample", None)
+    if isinstance(fn, functools.partial):
+        return getattr(fn.func, "__qualname__", None)
+    return None

@@ -94,8 +94,16 @@ class Snapshot:
 
         Args:
             name: the leaf's path.
+
+        Raises:
+            VaultReadError: no leaf of that path (the message lists the leaves).
         """
-        return self.arrays[self.names.index(name)]
+        try:
+            return self.arrays[self.names.index(name)]
+        except ValueError:
+            raise VaultReadError(
+                f"{self.where}: no leaf {name!r}; leaves: {list(self.names)}"
+            ) from None
 
     def refreshed(self) -> Snapshot:
         """Returns the snapshot of the commit record as it is now.

@@ -337,7 +337,9 @@ class Dataset(DatasetReadMethods):
         Raises:
             VaultNotFoundError: no dataset there.
             VaultPinError: no shard has the tag ``at``.
+            VaultArgumentError: ``write_catalog`` not True or False.
         """
+        write_catalog = bool_arg("write_catalog", write_catalog)
         where = parse_location(location, storage)
         raw, raw_catalog = where.read_many([MANIFEST_KEY, catalog_io.CATALOG_KEY])
         doc = _root_doc(where, raw)
@@ -348,7 +350,7 @@ class Dataset(DatasetReadMethods):
                 )
             raise VaultNotFoundError(f"no dataset at {where} (no dataset {MANIFEST_KEY})")
         dataset = cls(where, _template_of(doc, where))
-        dataset._write_catalog = bool(write_catalog)
+        dataset._write_catalog = write_catalog
         if at is None:
             dataset._catalog = catalog_io.parse(raw_catalog, where, dataset._catalog_key)
             dataset._catalog_found = (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+from collections.abc import Mapping
 from typing import Any
 
 from vault._args import kind
@@ -74,8 +75,10 @@ def timestep_of(experience: Any) -> tuple[Any, int]:
     """One timestep (``x[0, 0]`` of every leaf) and the row count of a ``[B, T, ...]`` tree."""
     import jax
 
+    from vault.format._structure import describe
     from vault.write._plan import first_leaf
 
+    describe(experience)  # a leaf that cannot be stored: VaultStructureError naming it
     first = first_leaf(experience)
     if len(first.shape) < 2:
         raise VaultStructureError(
@@ -88,6 +91,12 @@ def compat_compression(compression: dict[str, Any] | None) -> tuple[str | None, 
     """The reference's ``compression`` dict as (codec, level)."""
     if compression is None:
         return "auto", None
+    if not isinstance(compression, Mapping):
+        raise VaultArgumentError(
+            "compression must be a dict such as the reference's ({'id': 'blosc', 'cname': "
+            f"'zstd', 'clevel': 3}}), or None, got {type(compression).__name__} "
+            f"{compression!r}"
+        )
     level = compression.get("clevel", compression.get("level"))  # 0 is a level
     if compression.get("id") == "blosc":
         cname = compression.get("cname", "zstd")

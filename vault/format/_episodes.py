@@ -56,6 +56,25 @@ class EpisodeTable:
     start_known: np.ndarray
     shard: np.ndarray | None = None
 
+    def __post_init__(self) -> None:
+        n = None
+        for f in dataclasses.fields(self):
+            column = getattr(self, f.name)
+            if column is None and f.name == "shard":
+                continue
+            shape = getattr(column, "shape", None)
+            if not isinstance(column, np.ndarray) or len(shape or ()) != 1:
+                raise VaultArgumentError(
+                    f"EpisodeTable: column {f.name!r} must be a 1-D numpy array, got "
+                    + (f"shape {shape}" if shape is not None else type(column).__name__)
+                )
+            n = column.shape[0] if n is None else n
+            if column.shape[0] != n:
+                raise VaultArgumentError(
+                    f"EpisodeTable: columns of equal length, one entry per episode: 'row' has "
+                    f"{n}, {f.name!r} {column.shape[0]}"
+                )
+
     def __len__(self) -> int:
         return int(self.row.shape[0])
 
@@ -214,8 +233,19 @@ class EpisodeTable:
         Returns:
             The table.
         """
-        flags = bounds[:, 3]
+        bounds, returns = np.asarray(bounds), np.asarray(returns)
+        if bounds.ndim != 2 or bounds.shape[1] != 4:
+            raise VaultArgumentError(
+                f"from_bounds: bounds must be [k, 4] (row, start, length, flags), got shape "
+                f"{bounds.shape}"
+            )
         n = bounds.shape[0]
+        if returns.shape != (n,):
+            raise VaultArgumentError(
+                f"from_bounds: returns must be [k] with k = {n} (one per bound), got shape "
+                f"{returns.shape}"
+            )
+        flags = bounds[:, 3]
         return cls(
             row=bounds[:, 0].astype(np.int64),
             start=bounds[:, 1].astype(np.int64),
@@ -233,6 +263,12 @@ class EpisodeTable:
         Args:
             tables: the tables (a shard column only when every one has it).
         """
+        tables = list(tables)
+        for t in tables:
+            if not isinstance(t, EpisodeTable):
+                raise VaultArgumentError(
+                    f"concat: tables must be EpisodeTable items, got {type(t).__name__}"
+                )
         columns: dict[str, Any] = {}
         for f in _FIELDS:
             parts = [getattr(t, f.name) for t in tables]

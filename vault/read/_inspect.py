@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from vault._args import bool_arg
 from vault._errors import (
     VaultCorruptError,
     VaultLocationError,
@@ -49,7 +50,9 @@ def find_vaults(prefix: LocationLike, *, datasets: bool = False) -> list[FoundVa
 
     Raises:
         VaultLocationError: a location that cannot list its keys.
+        VaultArgumentError: ``datasets`` not True or False.
     """
+    datasets = bool_arg("datasets", datasets)
     return [
         FoundVault(str(loc), why, kind)
         for loc, kind, why in parse_location(prefix, argument="prefix").find_roots()

@@ -95,6 +95,11 @@ def parse_location(
         for key, value in location.items():
             if isinstance(value, str):
                 check_name(f"{argument}[{key!r}]", value)
+        if "path" in location and not isinstance(location["path"], str):
+            raise VaultLocationError(
+                f"{argument}['path'] must be a str, got {type(location['path']).__name__} "
+                f"{location['path']!r}"
+            )
         driver = location.get("driver")
         factory = DRIVERS.get(str(driver))
         if factory is None:
@@ -109,6 +114,11 @@ def parse_location(
         raise VaultLocationError(
             f"a vault location is a path, a URL or a kvstore spec, got {type(location).__name__}"
         ) from None
+    if not isinstance(text, str):
+        raise VaultLocationError(
+            f"{argument}: a vault location is a path or URL as text (str or os.PathLike of "
+            f"str), got bytes {text!r}: decode it (os.fsdecode)"
+        )
     check_name(argument, text)
     parsed = urlparse(text)
     scheme = parsed.scheme if len(parsed.scheme) > 1 else ""  # "C:" is a drive, not a scheme

@@ -38,6 +38,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from vault._errors import VaultArgumentError
+
 R = TypeVar("R")
 FaultHook = Callable[[str, dict[str, Any], Callable[[], Any]], Any]
 """The type of a fault hook: ``hook(point, info, step)``, see :func:`set_fault_hook`."""
@@ -69,6 +71,9 @@ def set_fault_hook(hook: FaultHook | None) -> FaultHook | None:
     Returns:
         The previous hook (``None`` if there was none).
 
+    Raises:
+        VaultArgumentError: ``hook`` neither callable nor ``None`` (the hook is unchanged).
+
     Examples:
         >>> import vault
         >>> seen = []
@@ -81,6 +86,11 @@ def set_fault_hook(hook: FaultHook | None) -> FaultHook | None:
         True
     """
     global _hook
+    if hook is not None and not callable(hook):
+        raise VaultArgumentError(
+            f"hook must be callable as hook(point, info, step), or None, got "
+            f"{type(hook).__name__} {hook!r}"
+        )
     previous, _hook = _hook, hook
     return previous
 
