@@ -217,7 +217,7 @@ def test_minari_export_json_speaks_the_tours_vocabulary(
         writer.append(
             {
                 "observations": obs,
-                "next_observations": obs + 1,
+                "next_observations": np.stack([t + 1, -t - 1], axis=1)[None].astype(np.float32),
                 "actions": t[None],
                 "rewards": np.ones((1, 8), np.float32),
                 "terminations": (t % 4 == 3)[None],
@@ -228,6 +228,18 @@ def test_minari_export_json_speaks_the_tours_vocabulary(
     doc = json_of("export", "v", "--format", "minari", "--out", "toy/back-v0")
     assert Path(doc["out"]).is_dir()
     assert doc["path"] == json_of("info", "v")["path"]  # the same vault, the same key
+    check_doc(doc, vocabulary())
+    # next observations that are not the following ones, which Minari cannot hold: said on
+    # stderr, one line, and in the JSON; exported all the same
+    with Vault.open(str(tmp_path / "v"), mode="a") as writer:
+        first = {k: v[:, :4] for k, v in writer.read_numpy().items()}
+        writer.append({**first, "next_observations": first["observations"]})
+    result = invoke("export", "v", "--format", "minari", "--out", "toy/again-v0", "--json")
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr.startswith("vault: warning: ")
+    assert result.stderr.count("\n") == 1
+    doc = json.loads(result.stdout)
+    assert doc["warnings"] == [result.stderr.removeprefix("vault: warning: ").strip()]
     check_doc(doc, vocabulary())
 
 

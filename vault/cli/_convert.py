@@ -13,6 +13,7 @@ checks and its error messages list them from there.
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -31,6 +32,7 @@ from vault.cli._common import (
     local_path,
     open_source,
     progress_bar,
+    say_error,
     stdout,
 )
 from vault.cli._export import CompressOpt, LeafOpt, RowsOpt, TimeOpt
@@ -205,7 +207,11 @@ def export(
             f"pass --shard NAME, or first gather every shard's episodes into one vault with "
             f"`vault subsample {path} --out VAULT` and export that"
         )
-    with progress_bar("exporting minari", bytes_unit=True) as progress:
+    with (
+        warnings.catch_warnings(record=True) as said,
+        progress_bar("exporting minari", bytes_unit=True) as progress,
+    ):
+        warnings.simplefilter("always", UserWarning)
         made = export_dataset(
             "minari",
             source.location,
@@ -214,7 +220,12 @@ def export(
             data_format=data_format,
             progress=progress,
         )
+    notes = [str(w.message) for w in said if issubclass(w.category, UserWarning)]
+    for note in notes:  # what the export could not carry: one line each, on stderr
+        say_error(f"warning: {note}")
     doc = {"path": source.location, "format": "minari", "dataset_id": out, "out": str(made)}
+    if notes:
+        doc["warnings"] = notes
     if shard is not None:
         doc["shard"] = shard
     if json_out:

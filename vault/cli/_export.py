@@ -5,7 +5,8 @@ stays bounded); ``npz`` then zips those files. The result is built under a hidde
 name next to the destination and renamed at the end: it is complete or absent.
 
 * ``npz``: one array per leaf path (``obs``, ``info/r``) plus ``__manifest__``, a 0-d string
-  array with the vault's manifest and the selection as JSON (``np.load`` without pickle).
+  array with the vault's manifest and the selection (rows, time, the seams inside it) as
+  JSON (``np.load`` without pickle).
 * ``npy``: a folder with ``<leaf path>.npy`` (memory-mappable with ``np.load(mmap_mode="r")``)
   and ``manifest.json``.
 """
@@ -89,8 +90,15 @@ def export(
             picked = parse_rows(rows, member.rows)
             lo, hi = parse_span(time, member.committed_length, "--time")
         parts.append((name, member, picked, lo, hi))
+    if fmt == "npy":
+        _check_files(names)
     selected = [
-        {"rows": list(range(v.rows)) if p is None else p, "time": [lo, hi]}
+        {
+            "rows": list(range(v.rows)) if p is None else p,
+            "time": [lo, hi],
+            # where data were lost or rows restarted inside the selection (Vault.gaps)
+            "seams": [s for s in v.gaps if lo <= s["at"] < hi],
+        }
         for _, v, p, lo, hi in parts
     ]
     header: dict[str, Any] = {"source": source.location, "leaves": names}
@@ -106,7 +114,7 @@ def export(
     with _staged(out) as tmp, progress_bar("exporting", bytes_unit=True) as progress:
         folder = tmp if fmt == "npy" else tmp.with_name(tmp.name + ".d")
         try:
-            files = _write_parts(parts, names, folder, progress)
+            files = _write_parts(parts, names, folder, progress, by_index=fmt == "npz")
             if fmt == "npy":
                 (folder / "manifest.json").write_text(json.dumps(header, indent=1))
             else:
@@ -137,9 +145,12 @@ def _write_parts(
     names: list[str],
     folder: Path,
     progress: ProgressFn,
+    by_index: bool = False,
 ) -> dict[str, Path]:
     """Each part's leaves as ``.npy`` files: a vault's under ``folder``, a shard's under
-    ``folder/shards/<name>``; returns member name -> file. One progress over all parts."""
+    ``folder/shards/<name>``; returns member name -> file. One progress over all parts.
+    ``by_index``: files named by leaf number (staging for npz members, whose names may
+    collide as files: ``a`` and ``a.npy/b``)."""
     sizes = [
         (hi - lo)
         * (v.rows if p is None else len(p))
@@ -148,13 +159,14 @@ def _write_parts(
     ]
     total, files = sum(sizes), {}
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    for (name, vault, picked, lo, hi), before in zip(parts, starts, strict=True):
+    for k, ((name, vault, picked, lo, hi), before) in enumerate(zip(parts, starts, strict=True)):
 
         def step(done: int, _total: int, before: int = before) -> None:
             progress(before + done, total)
 
         prefix = f"shards/{name}/" if name else ""
-        written = _write_npy(vault, names, picked, lo, hi, folder / prefix, step)
+        where = folder / (str(k) if by_index else prefix)
+        written = _write_npy(vault, names, picked, lo, hi, where, step, by_index)
         files.update({f"{prefix}{leaf}": target for leaf, target in written.items()})
     return files
 
@@ -186,6 +198,7 @@ def _write_npy(
     hi: int,
     folder: Path,
     progress: ProgressFn,
+    by_index: bool = False,
 ) -> dict[str, Path]:
     import numpy as np
 
@@ -198,8 +211,8 @@ def _write_npy(
     done = 0
     progress(done, total)
     files = {}
-    for name in names:
-        target = folder / f"{name}.npy"
+    for i, name in enumerate(names):
+        target = folder / (f"{i}.npy" if by_index else f"{name}.npy")
         target.parent.mkdir(parents=True, exist_ok=True)
         shape = (n_rows, hi - lo, *meta[name].shape)
         dtype = np.dtype(meta[name].dtype)
@@ -217,6 +230,24 @@ def _write_npy(
         array.flush()
         del array
     return files
+
+
+def _check_files(names: list[str]) -> None:
+    """Refuse leaves whose ``.npy`` files would collide in a folder: ``a`` and ``a.npy/b``
+    (``a.npy`` a file and a folder), before anything is written."""
+    files = {f"{n}.npy" for n in names}
+    clash = sorted(n for n in names if any(p in files for p in _parents(n)))
+    if clash:
+        fail(
+            "--format npy writes one file per leaf path, and these leaves would need a folder "
+            f"where another leaf's file is: {clash}; export them as npz (its members hold "
+            "any leaf path)"
+        )
+
+
+def _parents(name: str) -> list[str]:
+    parts = name.split("/")
+    return ["/".join(parts[:i]) for i in range(1, len(parts))]
 
 
 def _zip(files: dict[str, Path], header: dict[str, Any], target: Path, compress: bool) -> None:

@@ -37,11 +37,13 @@ Images are stored raw (Minari's lossy JPEG encoding is off).
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
 import shutil
 import uuid
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,18 @@ from vault._errors import (
     VaultNotFoundError,
     VaultReadError,
     VaultStructureError,
+)
+from vault.converters._minari_trees import (
+    drops_next,
+    named,
+    no_json,
+    plain,
+    space_of,
+    space_problems,
+    subtree,
+    tree_leaves,
+    tree_map,
+    unlike,
 )
 from vault.converters._sink import (
     BLOCK_BYTES,
@@ -133,8 +147,8 @@ def import_minari(
     if count == 0:
         raise VaultReadError(f"{data_path}: the Minari dataset has no episodes; nothing to import")
     first = _timesteps(next(iter(storage.get_episodes([0]))), data_path, 0)[0]
-    example = _map(lambda x: np.zeros(x.shape[2:], x.dtype), first)
-    step = sum(math.prod(x.shape[2:]) * x.dtype.itemsize for x in _leaves(first))
+    example = tree_map(lambda x: np.zeros(x.shape[2:], x.dtype), first)
+    step = sum(math.prod(x.shape[2:]) * x.dtype.itemsize for x in tree_leaves(first))
     lengths = [int(m.get("total_steps", 0)) for m in storage.get_episode_metadata(range(count))]
     groups = _groups(lengths, step, block_bytes)
     marked = [0]
@@ -146,7 +160,7 @@ def import_minari(
             _check_like(tree, first, data_path, i)
             marked[0] += forced
             parts.append(tree)
-        return _map(lambda *xs: np.concatenate(xs, axis=1), *parts)
+        return tree_map(lambda *xs: np.concatenate(xs, axis=1), *parts)
 
     raw = storage.metadata
     metadata = {
@@ -207,12 +221,12 @@ def _timesteps(episode: dict[str, Any], where: Path, index: int) -> tuple[dict[s
     problems = [
         f"episode {index}: observations/{name}: expected {steps + 1} observations (one more "
         f"than its {steps} steps), got {len(x)}"
-        for name, x in _named(obs)
+        for name, x in named(obs)
         if len(x) != steps + 1
     ]
     problems += [
         f"episode {index}: actions/{name}: expected {steps} actions, got {len(x)}"
-        for name, x in _named(episode["actions"])
+        for name, x in named(episode["actions"])
         if len(x) != steps
     ]
     if problems:
@@ -223,21 +237,21 @@ def _timesteps(episode: dict[str, Any], where: Path, index: int) -> tuple[dict[s
     if steps and not (terminations[-1] or truncations[-1]):
         truncations[-1], forced = True, 1
     tree = {
-        "observations": _map(lambda x: np.asarray(x)[:-1], obs),
-        "next_observations": _map(lambda x: np.asarray(x)[1:], obs),
-        "actions": _map(np.asarray, episode["actions"]),
+        "observations": tree_map(lambda x: np.asarray(x)[:-1], obs),
+        "next_observations": tree_map(lambda x: np.asarray(x)[1:], obs),
+        "actions": tree_map(np.asarray, episode["actions"]),
         "rewards": np.asarray(episode["rewards"]),
         "terminations": terminations,
         "truncations": truncations,
     }
-    return _map(lambda x: x[None], tree), forced
+    return tree_map(lambda x: x[None], tree), forced
 
 
 def _check_like(tree: Any, first: Any, where: Path, index: int) -> None:
     problems = [
         f"episode {index}: {name}: expected [T, {', '.join(map(str, a.shape[2:]))}] {a.dtype} "
         f"(as episode 0), got {list(b.shape[1:])} {b.dtype}"
-        for (name, a), (_, b) in zip(_named(first), _named(tree), strict=True)
+        for (name, a), (_, b) in zip(named(first), named(tree), strict=True)
         if a.shape[2:] != b.shape[2:] or a.dtype != b.dtype
     ]
     if problems:
@@ -366,19 +380,29 @@ def export_minari(
             "terminations": terminations or roles["done"],
             "truncations": truncations or roles["truncated"],
         }
-        example = vault.read_numpy(start=0, stop=0)
+        example = plain(vault.read_numpy(start=0, stop=0))
         missing = [
             f"{field}: no leaf or subtree {path!r} in the vault; leaves: {vault.leaf_names}"
             for field, path in fields.items()
-            if path is not None and _subtree(example, path) is None
+            if path is not None and subtree(example, path) is None
         ]
+        missing += unlike(example, observations, next_observations)
         if missing:
             raise VaultStructureError(f"{vault.location}: cannot export as Minari", missing)
         info = _export_metadata(vault, env_spec, metadata)
         obs_space = observation_space or _recorded(vault, "observation_space")
         act_space = action_space or _recorded(vault, "action_space")
-        obs_space = obs_space or _space_of(_subtree(example, observations))
-        act_space = act_space or _space_of(_subtree(example, actions))
+        obs_space = obs_space or space_of(subtree(example, observations))
+        act_space = act_space or space_of(subtree(example, actions))
+        for arg, space, path in (
+            ("observation_space", obs_space, observations),
+            ("action_space", act_space, actions),
+        ):
+            wrong = space_problems(space, subtree(example, path), path)
+            if wrong:
+                raise VaultArgumentError(
+                    f"{arg} {space} does not hold the leaves of {path!r}: " + "; ".join(wrong)
+                )
         target = Path(root).expanduser() if root is not None else datasets_root()
         target = target.absolute() / dataset_id
         if target.exists():
@@ -407,12 +431,13 @@ def export_minari(
                 {**info, "dataset_id": dataset_id, "minari_version": minari.__version__}
             )
             total = int(table.length.sum()) * step
-            done, batch, size = 0, [], 0
+            done, batch, size, dropped = 0, [], 0, 0
             if progress:
                 progress(0, total)
-            for episode in vault.iter_episodes(table):
+            for episode in map(plain, vault.iter_episodes(table)):
+                dropped += drops_next(episode, fields)
                 batch.append(_episode_buffer(EpisodeBuffer, episode, fields))
-                size += len(np.asarray(_subtree(episode, str(fields["terminations"])))) * step
+                size += len(np.asarray(subtree(episode, str(fields["terminations"])))) * step
                 if size >= block_bytes:
                     storage.update_episodes(batch)
                     done, batch, size = done + size, [], 0
@@ -422,6 +447,15 @@ def export_minari(
                 storage.update_episodes(batch)
             if progress:
                 progress(total, total)
+        if dropped:
+            warnings.warn(
+                f"{vault.location}: in {dropped} of {len(table)} episodes the next "
+                f"observations ({next_observations!r}) are not the following observations "
+                f"({observations!r}); a Minari episode holds one observation more than its "
+                "steps, so only each episode's last next observation was exported",
+                UserWarning,
+                stacklevel=2,
+            )
         if namespace is not None and root is None:
             _namespace(namespace)
     return target
@@ -430,14 +464,14 @@ def export_minari(
 def _episode_buffer(cls: Any, episode: Any, fields: dict[str, str | None]) -> Any:
     def part(name: str) -> Any:
         path = fields[name]
-        return None if path is None else _subtree(episode, path)
+        return None if path is None else subtree(episode, path)
 
     obs, nxt = part("observations"), part("next_observations")
     rewards = np.asarray(part("rewards"))
     length = len(rewards)
     trunc = part("truncations")
     return cls(
-        observations=_map(lambda o, n: np.concatenate([o, n[-1:]]), obs, nxt),
+        observations=tree_map(lambda o, n: np.concatenate([o, n[-1:]]), obs, nxt),
         actions=part("actions"),
         rewards=rewards,
         terminations=np.asarray(part("terminations")).astype(bool),
@@ -483,6 +517,7 @@ OWN_KEYS = frozenset(
     }
 )  # fmt: skip
 AUTHOR_KEYS = ("author", "author_email")  # sets in Minari's metadata
+TEXT_KEYS = ("code_permalink", "algorithm_name", "description")  # strings in Minari's
 
 
 def _export_metadata(vault: Vault, env_spec: Any, given: dict[str, Any] | None) -> dict[str, Any]:
@@ -506,6 +541,19 @@ def _export_metadata(vault: Vault, env_spec: Any, given: dict[str, Any] | None) 
             info[key] = {str(v) for v in value}
         elif value is not None:
             info[key] = {str(value)}
+    for key, value in info.items():
+        if key in TEXT_KEYS and not isinstance(value, str):
+            raise VaultArgumentError(
+                f"metadata[{key!r}] must be a str (Minari refuses anything else), got "
+                f"{type(value).__name__} {value!r}"
+            )
+        try:
+            json.dumps(value, default=lambda v: sorted(v) if isinstance(v, set) else no_json(v))
+        except (TypeError, ValueError):
+            raise VaultArgumentError(
+                f"metadata[{key!r}] = {value!r} ({type(value).__name__}) is not JSON, which "
+                "Minari writes its metadata as: give plain numbers, strings, lists and dicts"
+            ) from None
     if isinstance(spec, str):
         try:
             spec = EnvSpec.from_json(spec) if spec.lstrip().startswith("{") else spec
@@ -524,54 +572,3 @@ def _export_metadata(vault: Vault, env_spec: Any, given: dict[str, Any] | None) 
         )
     info["env_spec"] = spec
     return info
-
-
-def _space_of(tree: Any) -> Any:
-    from gymnasium import spaces
-
-    if isinstance(tree, dict):
-        return spaces.Dict({k: _space_of(v) for k, v in tree.items()})
-    if isinstance(tree, (tuple, list)):
-        return spaces.Tuple([_space_of(v) for v in tree])
-    dtype = np.dtype(tree.dtype)
-    shape = tuple(tree.shape[2:])
-    if dtype.kind == "f":
-        return spaces.Box(-np.inf, np.inf, shape, dtype)
-    if dtype.kind == "b":  # a Box of bools (MultiBinary holds int8 and has no 0-d form)
-        return spaces.Box(0, 1, shape, np.bool_)
-    info = np.iinfo(dtype)
-    return spaces.Box(info.min, info.max, shape, dtype)
-
-
-def _subtree(tree: Any, path: str) -> Any:
-    node = tree
-    for key in path.split("/"):
-        if isinstance(node, dict) and key in node:
-            node = node[key]
-        elif isinstance(node, (tuple, list)) and key.isdigit() and int(key) < len(node):
-            node = node[int(key)]
-        else:
-            return None
-    return node
-
-
-# ------------------------------------------------------------------------------- helpers
-def _map(fn: Callable[..., Any], *trees: Any) -> Any:
-    first = trees[0]
-    if isinstance(first, dict):
-        return {k: _map(fn, *(t[k] for t in trees)) for k in first}
-    if isinstance(first, (tuple, list)):
-        return tuple(_map(fn, *parts) for parts in zip(*trees, strict=True))
-    return fn(*trees)
-
-
-def _leaves(tree: Any) -> list[Any]:
-    return [x for _, x in _named(tree)]
-
-
-def _named(tree: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(tree, dict):
-        return [p for k in tree for p in _named(tree[k], f"{prefix}{k}/")]
-    if isinstance(tree, (tuple, list)):
-        return [p for i, v in enumerate(tree) for p in _named(v, f"{prefix}{i}/")]
-    return [(prefix.rstrip("/") or "<leaf>", np.asarray(tree))]

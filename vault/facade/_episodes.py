@@ -10,6 +10,7 @@ import numpy as np
 
 from vault._args import bool_arg, kind, once
 from vault._errors import VaultArgumentError, VaultReadError
+from vault.format import _structure
 from vault.format._episodes import EpisodeTable
 from vault.read import _read
 
@@ -138,9 +139,11 @@ def _within(snap: Snapshot, table: EpisodeTable) -> None:
 
 
 def _episode_data(snap: Snapshot, one: EpisodeTable, leaves: Sequence[str] | None) -> Any:
-    import jax
-
     _within(snap, one)
     row, start, length = int(one.row[0]), int(one.start[0]), int(one.length[0])
     data = _read.read_numpy(snap, [row], start, start + length, leaves)
-    return jax.tree.map(lambda x: x[0], data)
+    if leaves is not None:
+        return {name: value[0] for name, value in data.items()}
+    # the vault's own structure (a dataclass or named tuple that JAX does not know included)
+    node = snap.manifest.structure
+    return _structure.build(node, [x[0] for x in _structure.leaves(data, node)])

@@ -141,9 +141,10 @@ def test_metadata_round_trip_and_recover_environment(minari_root: Path, tmp_path
     example = {k: np.zeros(v.shape[2:], v.dtype) for k, v in data.items()}
     with Vault.create(tmp_path / "rec", example, rows=1, done_leaf="done", reward_leaf="rew") as v:
         v.append(data)
-    export_minari(tmp_path / "rec", "cartpole/rec-v0", observations="obs",
-                  next_observations="next_obs", actions="act", env_spec="CartPole-v1",
-                  metadata={"algorithm_name": "DQN", "author": "Grace"})  # fmt: skip
+    with pytest.warns(UserWarning, match="in 2 of 2 episodes the next observations"):
+        export_minari(tmp_path / "rec", "cartpole/rec-v0", observations="obs",
+                      next_observations="next_obs", actions="act", env_spec="CartPole-v1",
+                      metadata={"algorithm_name": "DQN", "author": "Grace"})  # fmt: skip
     rec = minari.load_dataset("cartpole/rec-v0")
     assert rec.storage.metadata["algorithm_name"] == "DQN"
     assert rec.storage.metadata["author"] == {"Grace"}
