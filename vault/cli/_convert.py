@@ -223,7 +223,12 @@ def export(
     notes = [str(w.message) for w in said if issubclass(w.category, UserWarning)]
     for note in notes:  # what the export could not carry: one line each, on stderr
         say_error(f"warning: {note}")
-    doc = {"path": source.location, "format": "minari", "dataset_id": out, "out": str(made)}
+    doc: dict[str, Any] = {
+        "path": source.location,
+        "format": "minari",
+        "dataset_id": out,
+        "out": str(made),
+    }
     if notes:
         doc["warnings"] = notes
     if shard is not None:
