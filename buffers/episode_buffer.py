@@ -7,8 +7,9 @@ exactly when a sampleable window *ends* at slot ``t`` of that row:
 * a full window: ``episode_step >= L - 1`` (the ``L`` steps ending there lie in one episode,
   so an episode end can only be the window's last step), or
 * with ``pad=True``, a whole episode shorter than ``L``: its last step (the episode ended
-  there), sampled as its ``episode_step + 1`` steps followed by zeros, with ``mask`` false on
-  the padding;
+  there, and its start is known: ``start_known``, false for an episode that goes on after
+  lost data), sampled as its ``episode_step + 1`` steps followed by zeros, with ``mask``
+  false on the padding;
 
 and the window's first step has not been overwritten (it does not straddle the write
 position). Windows start at any offset (not only multiples of ``L``), and sampling is uniform
@@ -45,7 +46,7 @@ from buffers._core import (
     write_experience,
 )
 from buffers._errors import ArgumentTypeError, BufferConfigError
-from buffers._pytree import frozen_container, pytree_dataclass
+from buffers._pytree import derived, frozen_container, pytree_dataclass
 from buffers._sum_tree import SumTreeState
 from buffers._validation import (
     check,
@@ -82,11 +83,22 @@ class EpisodeBufferState(TrajectoryBufferState, Generic[Experience]):
         last_done: bool ``[B]``, whether the newest timestep of each row ended its episode
             (true initially, so the first step starts one).
         sum_tree_state: a sum tree with one leaf per slot, 1 where a valid window ends.
+        start_known: bool ``[B, T]``, whether the slot's episode began at a known step; false
+            for one that goes on after lost data (a ``gaps`` entry of ``from_state``), which
+            is never sampled as a whole padded episode. Derived as all true when a state is
+            built without it.
     """
 
     episode_step: Array = dataclasses.field(kw_only=True)
     last_done: Array = dataclasses.field(kw_only=True)
     sum_tree_state: SumTreeState = dataclasses.field(kw_only=True)
+    start_known: Array = derived(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.start_known is None:
+            known = jnp.ones(jnp.shape(self.episode_step), bool)
+            object.__setattr__(self, "start_known", known)
 
 
 @pytree_dataclass
@@ -135,6 +147,7 @@ def episode_init(
         episode_step=jnp.zeros((add_batch_size, max_length_time_axis), jnp.int32),
         last_done=jnp.ones((add_batch_size,), bool),
         sum_tree_state=_sum_tree.init(add_batch_size * max_length_time_axis),
+        start_known=jnp.ones((add_batch_size, max_length_time_axis), bool),
     )
 
 
@@ -192,10 +205,17 @@ def _steps_within(ends: Array, last_step: Array, last_done: Array) -> Array:
     ``last_done``).
     """
     length = ends.shape[1]
-    starts = jnp.concatenate([last_done[:, None], ends[:, :-1]], axis=1)
+    starts = _episode_starts(ends, last_done)
     idx = jnp.arange(length, dtype=jnp.int32)
     last_start = jax.lax.cummax(jnp.where(starts, idx, -1), axis=1)
     return jnp.where(last_start >= 0, idx - last_start, last_step[:, None] + 1 + idx)
+
+
+def _episode_starts(ends: Array, last_done: Array) -> Array:
+    """Whether each of ``L`` new timesteps per row begins an episode (the step before it
+    ended one).
+    """
+    return jnp.concatenate([last_done[:, None], ends[:, :-1]], axis=1)
 
 
 def _window_weights(
@@ -221,7 +241,8 @@ def _window_weights(
     after = state.episode_step[rows, (slots + 1) % t_len]
     ended = jnp.where(newest, state.last_done[rows], after == 0 if ends is None else ends)
     span = jnp.minimum(step, seq_len - 1)  # the window's steps before its last
-    ok = (step >= seq_len - 1) | (pad & ended)
+    whole = ended & state.start_known[rows, slots]  # a whole episode, from its known start
+    ok = (step >= seq_len - 1) | (pad & whole)
     return (written & ok & (span <= logical)).astype(jnp.float32)
 
 
@@ -244,9 +265,14 @@ def episode_add(
     steps = _steps_within(ends, last_step, state.last_done)
     new_slots = (state.current_index + jnp.arange(n, dtype=jnp.int32)) % t_len
     episode_step = state.episode_step.at[:, new_slots].set(steps, unique_indices=True)
+    # a step that begins no episode in the batch goes on with the newest stored one's
+    begun = jax.lax.cummax(_episode_starts(ends, state.last_done).astype(jnp.int32), axis=1) > 0
+    known = begun | state.start_known[:, newest][:, None]
+    start_known = state.start_known.at[:, new_slots].set(known, unique_indices=True)
     state = state.replace(
         experience=write_experience(state.experience, batch, state.current_index, t_len),
         episode_step=episode_step,
+        start_known=start_known,
         last_done=ends[:, -1],
         **advance_indices(state, n, t_len),
     )
@@ -392,6 +418,7 @@ def episode_state_from(
         episode_step=episode_step,
         last_done=jnp.where(filled > 0, ends[:, last], True),
         sum_tree_state=_sum_tree.init(b_size * t_len),
+        start_known=jnp.zeros((b_size, t_len), bool).at[:, order].set(~after_gap),
     )
     rows = jnp.broadcast_to(jnp.arange(b_size, dtype=jnp.int32)[:, None], (b_size, t_len))
     slots = jnp.broadcast_to(jnp.arange(t_len, dtype=jnp.int32)[None], (b_size, t_len))
