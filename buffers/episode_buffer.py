@@ -212,9 +212,7 @@ def _steps_within(ends: Array, last_step: Array, last_done: Array) -> Array:
 
 
 def _episode_starts(ends: Array, last_done: Array) -> Array:
-    """Whether each of ``L`` new timesteps per row begins an episode (the step before it
-    ended one).
-    """
+    """Whether each of ``L`` new timesteps per row begins an episode (after an end)."""
     return jnp.concatenate([last_done[:, None], ends[:, :-1]], axis=1)
 
 
