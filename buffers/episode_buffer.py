@@ -344,7 +344,7 @@ def episode_state_from(
     device: str = "cpu",
     *,
     restarts: Sequence[int] | Array = (),
-    start_known: bool | None = None,
+    start_known: bool | Sequence[bool] | Array | None = None,
     gaps: Sequence[int] | Array = (),
 ) -> EpisodeBufferState[Experience]:
     """An episode buffer state holding the data of a trajectory-buffer state.
@@ -369,8 +369,9 @@ def episode_state_from(
         gaps: timesteps (counted as ``restarts``) where data were lost just before (a vault
             seam with ``lost > 0``): every row restarts there too, but the episode that goes
             on there has no known start, so it is never sampled as a whole padded one.
-        start_known: whether each row's oldest stored timestep begins an episode. By
-            default it does unless the ring has wrapped (``write_counter`` beyond what is
+        start_known: whether each row's oldest stored timestep begins an episode (one
+            bool for every row, or one per row, ``[B]``). By default it does unless the ring
+            has wrapped (``write_counter`` beyond what is
             stored: its start was overwritten). Where it does not (also data read from the
             middle of an episode: pass ``False``), windows of that first episode are
             sampled only where they lie within the stored timesteps, and it is never
@@ -378,6 +379,9 @@ def episode_state_from(
 
     Returns:
         The episode buffer's state.
+
+    Raises:
+        BufferConfigError: ``start_known`` neither one bool nor one per row.
     """
     check_ring_state(state, "from_state")
     b_size, t_len = tree_shape_prefix(state.experience, 2)
@@ -390,6 +394,12 @@ def episode_state_from(
         known = (high == 0) & (low <= filled.astype(jnp.uint32))  # nothing overwritten
     else:
         known = jnp.asarray(start_known, bool)
+        check(
+            known.shape in ((), (b_size,)),
+            f"from_state: start_known must be one bool or one per row ([{b_size}]), got "
+            f"shape {known.shape}",
+        )
+        known = known.reshape(-1, 1) if known.ndim else known
     logical = jnp.arange(t_len, dtype=jnp.int32)
 
     def at(positions: Sequence[int] | Array) -> Array:  # [T]: whether each step is one

@@ -195,3 +195,26 @@ def test_jit_without_retrace_and_from_vault_state(tmp_path):
     check_sample(SAMPLE[False](seeded, jax.random.key(5)), model.valid_windows(False), False)
     more = jadd(seeded, model.batch(3))  # and it keeps adding
     check_sample(SAMPLE[False](more, jax.random.key(6)), model.valid_windows(False), False)
+
+
+def test_from_state_takes_start_known_per_row():
+    """``start_known`` may be one bool per row: a row whose oldest step is no episode start
+    never samples that first episode as a whole padded one; the other row's is sampled."""
+    traj = fbx.make_trajectory_buffer(
+        add_batch_size=2, sample_batch_size=2, sample_sequence_length=3, period=1,
+        min_length_time_axis=3, max_length_time_axis=8,
+    )  # fmt: skip
+    buf = fbx.make_episode_buffer(
+        add_batch_size=2, sample_batch_size=2, sample_sequence_length=3,
+        min_length_time_axis=3, max_length_time_axis=8, pad=True,
+    )  # fmt: skip
+    state = traj.init({"obs": jnp.zeros(()), "done": jnp.zeros((), bool)})
+    done = jnp.array([[False, True, False, False]] * 2)  # a 2-step episode first in each row
+    state = traj.add(state, {"obs": jnp.zeros((2, 4)), "done": done})
+    out = buf.from_state(state, start_known=np.array([True, False]))
+    leaves = np.asarray(out.sum_tree_state.nodes)[-16:].reshape(2, 8)
+    assert leaves[0, 1] == 1.0  # row 0: its first episode, whole and padded
+    assert leaves[1, 1] == 0.0  # row 1: its start is not known
+    assert np.asarray(out.start_known).shape == (2, 8)
+    with pytest.raises(fbx.BufferConfigError, match="start_known"):
+        buf.from_state(state, start_known=np.array([True, False, True]))
