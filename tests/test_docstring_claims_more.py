@@ -602,6 +602,25 @@ def test_dataset_open_write_catalog_string_is_refused(store: dict[str, Any]) -> 
         Dataset.open(store["root"] / "ds", write_catalog="False")  # type: ignore[arg-type]
 
 
+def test_unknown_options_and_bounds_are_refused_by_name(store: dict[str, Any]) -> None:
+    """Options passed on (``**options``) are checked as ``as_dataset``'s are: an unknown one is
+    VaultArgumentError naming it and the closest valid name; a length bound of ``select`` is
+    an int >= 0."""
+    with pytest.raises(VaultArgumentError, match="'leafs' .*did you mean 'leaves'"):
+        Dataset.open(store["root"] / "ds").leaf_stats(leafs=["obs"])
+    with pytest.raises(VaultArgumentError, match="'codc' .*did you mean 'codec'"):
+        converters.import_dataset("d4rl", "x.hdf5", store["root"] / "nope", codc="zstd")
+    assert not (store["root"] / "nope").exists()
+    table = store["ep"].episodes()
+    for bad in (-1, 1.5):
+        with pytest.raises(VaultArgumentError, match="min_length"):
+            table.select(min_length=bad)
+    with pytest.raises(vault.VaultLocationError, match="empty"):
+        vault.parse_location("")
+    with pytest.raises(vault.VaultLocationError, match="path"):
+        vault.parse_location({"driver": "file"})
+
+
 # =============================================================================================
 # Locations, storage errors, fault hooks
 # =============================================================================================

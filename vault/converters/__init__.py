@@ -111,10 +111,10 @@ def import_dataset(fmt: str, source: Any, dest: Any, **options: Any) -> Any:
         The new vault, opened read-only.
 
     Raises:
-        VaultArgumentError: ``fmt`` is not a string or not one of :data:`IMPORT_FORMATS`
-            (and whatever the importer raises).
+        VaultArgumentError: ``fmt`` is not a string or not one of :data:`IMPORT_FORMATS`,
+            or an option the importer does not take (and whatever the importer raises).
     """
-    return converter(fmt, "import")(source, dest, **options)
+    return _call(converter(fmt, "import"), source, dest, options)
 
 
 def export_dataset(fmt: str, source: Any, dest: Any, **options: Any) -> Any:
@@ -130,10 +130,18 @@ def export_dataset(fmt: str, source: Any, dest: Any, **options: Any) -> Any:
         What the exporter returns (for Minari, the dataset's directory).
 
     Raises:
-        VaultArgumentError: ``fmt`` is not a string or not one of :data:`EXPORT_FORMATS`
-            (and whatever the exporter raises).
+        VaultArgumentError: ``fmt`` is not a string or not one of :data:`EXPORT_FORMATS`,
+            or an option the exporter does not take (and whatever the exporter raises).
     """
-    return converter(fmt, "export")(source, dest, **options)
+    return _call(converter(fmt, "export"), source, dest, options)
+
+
+def _call(fn: Any, source: Any, dest: Any, options: dict[str, Any]) -> Any:
+    """``fn(source, dest, **options)``, an option ``fn`` does not take refused by name."""
+    from vault._args import known_options
+
+    known_options(fn.__name__, options, fn)
+    return fn(source, dest, **options)
 
 
 def __getattr__(name: str) -> Any:

@@ -131,9 +131,14 @@ class DatasetReadMethods:
 
         Args:
             **options: as :func:`vault.leaf_stats` takes them (``leaves``, ``progress``).
+
+        Raises:
+            VaultArgumentError: an option :func:`vault.leaf_stats` does not take.
         """
+        from vault._args import known_options
         from vault.facade._stats import leaf_stats
 
+        known_options("leaf_stats", options, leaf_stats)
         return leaf_stats(self, **options)
 
     def to_xarray(self, *, leaves: Sequence[str] | None = None, episodes: bool = True) -> Any:

@@ -164,7 +164,8 @@ class EpisodeTable:
             A new table.
 
         Raises:
-            VaultArgumentError: a bound that is not a finite number, or a count below 0.
+            VaultArgumentError: a return bound that is not a finite number, a length bound
+                that is not an int >= 0, or a count below 0.
 
         Examples:
             >>> import numpy as np
@@ -183,7 +184,11 @@ class EpisodeTable:
             "min_length": min_length,
             "max_length": max_length,
         }
-        limit = {k: finite_arg(k, v) for k, v in bounds.items() if v is not None}
+        limit = {
+            k: int_arg(k, v, 0) if k.endswith("_length") else finite_arg(k, v)
+            for k, v in bounds.items()
+            if v is not None
+        }
         if top_k is not None:
             top_k = int_arg("top_k", top_k, 0)
         if transitions is not None:

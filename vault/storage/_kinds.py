@@ -95,6 +95,11 @@ def parse_location(
         for key, value in location.items():
             if isinstance(value, str):
                 check_name(f"{argument}[{key!r}]", value)
+        if location.get("driver") == "file" and not location.get("path"):
+            raise VaultLocationError(
+                f"{argument}['path'] is missing or empty: a file kvstore spec needs the "
+                "folder's path"
+            )
         if "path" in location and not isinstance(location["path"], str):
             raise VaultLocationError(
                 f"{argument}['path'] must be a str, got {type(location['path']).__name__} "
@@ -120,6 +125,10 @@ def parse_location(
             f"str), got bytes {text!r}: decode it (os.fsdecode)"
         )
     check_name(argument, text)
+    if not text:
+        raise VaultLocationError(
+            f"{argument} is empty: give a path (\".\" for the current folder) or a URL"
+        )
     parsed = urlparse(text)
     scheme = parsed.scheme if len(parsed.scheme) > 1 else ""  # "C:" is a drive, not a scheme
     from_url = SCHEMES.get(scheme)
