@@ -606,9 +606,9 @@ def test_unknown_options_and_bounds_are_refused_by_name(store: dict[str, Any]) -
     """Options passed on (``**options``) are checked as ``as_dataset``'s are: an unknown one is
     VaultArgumentError naming it and the closest valid name; a length bound of ``select`` is
     an int >= 0."""
-    with pytest.raises(VaultArgumentError, match="'leafs' .*did you mean 'leaves'"):
+    with pytest.raises(VaultArgumentError, match=r"'leafs' .*did you mean 'leaves'"):
         Dataset.open(store["root"] / "ds").leaf_stats(leafs=["obs"])
-    with pytest.raises(VaultArgumentError, match="'codc' .*did you mean 'codec'"):
+    with pytest.raises(VaultArgumentError, match=r"'codc' .*did you mean 'codec'"):
         converters.import_dataset("d4rl", "x.hdf5", store["root"] / "nope", codc="zstd")
     assert not (store["root"] / "nope").exists()
     table = store["ep"].episodes()
