@@ -127,7 +127,7 @@ def parse_location(
     check_name(argument, text)
     if not text:
         raise VaultLocationError(
-            f"{argument} is empty: give a path (\".\" for the current folder) or a URL"
+            f'{argument} is empty: give a path ("." for the current folder) or a URL'
         )
     parsed = urlparse(text)
     scheme = parsed.scheme if len(parsed.scheme) > 1 else ""  # "C:" is a drive, not a scheme
