@@ -482,14 +482,20 @@ def _episode_buffer(cls: Any, episode: Any, fields: dict[str, str | None]) -> An
 @contextlib.contextmanager
 def _staged(target: Path) -> Iterator[Path]:
     """A hidden sibling of ``target`` renamed into place at the end, removed on any failure."""
+    made = [p for p in reversed(target.parents) if not p.exists()]  # outermost first
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
     tmp.mkdir()
+    done = False
     try:
         yield tmp
         os.replace(tmp, target)
+        done = True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        for folder in () if done else reversed(made):  # the namespace folders it made
+            with contextlib.suppress(OSError):
+                folder.rmdir()
 
 
 def _namespace(namespace: str) -> None:

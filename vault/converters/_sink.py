@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from vault._args import callable_arg, int_arg
-from vault._errors import VaultDependencyError
+from vault._errors import VaultArgumentError, VaultDependencyError
 from vault.derive._derive import building
 from vault.facade._vault import Vault, vault_of_writer
 from vault.storage._kinds import LocationLike, parse_location
@@ -176,6 +176,12 @@ def opened(source: LocationLike | Vault) -> Iterator[Vault]:
     if isinstance(source, Vault):
         yield source
         return
+    if type(source).__name__ == "Dataset":  # not imported here: the dataset layer is above
+        raise VaultArgumentError(
+            f"{source} is a dataset of shards; an export takes one vault: a shard "
+            "(Vault.open(<root>/shards/NAME)), or every shard's episodes gathered into one "
+            "vault first (vault.derive_episodes / `vault subsample ROOT --out VAULT`)"
+        )
     vault = Vault.open(source)
     try:
         yield vault

@@ -32,6 +32,7 @@ from typer.testing import CliRunner
 
 from buffers.trajectory_buffer import TrajectoryBufferState
 from vault import (
+    Dataset,
     Vault,
     VaultArgumentError,
     VaultCorruptError,
@@ -533,3 +534,22 @@ def test_next_observations_an_export_drops_are_not_dropped_silently(
         r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING
     ]
     assert any("next_observations" in line for line in said), said
+
+
+def test_a_failed_export_leaves_no_namespace_folders_and_a_dataset_is_refused_with_a_way(
+    minari_root: Path, tmp_path: Path
+) -> None:
+    """A dataset that appears "whole or not at all" leaves nothing when interrupted, not the
+    namespace folders it made; a dataset of shards is refused naming how to export one."""
+    vault = _vault(tmp_path / "v", _one_row())
+
+    def interrupt(done: int, total: int) -> None:
+        if done:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _export(vault, "fresh/deep/cut-v0", progress=interrupt)
+    assert not (minari_root / "fresh").exists()
+    ds = Dataset.create(tmp_path / "ds", _example(_one_row()), rows=1, done_leaf="terminations")
+    with pytest.raises(VaultArgumentError, match="shards/NAME"):
+        _export(ds, "ds-v0")
