@@ -106,6 +106,10 @@ class Writer:
             self.flush()  # the tip's tails are known (a background write may stage them)
         given = BufferView(state)
         values = check_leaves(self.snapshot.manifest, given, self.where)
+        if given.counter == 0:
+            # nothing ever added: nothing to save, and nothing about the vault changes (no
+            # commit, no seam; the buffer it records stays the one written last)
+            return 0
         view = given.rebased(self.tip.source_counter)
         fresh = self._is_fresh(view, values, new_buffer)
         job = plan_write(
