@@ -674,13 +674,28 @@ CATALOGUE = [
         "Mixer.sample: got 1 states for 2 buffers: pass one state per buffer",
     ),
     Bad(
-        "mixer-samples-of-different-shapes",
+        "mixer-of-two-sequence-lengths",
         lambda: mixer_over(
             traj(), buffers.make_trajectory_buffer(2, 2, 3, 1, 3, max_length_time_axis=8)
-        ).sample([traj_filled(), traj_filled()], KEY),
+        ),
+        BufferConfigError,
+        "all buffers must sample sequences of one length, got sample_sequence_length [2, 3]",
+    ),
+    Bad(
+        "mixer-samples-of-different-shapes",
+        lambda: mixer_over(traj(), traj()).sample(
+            [
+                traj_filled(),
+                traj().add(
+                    traj().init({"obs": jnp.zeros((3,)), "reward": jnp.zeros(())}),
+                    batch(length=4, obs=jnp.zeros((2, 4, 3))),
+                ),
+            ],
+            KEY,
+        ),
         BatchStructureError,
         "buffer 1: sample/experience/obs: expected [n, 2, 2] float32 (as buffer 0), got "
-        "[n, 3, 2] float32",
+        "[n, 2, 3] float32",
     ),
     # ---- episode buffer -----------------------------------------------------------------
     Bad(
