@@ -1716,7 +1716,8 @@ def test_a_derived_vault_records_where_it_comes_from_in_derived_from(
     both = tmp_path / "both"
     vault.combine([str(picked), str(picked)], str(both))
     record, rest = split(both, picked)
-    assert record == {"op": "combine", "count": 2,
+    chain = {"source": str(picked.resolve()), "derived_from": metadata(picked)["derived_from"]}
+    assert record == {"op": "combine", "count": 2, "sources": [chain, chain],
                       "derived_from": metadata(picked)["derived_from"]}  # fmt: skip
     assert rest == given
     assert record["derived_from"]["derived_from"]["op"] == "slice"  # three operations, nested

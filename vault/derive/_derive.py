@@ -438,7 +438,16 @@ def combine(
             raise VaultStructureError("the vaults to combine differ", problems)
         total = sum(s.length for s in srcs)
         target = _destination(dest, srcs)
-        op = {"op": "combine", "count": len(srcs)}
+        # every source in order, each with its own chain (the first's is nested as usual)
+        chains = [(s.where, s.manifest.user_metadata.get("derived_from")) for s in srcs]
+        op = {
+            "op": "combine",
+            "count": len(srcs),
+            "sources": [
+                {"source": where, **({"derived_from": d} if d is not None else {})}
+                for where, d in chains
+            ],
+        }
         with building(target) as tmp, _new_vault(first, tmp, first.rows, codec, op) as out:
             copied = 0
             for src in srcs:

@@ -510,7 +510,7 @@ class Location(abc.ABC):
             kind = vault_kind(here.read, looks_like=f"{prefix}{COMMIT_KEY}" in keys)
             if not note_root(found, datasets, here, prefix, kind):
                 taken.append(prefix)
-        return found
+        return sorted(found, key=lambda item: str(item[0]))  # as listed on disk: by location
 
 
 NO_MANIFEST = (
