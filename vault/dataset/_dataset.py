@@ -319,10 +319,9 @@ class Dataset(DatasetReadMethods):
 
         Args:
             location: the dataset's root, as in :meth:`Vault.open`.
-            at: a tag set by :meth:`tag` (``vault tag DATASET NAME``): the dataset as it was
-                tagged, i.e. every shard that has the tag, each pinned to its tagged commit
-                (shards added later, which lack it, are left out); :meth:`refresh` then
-                changes nothing.
+            at: a tag set by :meth:`tag` (``vault tag DATASET NAME``): the dataset as tagged,
+                every shard that has the tag pinned to its tagged commit (shards added later,
+                which lack it, are left out); :meth:`refresh` then changes nothing.
             storage: as in :meth:`Vault.open`.
             write_catalog: whether this reader may write the dataset's catalog, a cache at the
                 root that lets later readers of many shards open them and build the episode

@@ -95,7 +95,9 @@ class ReadMethods:
             capacity: the state's time axis. The data fills its start and
                 ``current_index``/``is_full`` are set so that ``add`` continues after it;
                 when ``capacity`` is smaller than the data, the most recent ``capacity``
-                timesteps are kept.
+                timesteps are kept, and ``write_counter`` is the count read rounded up to a
+                multiple of ``capacity`` (a ring at position 0 that dropped its oldest), so
+                the state can be added to and written to a vault as any buffer's.
 
         Returns:
             A ``buffers.TrajectoryBufferState`` with leaves ``[rows, time, ...]`` on the

@@ -507,8 +507,11 @@ def read_state(
     # The write counter is given (numpy, no JAX computation): a state built outside jit
     # would otherwise derive it with several small XLA compilations in a fresh process. It
     # counts every timestep read, so a state that kept only the last ``cap`` of them is one
-    # whose ring dropped its oldest (an episode cut there has no known start).
-    counter = np.array([length >> 32, length & 0xFFFFFFFF], np.uint32)  # (high, low) words
+    # whose ring dropped its oldest (an episode cut there has no known start); rounded up to
+    # a multiple of ``cap`` there, so that it agrees with the position (0: the data fill the
+    # ring from its start), as the writers check.
+    added = -(-length // cap) * cap if full else length
+    counter = np.array([added >> 32, added & 0xFFFFFFFF], np.uint32)  # (high, low) words
     return TrajectoryBufferState(
         experience=experience,
         # device_put of numpy values: jnp.asarray with a dtype compiles a conversion (three

@@ -53,6 +53,14 @@ def to_device(arrays: list[np.ndarray]) -> list[Any]:
     return out
 
 
+def wide_windows(flat: list[np.ndarray], base: np.ndarray, seq: int) -> list[np.ndarray]:
+    """The windows of ``seq`` timesteps at ``base`` of each 64-bit integer leaf of ``flat``
+    (others as empty arrays), for the stream's narrowing check: only the sequences cut on
+    the device (a block group's buffers hold unread memory elsewhere)."""
+    window = base[:, None] + np.arange(seq)
+    return [a[window] if a.dtype.kind in "iu" and a.itemsize == 8 else a[:0] for a in flat]
+
+
 @functools.cache
 def _cut(count: int, item: tuple[int, ...], seq: int) -> Callable[..., Any]:
     """A jitted ``(leaves, starts, first) -> [count items of each leaf]``: the windows of

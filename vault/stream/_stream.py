@@ -46,7 +46,7 @@ from vault.read._read import check_narrowing
 from vault.stream._args import bool_arg, end_leaves_of, int_arg, resume_arg, sources_arg
 from vault.stream._batch import StreamBatch
 from vault.stream._buffers import BlockGroup, PartialBatch, batch_layout
-from vault.stream._device_cut import DeviceGroup, on_accelerator, rebuilder, to_device
+from vault.stream._device_cut import DeviceGroup, on_accelerator, rebuilder, to_device, wide_windows
 from vault.stream._hosts import check_sharding, local_batch_size, process_arg, to_global
 from vault.stream._layout import Layout, check_stream_memory, end_flags, end_free
 from vault.stream._prefetch import Stream
@@ -270,15 +270,6 @@ class _Plan:
             where = self.layout.sources[0].snap.where
             check_narrowing(where, self.names, arrays[: len(self.names)])
 
-    def _check_windows(self, flat: list[np.ndarray], base: np.ndarray) -> None:
-        """``_check_narrowing`` for the sequences at ``base`` of a block group cut on the
-        device: their windows only (the group's buffers hold unread memory elsewhere)."""
-        if self.wide and not _jax_x64() and base.size:
-            window = base[:, None] + np.arange(self.seq)
-            self._check_narrowing(
-                [a[window] if a.dtype.kind in "iu" and a.itemsize == 8 else a[:0] for a in flat]
-            )
-
     def _finish(self, pending: PartialBatch, epoch: int, last: bool) -> list[StreamBatch]:
         """The pack's items: its whole ones, and at the end of an epoch (``last``) a short
         stack of the whole batches left, then the incomplete rest unless ``drop_remainder``."""
@@ -431,7 +422,8 @@ class _Plan:
                     pos = 0 if pending is None else min(self.unit - pending.fill, n)
                     pending = yield from self._host_cut(pending, flat, base, where, epoch, 0, pos)
                     whole = pos + (n - pos) // self.unit * self.unit
-                    self._check_windows(flat, base[pos:whole])
+                    if self.wide and not _jax_x64():  # what the device cuts, checked first
+                        self._check_narrowing(wide_windows(flat, base[pos:whole], self.seq))
                     yield from self._device_cut(flat, base, where, epoch, pos, whole)
                     pos = whole
                 pending = yield from self._host_cut(pending, flat, base, where, epoch, pos, n)
