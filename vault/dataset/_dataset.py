@@ -159,6 +159,35 @@ def _check_whole(where: Location, tag: str, refs: list[bytes]) -> None:
         )
 
 
+def _tag_shards(where: Location, name: str, vaults: dict[str, Vault]) -> dict[str, str]:
+    """:meth:`Dataset.tag` of the shards ``vaults``: every one checked first, then tagged."""
+    taken = []
+    for shard, vault in vaults.items():
+        existing = vault.tags().get(name)
+        if existing is not None and existing != vault.commit_id:
+            taken.append(f"{shard} ({existing})")
+    if taken:
+        raise VaultExistsError(
+            f"{where}: tag {name!r} already names other commits of shards "
+            f"{', '.join(taken)}; tags never move (choose another name)"
+        )
+    refs = where.read_many([f"{SHARDS}/{s}/{REFS}/{name}" for s in vaults])
+    held = [ref for ref in refs if ref is not None]
+    try:
+        _check_whole(where, name, held)
+    except VaultPinError:
+        pass  # interrupted: tagging again completes it
+    else:
+        added = [s for s, ref in zip(vaults, refs, strict=True) if ref is None]
+        if held and added:  # a whole tag never takes in shards added since
+            raise VaultExistsError(
+                f"{where}: tag {name!r} names {len(held)} shards already, and "
+                f"{', '.join(added)} joined since; tags never move (choose another name)"
+            )
+    count = len(vaults)  # in every shard's tag: an interrupted tag is then told apart
+    return {shard: create_tag(v.snapshot, name, count) for shard, v in vaults.items()}
+
+
 def setting_problems(
     template: Manifest, asked: Manifest, codec: bool, chunk: dict[str, Any]
 ) -> list[str]:
@@ -172,7 +201,9 @@ def setting_problems(
                 f"leaf {want.name!r} has codec {codec_text(want.codecs)}, not the "
                 f"{codec_text(got.codecs)} asked (leave codec= and level= out to join)"
             )
-        if want.name in chunk and want.chunk != got.chunk:
+        # the rows of a chunk are at most a shard's rows (as shard_manifest makes them)
+        asked_chunk = (min(got.chunk[0], asked.rows), *got.chunk[1:])
+        if want.name in chunk and tuple(want.chunk) != asked_chunk:
             out.append(
                 f"leaf {want.name!r} has chunk {list(want.chunk)}, not the {list(got.chunk)} "
                 "asked (leave chunk= out to join)"
@@ -409,25 +440,13 @@ class Dataset(DatasetReadMethods):
             Shard name -> the tagged commit's id.
 
         Raises:
-            VaultExistsError: a shard has the tag on another commit already (tags never move;
-                the shards are named).
+            VaultExistsError: a shard has the tag on another commit already, or the tag is
+                whole and shards joined since (tags never move; the shards are named).
             VaultNotFoundError: the dataset has no shard yet.
         """
         if not self._shards:
             raise VaultNotFoundError(f"{self._where}: the dataset has no shard to tag yet")
-        taken = []
-        vaults = {shard: self.vault(shard) for shard in self._shards}
-        for shard, vault in vaults.items():
-            existing = vault.tags().get(name)
-            if existing is not None and existing != vault.commit_id:
-                taken.append(f"{shard} ({existing})")
-        if taken:
-            raise VaultExistsError(
-                f"{self._where}: tag {name!r} already names other commits of shards "
-                f"{', '.join(taken)}; tags never move (choose another name)"
-            )
-        count = len(vaults)  # in every shard's tag: an interrupted tag is then told apart
-        return {shard: create_tag(v.snapshot, name, count) for shard, v in vaults.items()}
+        return _tag_shards(self._where, name, {s: self.vault(s) for s in self._shards})
 
     # ------------------------------------------------------------------------- writing
     def shard(self, name: str | None = None, *, rows: int | None = None) -> Vault:
