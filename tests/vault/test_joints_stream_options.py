@@ -367,3 +367,15 @@ def test_resume_at_past_an_epochs_end_is_refused_naming_it(one: Vault) -> None:
         one.as_dataset(4, SEQ, resume_at=(0, count + 3), **options) as stream,
     ):
         list(stream)
+
+
+def test_a_stream_whose_every_sequence_crosses_a_seam_says_so(tmp_path: Path) -> None:
+    """Long enough, but a seam between every pair of timesteps: no sequence of 2 is whole.
+    The refusal (at the stream's start, as the docstring says) names the seams and the
+    remedy that helps, not a smaller batch or drop_remainder, which cannot."""
+    with Vault.create(str(tmp_path / "v"), {"x": np.float32(0)}, rows=1) as v:
+        for _ in range(3):
+            v.append({"x": np.zeros((1, 1), np.float32)}, continues=False)
+        stream = v.as_dataset(1, 2, shuffle=False, prefetch=0)
+        with pytest.raises(VaultReadError, match="between two seams: use shorter sequences"):
+            next(iter(stream))

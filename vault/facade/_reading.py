@@ -176,6 +176,9 @@ class ReadMethods:
             VaultReadError: another value out of range (a batch size, sequence length or
                 ``stride`` below 1, a negative ``prefetch`` or ``epochs``), too little data
                 for one batch, or ``episode_aware`` on a vault without an episode index.
+                Where the data are long enough but seams (or, ``episode_aware``, episode
+                ends) leave no batch of whole sequences, the stream raises it as it starts,
+                at the first ``next()``.
 
         Examples:
             >>> import numpy as np
