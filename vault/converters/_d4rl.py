@@ -138,6 +138,8 @@ def _timestep_datasets(handle: Any, path: Path) -> tuple[list[str], list[str]]:
         for name in REQUIRED
         if not isinstance(handle.get(name), h5py.Dataset)
     ]
+    if not problems and handle["observations"].ndim == 0:  # it sets the timestep count
+        problems.append("observations: expected a dataset [N, ...], got a scalar")
     names = [n for n in (*REQUIRED, *OPTIONAL) if isinstance(handle.get(n), h5py.Dataset)]
     infos = handle.get(INFOS)
     if isinstance(infos, h5py.Group):

@@ -229,10 +229,16 @@ def _timesteps(episode: dict[str, Any], where: Path, index: int) -> tuple[dict[s
         for name, x in named(episode["actions"])
         if len(x) != steps
     ]
-    if problems:
-        raise VaultStructureError(f"{where}: an episode that cannot be imported", problems)
     terminations = np.asarray(episode["terminations"]).astype(bool).copy()
     truncations = np.asarray(episode["truncations"]).astype(bool).copy()
+    problems += [
+        f"episode {index}: {name}: set at step {int(np.flatnonzero(flags[:-1])[0])} of "
+        f"{steps}, before its last (the vault would split the episode there)"
+        for name, flags in (("terminations", terminations), ("truncations", truncations))
+        if flags[:-1].any()
+    ]
+    if problems:
+        raise VaultStructureError(f"{where}: an episode that cannot be imported", problems)
     forced = 0
     if steps and not (terminations[-1] or truncations[-1]):
         truncations[-1], forced = True, 1

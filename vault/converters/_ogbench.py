@@ -353,14 +353,16 @@ class NpzReader:
             for key in REQUIRED
             if key not in headers
         ]
+        if not problems and not headers["observations"].shape:  # it sets the timestep count
+            problems.append("observations: expected an array [N, ...], got a scalar")
         if problems:
             raise VaultStructureError(f"{self.path}: not an OGBench dataset file", problems)
-        length = headers["observations"].shape[0] if headers["observations"].shape else -1
+        length = headers["observations"].shape[0]
         chosen, skipped = [], []
         for key, m in headers.items():
             known = key in REQUIRED or key in INFO
             per_step = bool(m.shape) and m.shape[0] == length
-            if not known and not (per_step and m.dtype.kind in "biuf" and not m.fortran):
+            if not known and not (per_step and m.dtype.kind in "biuf"):
                 skipped.append(key)
             elif not per_step:
                 got = "a scalar" if not m.shape else f"{m.shape[0]} ({list(m.shape)})"
