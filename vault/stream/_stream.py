@@ -142,8 +142,7 @@ class _Plan:
                 else "use a smaller batch, or drop_remainder=False for the incomplete one"
                 if self.batch > 1 and self.drop_remainder
                 else "no sequence of them lies between two seams"
-                + (" or episode ends" if self.end_leaves else "")
-                + ": use shorter sequences"
+                f"{' or episode ends' if self.end_leaves else ''}: use shorter sequences"
             )
         )
 
