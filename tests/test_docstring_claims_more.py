@@ -617,6 +617,12 @@ def test_unknown_options_and_bounds_are_refused_by_name(store: dict[str, Any]) -
             table.select(min_length=bad)
     with pytest.raises(vault.VaultLocationError, match="empty"):
         vault.parse_location("")
+    odd = Vault.create(store["root"] / "odd", {"info": {"c d": np.float32(0)}}, rows=1)
+    with odd:
+        odd.append({"info": {"c d": np.zeros((1, 2), np.float32)}})
+        assert odd.leaf_names == ["info/c%20d"]
+        with pytest.raises(VaultReadError, match="escapes its keys.*write 'info/c%20d'"):
+            odd.read_numpy(leaves=["info/c d"])  # the key as given: named, with its path
     with pytest.raises(vault.VaultLocationError, match="path"):
         vault.parse_location({"driver": "file"})
 

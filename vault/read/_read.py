@@ -209,9 +209,13 @@ def leaves_of(names: list[str], where: str, leaves: Sequence[str] | None) -> lis
     unknown = [n for n in wanted if n not in known]
     if unknown:
         prefix = f"{EXPERIENCE}/"
+        escaped = "/".join(_structure.escape(part) for part in unknown[0].split("/"))
         hint = (
             f" (leaf paths do not start with '{prefix}': write {unknown[0][len(prefix) :]!r})"
             if unknown[0].startswith(prefix) and unknown[0][len(prefix) :] in known
+            else f" (a leaf path escapes its keys, as Vault.leaf_names lists them: write "
+            f"{escaped!r})"
+            if escaped in known
             else ""
         )
         raise VaultReadError(f"{where}: unknown leaves {unknown}; the vault has {names}{hint}")
