@@ -602,7 +602,9 @@ def test_dataset_open_write_catalog_string_is_refused(store: dict[str, Any]) -> 
         Dataset.open(store["root"] / "ds", write_catalog="False")  # type: ignore[arg-type]
 
 
-def test_unknown_options_and_bounds_are_refused_by_name(store: dict[str, Any]) -> None:
+def test_unknown_options_and_bounds_are_refused_by_name(
+    store: dict[str, Any], tmp_path: Path
+) -> None:
     """Options passed on (``**options``) are checked as ``as_dataset``'s are: an unknown one is
     VaultArgumentError naming it and the closest valid name; a length bound of ``select`` is
     an int >= 0."""
@@ -617,11 +619,11 @@ def test_unknown_options_and_bounds_are_refused_by_name(store: dict[str, Any]) -
             table.select(min_length=bad)
     with pytest.raises(vault.VaultLocationError, match="empty"):
         vault.parse_location("")
-    odd = Vault.create(store["root"] / "odd", {"info": {"c d": np.float32(0)}}, rows=1)
+    odd = Vault.create(tmp_path / "odd", {"info": {"c d": np.float32(0)}}, rows=1)
     with odd:
         odd.append({"info": {"c d": np.zeros((1, 2), np.float32)}})
         assert odd.leaf_names == ["info/c%20d"]
-        with pytest.raises(VaultReadError, match="escapes its keys.*write 'info/c%20d'"):
+        with pytest.raises(VaultReadError, match=r"escapes its keys.*write 'info/c%20d'"):
             odd.read_numpy(leaves=["info/c d"])  # the key as given: named, with its path
     with pytest.raises(vault.VaultLocationError, match="path"):
         vault.parse_location({"driver": "file"})
