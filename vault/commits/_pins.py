@@ -152,11 +152,16 @@ def read_tag(snap: Snapshot, name: str) -> str:
             f"{snap.where}: no tag {name!r} (tags: {known}); a commit is named by its id, such "
             f"as {commit_id(snap.commit)!r} (the latest commit)"
         )
+    return tag_commit(raw, snap.where, name)
+
+
+def tag_commit(raw: bytes, where: object, name: str) -> str:
+    """The commit id a tag's record ``raw`` names (:class:`VaultCorruptError` if malformed)."""
     try:
         doc = json.loads(raw)
         return str(doc["commit"])
     except (ValueError, KeyError, TypeError) as err:
-        raise VaultCorruptError(f"{snap.where}: tag {name!r} is malformed ({err})") from None
+        raise VaultCorruptError(f"{where}: tag {name!r} is malformed ({err})") from None
 
 
 def list_tags(snap: Snapshot) -> dict[str, str]:

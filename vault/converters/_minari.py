@@ -62,7 +62,6 @@ from vault._errors import (
 from vault.converters._minari_trees import (
     drops_next,
     named,
-    no_json,
     plain,
     space_of,
     space_problems,
@@ -532,6 +531,13 @@ AUTHOR_KEYS = ("author", "author_email")  # sets in Minari's metadata
 TEXT_KEYS = ("code_permalink", "algorithm_name", "description")  # strings in Minari's
 
 
+def _sets_as_lists(value: Any) -> Any:
+    """JSON for a set (the authors): a sorted list; anything else is not JSON."""
+    if isinstance(value, set):
+        return sorted(value)
+    raise TypeError(type(value).__name__)
+
+
 def _export_metadata(vault: Vault, env_spec: Any, given: dict[str, Any] | None) -> dict[str, Any]:
     """The Minari metadata of an export: what an import recorded, updated by ``given`` and
     ``env_spec``; ``env_spec`` as an ``EnvSpec`` (or None), authors as sets."""
@@ -560,7 +566,7 @@ def _export_metadata(vault: Vault, env_spec: Any, given: dict[str, Any] | None) 
                 f"{type(value).__name__} {value!r}"
             )
         try:
-            json.dumps(value, default=lambda v: sorted(v) if isinstance(v, set) else no_json(v))
+            json.dumps(value, default=_sets_as_lists)
         except (TypeError, ValueError):
             raise VaultArgumentError(
                 f"metadata[{key!r}] = {value!r} ({type(value).__name__}) is not JSON, which "

@@ -12,10 +12,6 @@ import numpy as np
 from vault.format._structure import escape
 
 
-def no_json(value: Any) -> Any:
-    raise TypeError(type(value).__name__)
-
-
 def space_of(tree: Any) -> Any:
     from gymnasium import spaces
 

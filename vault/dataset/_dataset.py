@@ -43,7 +43,7 @@ from vault._errors import (
     VaultReadError,
     VaultStructureError,
 )
-from vault.commits._pins import check_tag_name, create_tag
+from vault.commits._pins import check_tag_name, create_tag, tag_commit
 from vault.dataset import _catalog as catalog_io
 from vault.dataset import _shards as shards_io
 from vault.dataset._reading import DatasetReadMethods
@@ -161,9 +161,11 @@ def _check_whole(where: Location, tag: str, refs: list[bytes]) -> None:
 
 def _tag_shards(where: Location, name: str, vaults: dict[str, Vault]) -> dict[str, str]:
     """:meth:`Dataset.tag` of the shards ``vaults``: every one checked first, then tagged."""
+    check_tag_name(name)
+    refs = where.read_many([f"{SHARDS}/{s}/{REFS}/{name}" for s in vaults])
     taken = []
-    for shard, vault in vaults.items():
-        existing = vault.tags().get(name)
+    for (shard, vault), ref in zip(vaults.items(), refs, strict=True):
+        existing = None if ref is None else tag_commit(ref, vault.location, name)
         if existing is not None and existing != vault.commit_id:
             taken.append(f"{shard} ({existing})")
     if taken:
@@ -171,7 +173,6 @@ def _tag_shards(where: Location, name: str, vaults: dict[str, Vault]) -> dict[st
             f"{where}: tag {name!r} already names other commits of shards "
             f"{', '.join(taken)}; tags never move (choose another name)"
         )
-    refs = where.read_many([f"{SHARDS}/{s}/{REFS}/{name}" for s in vaults])
     held = [ref for ref in refs if ref is not None]
     try:
         _check_whole(where, name, held)

@@ -8,15 +8,13 @@ from typing import Any
 
 from vault._args import bool_arg
 from vault._errors import (
-    VaultCorruptError,
     VaultLocationError,
     VaultNotFoundError,
     VaultReadError,
 )
-from vault.format._json import parse_json
-from vault.format._records import DATASET_ATTR, MANIFEST_KEY, leaf_key, read_manifest_bytes
+from vault.format._records import MANIFEST_KEY, leaf_key, read_manifest_bytes
 from vault.storage._kinds import LocationLike, parse_location
-from vault.storage._location import LockHolder
+from vault.storage._location import LockHolder, vault_kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,12 +120,7 @@ def break_lock(location: LocationLike) -> bool:
     """
     where = parse_location(location)
     root = where.read(MANIFEST_KEY)
-    try:
-        doc = parse_json(root, f"{where}/{MANIFEST_KEY}") if root is not None else None
-    except VaultCorruptError:  # a damaged record: its lock can still be broken
-        doc = None
-    attrs = doc.get("attributes") if isinstance(doc, dict) else None
-    if isinstance(attrs, dict) and isinstance(attrs.get(DATASET_ATTR), dict):
+    if vault_kind(lambda _key: root, False) == "dataset":  # a damaged record is no dataset
         raise VaultLocationError(
             f"{where} is a dataset of shards, each with its own writer lock: break the lock "
             f"of the shard whose writer died, {str(where).rstrip('/')}/shards/NAME"
