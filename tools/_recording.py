@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+from _floor import FloorRecorder
 from _probes import loadavg, total_file_bytes
 from _workloads import FRAME_SHAPE, frame_steps
 
@@ -33,6 +34,8 @@ TARGET_MEDIAN_RATIO = 1.10
 TARGET_MEAN_RATIO = 1.05  # issue 32: mean step time
 TARGET_P99_RATIO = 1.5  # issue 32: the slowest 1 % of recorded steps / of unrecorded ones
 DEFAULTS = {"rounds": 6, "steps": 500, "every": 250, "time_axis": 2000}
+# recorders that are not a vault codec: the floor of ``tools/_floor.py``, with and without zstd
+FLOORS = {"floor-zstd": True, "floor-raw": False}
 # ranges of steps since the last write that ``by_position`` reports (cut at the interval)
 POSITIONS = ((0, 1), (1, 5), (5, 20), (20, 50), (50, 100), (100, 1 << 30))
 
@@ -90,9 +93,11 @@ class Loop:
         loss.block_until_ready()  # compiles once, for the first loop
         self.every = every
         self.location = workdir / f"rec-{codec}"
-        self.vault = (
-            None if codec is None else Vault.create(str(self.location), self.state, codec=codec)
-        )
+        self.vault: Vault | FloorRecorder | None = None
+        if codec in FLOORS:
+            self.vault = FloorRecorder(self.location, compress=FLOORS[codec])
+        elif codec is not None:
+            self.vault = Vault.create(str(self.location), self.state, codec=codec)
         self.writes = 0
 
     def run(self, steps: int) -> list[float]:
@@ -130,7 +135,10 @@ class Loop:
         t0 = time.perf_counter()
         self.vault.close()
         flush_s = time.perf_counter() - t0
-        recorded = Vault.open(str(self.location)).committed_length
+        if isinstance(self.vault, FloorRecorder):
+            recorded = self.vault.recorded
+        else:
+            recorded = Vault.open(str(self.location)).committed_length
         raw = recorded * ROWS * (int(np.prod(FRAME_SHAPE)) + 4)
         ratio = raw / total_file_bytes(self.location)
         shutil.rmtree(self.location, ignore_errors=True)
@@ -271,6 +279,15 @@ def measure(
                 blocks[codec], starts[codec], blocks[None], starts[None], every
             ),
             **finished[codec],
+        }
+    for codec in codecs:  # each vault codec against each floor of the same run
+        floors = [] if codec in FLOORS else [f for f in codecs if f in FLOORS]
+        per_codec[codec]["against_floor"] = {
+            f: {
+                stat: per_codec[codec][f"{stat}_ms"] / per_codec[f][f"{stat}_ms"]
+                for stat in ("median", "mean", "p99")
+            }
+            for f in floors
         }
     first = per_codec[codecs[0]]
     return {

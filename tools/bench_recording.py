@@ -26,9 +26,17 @@ since the last write, and the share of the mean's excess at each (``by_steps_sin
 Targets (the default codec): median ratio <= 1.10, mean ratio <= 1.05, and p99 ratio (the
 slowest 1 % of recorded steps against the slowest 1 % of unrecorded ones) <= 1.5.
 
+The floor recorders (``--codec floor-zstd``, ``--codec floor-raw``; ``tools/_floor.py``) do
+the least any persistent recorder of this loop must: copy the new timesteps out of the buffer
+on the loop's thread, then on one background thread compress them with zstd-3 (or not), write
+them to plain files and ``fsync`` them. Run beside a vault codec, the table also gives the
+vault's step times against each floor's: what the vault's design costs beyond recording
+itself; the floor's own ratios are what recording these frames costs on this machine.
+
 Usage::
 
     python tools/bench_recording.py --codec auto --codec lz4 --out results.json
+    python tools/bench_recording.py --codec auto --codec floor-zstd --codec floor-raw
     python tools/bench_recording.py --quick          # small smoke run
 """
 
@@ -40,7 +48,7 @@ import sys
 from typing import Any
 
 from _argtypes import at_least, out_file, positive_int
-from _recording import DEFAULTS, measure
+from _recording import DEFAULTS, FLOORS, measure
 from _report import log
 
 QUICK = {"rounds": 1, "steps": 200, "every": 100, "time_axis": 400}
@@ -54,7 +62,21 @@ def table(result: dict[str, Any]) -> list[str]:
     lines = [header, "|---|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
     lines.append(_row("no recording", result["without"]))
     for codec, r in result["with"].items():
-        lines.append(_row(f"recording, codec {codec}", r))
+        name = f"floor recorder, {codec}" if codec in FLOORS else f"recording, codec {codec}"
+        lines.append(_row(name, r))
+    against = [(c, f, x) for c, r in result["with"].items() for f, x in r["against_floor"].items()]
+    if against:
+        lines += [
+            "",
+            "Against the floor recorders of the same run (> 1: slower than the floor):",
+            "",
+        ]
+        lines.append("| recorder | floor | median ratio | mean ratio | p99 ratio |")
+        lines.append("|---|---|---:|---:|---:|")
+        for codec, floor, x in against:
+            lines.append(
+                f"| {codec} | {floor} | {x['median']:.3f} | {x['mean']:.3f} | {x['p99']:.2f} |"
+            )
     lines += ["", "Where the recording's cost lands, by steps since the last write:", ""]
     lines.append(
         "| codec | steps since the write | steps | recorded ms | unrecorded ms | share of excess |"
@@ -82,7 +104,7 @@ def _row(name: str, r: dict[str, Any]) -> str:
     )
 
 
-CODECS = ("auto", "zstd", "lz4", "blosc", "gzip")
+CODECS = ("auto", "zstd", "lz4", "blosc", "gzip", *FLOORS)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -111,7 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         action="append",
         choices=CODECS,
         default=None,
-        help=f"vault codec ({', '.join(CODECS)}); repeat to compare (default: auto)",
+        help=f"vault codec ({', '.join(CODECS[: -len(FLOORS)])}) or a floor recorder "
+        f"({', '.join(FLOORS)}: tools/_floor.py); repeat to compare (default: auto)",
     )
     args = parser.parse_args(argv)
     cfg = dict(QUICK if args.quick else DEFAULTS)
