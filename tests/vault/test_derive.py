@@ -119,6 +119,12 @@ def test_derive_selected_episodes(tmp_path):
     np.testing.assert_allclose(table.returns, chosen.returns[order])
     with pytest.raises(VaultReadError, match="complete episodes"):
         vlt.derive_episodes(src, str(tmp_path / "x"), src.episodes(include_open=True))
+    # a selection that no episode passed is refused, not made into an empty vault
+    none = src.episodes().select(min_return=1e9)
+    assert len(none) == 0
+    with pytest.raises(vlt.VaultArgumentError, match=r"no episode.*nothing was written"):
+        vlt.derive_episodes(src, str(tmp_path / "none"), none)
+    assert not (tmp_path / "none").exists()
 
 
 def test_combine_concatenates_in_time_and_cuts_episodes_at_seams(tmp_path):

@@ -259,7 +259,8 @@ def derive_episodes(
         The new vault, open read-only.
 
     Raises:
-        VaultArgumentError: ``episodes`` is not an :class:`~vault.EpisodeTable`.
+        VaultArgumentError: ``episodes`` is not an :class:`~vault.EpisodeTable`, or it is
+            empty (a selection that no episode passed: nothing is written).
         VaultReadError: an open episode, one outside the data, or a source without an
             episode index.
         VaultExistsError: something is at ``dest`` already.
@@ -267,6 +268,11 @@ def derive_episodes(
     callable_arg("progress", progress)
     if not isinstance(episodes, EpisodeTable):
         raise VaultArgumentError(f"episodes must be an EpisodeTable, got {type(episodes).__name__}")
+    if len(episodes) == 0:
+        raise VaultArgumentError(
+            "derive_episodes was given no episode (a selection that none passed?); nothing "
+            f"was written at {dest!s}"
+        )
     if not episodes.complete.all():
         raise VaultReadError("derive_episodes takes complete episodes (an open one was given)")
     if isinstance(source, Dataset):
