@@ -42,7 +42,7 @@ written, for ``commit`` whether the old or the new record is in place, and the T
 temp files (``*.__lock``) left behind.
 
 Usage: ``python tools/crash_trials.py --trials 200 [--fault resize]`` (prints JSON: trials,
-failures, where the kills landed, trials/s). The test suite runs 50 random trials and 10 of
+failures, where the kills landed, trials/s). The test suite runs 30 random trials and 10 of
 each targeted fault through this script.
 """
 
