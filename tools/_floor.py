@@ -87,11 +87,14 @@ class FloorRecorder:
         for name, values in staged.items():
             for row in range(values.shape[0]):
                 data = np.ascontiguousarray(values[row])
-                payload = data if self.codec is None else self.codec.encode(data)
+                raw = data.data if self.codec is None else memoryview(self.codec.encode(data))
+                payload = raw.cast("B")
                 path = self.directory / f"{name}.{row}.{first}"
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                 try:
-                    os.write(fd, memoryview(payload).cast("B"))
+                    done = 0
+                    while done < len(payload):  # a write may take fewer bytes than given
+                        done += os.write(fd, payload[done:])
                     os.fsync(fd)
                 finally:
                     os.close(fd)
