@@ -22,6 +22,7 @@ from vault.cli._common import (
     number,
     open_vault,
     pin_of,
+    print_titled,
     progress_bar,
     stdout,
 )
@@ -165,7 +166,7 @@ def _render_stats(doc: dict[str, Any], shown: str) -> None:
 
     console = stdout()
     title = f"{escape(shown)}: {count(doc['rows'], 'row')} x {count(doc['committed'], 'timestep')}"
-    console.print(leaf_table(doc["leaves"], title))
+    print_titled(title, leaf_table(doc["leaves"]), console)
     if doc["episodes"] is None:
         return
     console.print(

@@ -236,7 +236,8 @@ def pin_of(text: str | None) -> int | str | None:
     """A ``--at`` value: a commit number as an int, anything else (an id, a tag) as given."""
     if text is None:
         return None
-    return int(text) if text.isdigit() else text
+    # ASCII digits only: str.isdigit() also takes '²' or '①', which int() refuses
+    return int(text) if text.isascii() and text.isdigit() else text
 
 
 def open_vault(path: str, at: str | None = None) -> Vault:
@@ -281,7 +282,9 @@ def open_source(path: str, shard: str | None = None, at: str | None = None) -> V
         have = ", ".join(dataset.shards) or "none yet"
         fail(
             f"{path}: no shard {shard!r} in this dataset (its shards: {have}; "
-            f"`vault ls {path}` lists them)",
+            f"`vault ls {path}` lists them)"
+            if at is None
+            else f"{path}: shard {shard!r} is not in tag {at!r} (the tag's shards: {have})",
             EXIT_NOT_FOUND,
         )
     return dataset.vault(shard)
@@ -413,11 +416,20 @@ def exit_with(code: int) -> NoReturn:
     raise typer.Exit(code)
 
 
-def leaf_table(leaves: list[dict[str, Any]], title: str) -> Any:
+def print_titled(title: str, table: Any, console: Console | None = None) -> None:
+    """``table`` under ``title`` (rich markup) on a line of its own. A table wraps its own
+    title to the table's width, which splits a long path above a narrow table even on a wide
+    terminal; a line of its own is cut only where the terminal is narrower than it."""
+    console = console or stdout()
+    console.print(title, style="table.title", highlight=False, soft_wrap=True)
+    console.print(table)
+
+
+def leaf_table(leaves: list[dict[str, Any]]) -> Any:
     """The per-leaf statistics as a table (``vault stats`` of a vault or a dataset)."""
     from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
+    table = Table()
     for col in ("leaf", "dtype", "count", "min", "max", "mean", "std", "NaN", "Inf"):
         table.add_column(col, justify="left" if col in ("leaf", "dtype") else "right")
     for s in leaves:

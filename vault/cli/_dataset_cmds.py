@@ -14,6 +14,7 @@ from vault.cli._common import (
     fail,
     leaf_table,
     open_dataset,
+    print_titled,
     shards_text,
     stdout,
 )
@@ -47,18 +48,18 @@ def _render_shards(shown: str, doc: dict[str, Any], what: str) -> None:
     from rich.table import Table
 
     shards = doc["shards"]
-    table = Table(
-        title=f"{escape(shown)}: {what} of {shards_text(len(shards))}, "
-        f"{count(doc['timesteps'], 'timestep')}",
-        title_justify="left",
+    title = (
+        f"{escape(shown)}: {what} of {shards_text(len(shards))}, "
+        f"{count(doc['timesteps'], 'timestep')}"
     )
+    table = Table()
     for col in ("shard", "rows", "committed", "commit"):
         table.add_column(col, justify="left" if col in ("shard", "commit") else "right")
     for shard in shards:
         table.add_row(
             escape(shard["shard"]), str(shard["rows"]), str(shard["committed"]), shard["commit"]
         )
-    stdout().print(table)
+    print_titled(title, table)
 
 
 def verify(path: str, json_out: bool, at: str | None = None) -> None:
@@ -150,7 +151,7 @@ def stats(
     title = (
         f"{escape(path)}: {shards_text(len(doc['shards']))}, {count(doc['timesteps'], 'timestep')}"
     )
-    console.print(leaf_table(doc["leaves"], title))
+    print_titled(title, leaf_table(doc["leaves"]), console)
     if doc["episodes"] is not None:
         console.print(
             f"episodes: {doc['episodes']} complete ({doc['truncated_episodes']} truncated), "

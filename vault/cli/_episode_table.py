@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vault.cli._common import count, natural_width, number, stdout
+from vault.cli._common import count, natural_width, number, print_titled, stdout
 
 _COLUMNS: list[tuple[str, Any]] = [
     ("row", lambda r: str(r["row"])),
@@ -39,13 +39,13 @@ def render_episode_table(
         title += f" in {count(shards, 'shard')}"
         columns = [("shard", lambda r: escape(r["shard"])), *_COLUMNS]
     for n in range(len(columns), len(columns) - len(_COLUMNS) + 5, -1):  # optional ones if room
-        table = Table(title=title, title_justify="left")
+        table = Table()
         for name, _ in columns[:n]:
             table.add_column(name, justify="left" if name == "shard" else "right", no_wrap=True)
         for r in records:
             table.add_row(*(cell(r) for _, cell in columns[:n]))
         if natural_width(console, table) <= console.width:
             break
-    console.print(table)
+    print_titled(title, table, console)
     if len(records) < total:
         console.print(f"... {total - len(records)} more (--head 0 shows all)")

@@ -61,13 +61,16 @@ def episode_counts(vault: Vault | Dataset) -> dict[str, int | None]:
 
 
 def summary(vault: Vault) -> dict[str, Any]:
-    """The one-line facts of a vault (``ls``; the head of ``info``)."""
+    """The one-line facts of a vault (``ls``; the head of ``info``). A vault opened at an
+    older commit (``info --at``) has that commit's raw size, the whole vault's disk size (what
+    the commit's data take on disk alone is not known), and no ratio of the two."""
     from vault import disk_usage
 
     manifest = vault.manifest
     committed = vault.committed_length
     raw = raw_bytes(manifest, committed)
     disk = disk_usage(vault.location)
+    ratio = raw / disk if disk and not vault.pinned else None
     return {
         "path": vault.location,
         "kind": "vault",
@@ -76,7 +79,7 @@ def summary(vault: Vault) -> dict[str, Any]:
         **episode_counts(vault),
         "raw_bytes": raw,
         "disk_bytes": disk,
-        "ratio": raw / disk if disk else None,
+        "ratio": ratio,
         "format_version": manifest.format_version,
         "created": manifest.created,
         "rlvault_version": manifest.rlvault_version,

@@ -24,6 +24,7 @@ from vault.cli._common import (
     natural_width,
     one_line,
     open_vault,
+    print_titled,
     shards_text,
     stdout,
     typed_storage_error,
@@ -194,25 +195,25 @@ def _ls_table(entries: list[dict[str, Any]], title: str, columns: list[Any], emp
         console.print(empty, highlight=False, markup=False)
         return
     for n in range(len(columns), 0, -1):  # as many columns as fit without wrapping
-        table = _ls_build(entries, title, columns[:n])
+        table = _ls_build(entries, columns[:n])
         if natural_width(console, table) <= console.width:
             break
     else:  # a path wider than the terminal: printed whole (the terminal folds the line)
         from rich.console import Console
 
-        table = _ls_build(entries, title, columns[:1])
+        table = _ls_build(entries, columns[:1])
         console = Console(highlight=False, width=natural_width(console, table), soft_wrap=True)
-    console.print(table)
+    print_titled(_escape(title), table, console)
     left_out = [name for name, _, _ in columns[n:]]
     if left_out:
         console.print(f"(hidden to fit: {', '.join(left_out)}; see --json)", style="dim")
 
 
-def _ls_build(entries: list[dict[str, Any]], title: str, columns: list[Any]) -> Any:
+def _ls_build(entries: list[dict[str, Any]], columns: list[Any]) -> Any:
     from rich import box
     from rich.table import Table
 
-    table = Table(title=_escape(title), title_justify="left", box=box.SIMPLE_HEAD, show_edge=False)
+    table = Table(box=box.SIMPLE_HEAD, show_edge=False)
     broken = any("error" in e for e in entries)
     for name, _, right in columns:
         # a path is never cut or wrapped (one too wide for the terminal runs past its edge)

@@ -60,10 +60,10 @@ def info(
     if json_out:
         emit_json(doc)
         return
-    _render_info(doc, manifest.structure)
+    _render_info(doc, manifest.structure, pinned=vault.pinned)
 
 
-def _render_info(doc: dict[str, Any], structure: dict[str, Any]) -> None:
+def _render_info(doc: dict[str, Any], structure: dict[str, Any], *, pinned: bool) -> None:
     from rich.markup import escape
     from rich.table import Table
     from rich.tree import Tree
@@ -81,7 +81,7 @@ def _render_info(doc: dict[str, Any], structure: dict[str, Any]) -> None:
         ("committed timesteps", str(doc["committed"])),
         ("episodes", _episodes_text(doc)),
         ("raw size", human_bytes(doc["raw_bytes"])),
-        ("disk size", human_bytes(doc["disk_bytes"])),
+        ("disk size", human_bytes(doc["disk_bytes"]) + (" (the whole vault now)" * pinned)),
         ("compression", ratio),
         ("format version", str(doc["format_version"])),
         ("rlvault version", str(doc["rlvault_version"])),

@@ -28,6 +28,8 @@ from vault.cli._common import (
 from vault.cli._tag import AtOpt
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from vault import Vault
 
 EDGE = 3  # numpy's default edgeitems
@@ -184,11 +186,31 @@ def _show_doc(vault: Vault, names: list[str], rows: list[int], lo: int, hi: int)
                 "name": n,
                 "dtype": vault.manifest.leaf(n).dtype,
                 "shape": list(data[n].shape),
-                "values": data[n],
+                "values": _named_non_finite(data[n]),
             }
             for n in names
         ],
     }
+
+
+_NON_FINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
+def _named_non_finite(values: np.ndarray) -> Any:
+    """``values`` for ``show --json``: floats that are NaN or infinite as the strings
+    ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (JSON has no such numbers, and a ``null``
+    would not tell them apart)."""
+    import numpy as np
+
+    if values.dtype.kind != "f" or np.isfinite(values).all():
+        return values
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        return v if math.isfinite(v) else _NON_FINITE[str(v)]
+
+    return walk(values.tolist())
 
 
 def escape(text: str) -> str:

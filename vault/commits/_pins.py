@@ -87,6 +87,16 @@ def at_pin(snap: Snapshot, pin: Pin) -> Snapshot:
             raise VaultCorruptError(
                 f"{snap.where}: {history_key(seq)} holds commit {record.seq}, not {seq}"
             )
+    if (
+        uid is not None
+        and record.uid is not None
+        and record.uid.startswith(uid)
+        and record.uid != uid
+    ):
+        raise VaultPinError(
+            f"{snap.where}: commit {shown} is a shortened id; a commit id names the whole "
+            f"uid (so that it never matches a rewritten vault's commit): {commit_id(record)}"
+        )
     if uid is not None and record.uid != uid:
         raise VaultPinError(
             f"{snap.where}: commit {shown} is not this vault's commit {commit_id(record)}: "
