@@ -361,14 +361,15 @@ def episode_state_from(
         pad: whether episodes shorter than a window are sampled whole, padded.
         device: where the sum tree is updated, as the buffer's ``device``.
         restarts: timesteps (counted from the oldest stored one, 0) where every row begins
-            a new episode whatever its flags say, such as a vault's seams: for
-            ``vault.read(start=a, stop=b)``,
-            ``[s.at - a for s in vault.seams if a < s.at < b and not s.lost]`` (the seams that
-            lost timesteps are ``gaps``). The timesteps before a restart end no episode (with
-            ``pad=True`` they are not sampled as a whole one).
+            a new episode whatever its flags say, such as a vault's seams:
+            ``vault.episode_seams(start=a, stop=b)`` gives them for
+            ``vault.read(start=a, stop=b)``, with ``gaps`` and ``start_known``. The timesteps
+            before a restart end no episode (with ``pad=True`` they are not sampled as a
+            whole one).
         gaps: timesteps (counted as ``restarts``) where data were lost just before (a vault
-            seam with ``lost > 0``): every row restarts there too, but the episode that goes
-            on there has no known start, so it is never sampled as a whole padded one.
+            seam with ``lost > 0``), or where another source began (a new buffer's first
+            write): every row restarts there too, but the episode that goes on there has no
+            known start, so it is never sampled as a whole padded one.
         start_known: whether each row's oldest stored timestep begins an episode (one
             bool for every row, or one per row, ``[B]``). By default it does unless the ring
             has wrapped (``write_counter`` beyond what is

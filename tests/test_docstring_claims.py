@@ -227,7 +227,10 @@ def test_read_documented_errors_and_capacity(vaults: dict[str, Any]) -> None:
     assert state.experience["x"].shape == (2, 8)
     assert (int(state.current_index), bool(state.is_full)) == (5, False)
     kept = plain.read(capacity=3)  # 'the most recent capacity timesteps are kept'
-    assert kept.experience["x"].tolist() == [[2.0, 3.0, 4.0], [7.0, 8.0, 9.0]]
+    # ... where a ring that had all 5 added holds them: timestep t at t % 3, next add at 2
+    assert kept.experience["x"].tolist() == [[3.0, 4.0, 2.0], [8.0, 9.0, 7.0]]
+    assert (int(kept.current_index), bool(kept.is_full)) == (2, True)
+    assert fbx.timesteps_added(kept) == 5  # 'write_counter is the count read'
 
 
 def test_episodes_read_episode_iter_episodes(vaults: dict[str, Any]) -> None:

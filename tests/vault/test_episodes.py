@@ -235,6 +235,52 @@ def test_gap_marks_the_start_unknown(tmp_path):
     assert len(table.select()) == 0  # select skips episodes whose start is unknown
 
 
+def test_episode_seams_split_restarts_from_gaps_with_and_without_an_index(tmp_path):
+    """``episode_seams``: a seam that lost timesteps is a gap; one that lost nothing a restart,
+    unless the index marks the episode starting there unknown (a new buffer's first write);
+    counted from the first timestep the read holds; ``start_known`` from the index (None
+    without one)."""
+    example = {"x": np.float32(0), "done": np.bool_(False)}
+    buf = fbx.make_trajectory_buffer(2, 1, 1, 1, 1, max_length_time_axis=3)
+
+    def steps(n, done_at=()):
+        done = np.zeros((2, n), bool)
+        done[:, list(done_at)] = True
+        return {"x": np.zeros((2, n), np.float32), "done": done}
+
+    def buffer_of(n):
+        state = buf.init(jax.tree.map(jnp.asarray, example))
+        for _ in range(n):
+            state = buf.add(state, jax.tree.map(jnp.asarray, steps(1)))
+        return state
+
+    for index in (True, False):
+        v = Vault.create(str(tmp_path / f"v{index}"), example, rows=2,
+                         done_leaf="done" if index else None)  # fmt: skip
+        v.append(steps(4, [1]))  # timesteps 0..3, an episode end at 1
+        v.append(steps(3), continues=False)  # 4..6: a restart at 4
+        v.write(buffer_of(5), on_overrun="save_surviving")  # 7..9, 2 lost before: a gap
+        v.write(buffer_of(2), new_buffer=True)  # 10..11: another buffer, nothing lost
+        assert [(s.at, s.lost) for s in v.seams] == [(4, 0), (7, 2), (10, 0)]
+        new_buffer = "gaps" if index else "restarts"  # the index marks its starts unknown
+        want = {"restarts": [4], "gaps": [7]}
+        want[new_buffer].append(10)
+        known = (lambda k: [k, k]) if index else (lambda k: None)
+        assert v.episode_seams() == {**want, "start_known": known(True)}
+        want = {"restarts": [2], "gaps": [5]}  # from timestep 2, just after an episode end
+        want[new_buffer].append(8)
+        assert v.episode_seams(start=2) == {**want, "start_known": known(True)}
+        want = {"restarts": [], "gaps": []}  # the last 5 of 1..11: 7..11, a gap at 7
+        want[new_buffer].append(3)
+        assert v.episode_seams(start=1, capacity=5) == {**want, "start_known": known(False)}
+        assert v.episode_seams(start=4, stop=7)["start_known"] == known(True)  # a restart
+        assert v.episode_seams(start=5, stop=7)["start_known"] == known(False)  # mid-episode
+        assert v.episode_seams(start=10)["start_known"] == known(False)  # the new buffer
+        with pytest.raises(VaultReadError, match="capacity must be >= 1"):
+            v.episode_seams(capacity=0)
+        v.close()
+
+
 def test_table_sort_and_select():
     bounds = np.array([[0, 0, 5, 0], [1, 0, 2, 1], [0, 5, 9, 0], [1, 2, 1, 0], [0, 14, 3, 2]])
     table = EpisodeTable.from_bounds(bounds, np.array([1.0, 7.0, -2.0, 4.0, 9.0]), True)

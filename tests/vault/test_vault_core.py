@@ -322,9 +322,12 @@ def test_read_as_state_with_capacity_lets_add_continue(tmp_path: Path, rec: Reco
     assert bool(state.is_full)
     assert int(state.current_index) == 0
     np.testing.assert_array_equal(np.asarray(state.experience["step"])[:, 6:], -1)
-    small = vault.read(capacity=4)  # keeps the most recent 4
-    np.testing.assert_array_equal(np.asarray(small.experience["step"]), rec.expected(2, 6))
+    small = vault.read(capacity=4)  # keeps the most recent 4, timestep t at t % 4
+    ring = rec.expected(2, 6)[:, [2, 3, 0, 1]]  # timesteps 4, 5, 2, 3
+    np.testing.assert_array_equal(np.asarray(small.experience["step"]), ring)
     assert bool(small.is_full)
+    assert int(small.current_index) == 2  # the next add replaces the oldest, timestep 2
+    assert fbx.timesteps_added(small) == 6
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vault._args import bool_arg, kind, once
+from vault._args import bool_arg, index_arg, kind, once
 from vault._errors import VaultArgumentError, VaultReadError
 from vault.format import _structure
 from vault.format._episodes import EpisodeTable
@@ -68,6 +68,79 @@ class EpisodeMethods:
             ([3, 2], [3.0, 2.0])
         """
         return _read.episode_table(self.snapshot, bool_arg("include_open", include_open))
+
+    def episode_seams(
+        self,
+        *,
+        start: int | None = None,
+        stop: int | None = None,
+        capacity: int | None = None,
+    ) -> dict[str, Any]:
+        """The seams of a read as the episode buffer's ``from_state`` takes them.
+
+        For ``read(start=start, stop=stop, capacity=capacity)``: the seams inside the
+        timesteps that state holds, counted from the first one it holds, as ``restarts``
+        (rows begin new episodes there, whose starts are known) and ``gaps`` (where the
+        episode that goes on has no known start: a seam that lost timesteps, or one the
+        episode index marks so, such as the first write of a new buffer), and
+        ``start_known``: whether each row's first timestep held begins an episode (from the
+        index; None without one, for ``from_state``'s default). So
+        ``buffer.from_state(v.read(**where), **v.episode_seams(**where))``.
+
+        Args:
+            start: first timestep, as in :meth:`read` (default 0).
+            stop: timestep after the last (default: the committed length).
+            capacity: the state's time axis, as in :meth:`read` (default: the range's
+                length): a smaller one holds the last ``capacity`` timesteps.
+
+        Returns:
+            ``{"restarts": [int], "gaps": [int], "start_known": [bool] per row or None}``.
+
+        Raises:
+            VaultReadError: a time range the vault does not have, or a ``capacity`` below 1.
+
+        Examples:
+            >>> import numpy as np
+            >>> from vault import Vault
+            >>> example = {"r": np.float32(0), "done": np.bool_(False)}
+            >>> with Vault.create("runs/doc", example, rows=1, done_leaf="done") as v:
+            ...     v.append({"r": np.ones((1, 4), np.float32),
+            ...               "done": np.array([[0, 1, 0, 0]], bool)})
+            ...     v.append({"r": np.ones((1, 3), np.float32),
+            ...               "done": np.zeros((1, 3), bool)}, continues=False)
+            4
+            3
+            >>> Vault.open("runs/doc").episode_seams(start=1)
+            {'restarts': [3], 'gaps': [], 'start_known': [False]}
+        """
+        snap = self.snapshot
+        lo, hi = _read.time_range(snap, start, stop)
+        length = hi - lo
+        cap = length if capacity is None else index_arg("capacity", capacity)
+        if cap < 1:
+            raise VaultReadError(f"capacity must be >= 1 (and the read non-empty), got {cap}")
+        held = hi - min(cap, length)  # the first timestep the state holds
+        seams = [s for s in snap.commit.seams if held <= s.at < hi]
+        # where the episode going on has no known start: after lost timesteps, or where the
+        # index says so (a new buffer's first write)
+        unknown = {s.at for s in seams if s.lost}
+        known: list[bool] | None = None
+        if self.has_episodes:
+            table = self.episodes(include_open=True)
+            unknown |= {int(t) for t in table.start[~table.start_known]}
+            at_held = [s for s in seams if s.at == held]
+            if held == 0 or at_held:  # the vault's start, or a seam: the same for every row
+                known = [not (at_held and at_held[0].at in unknown)] * snap.rows
+            else:  # after an episode's end (a done or truncated flag), or mid-episode
+                flags = [p for k, p in self.episode_leaves.items() if p and k != "reward"]
+                ends = _read.read_numpy(snap, None, held - 1, held, flags)
+                known = np.logical_or.reduce([ends[p][:, 0] for p in flags]).tolist()
+        inside = [s.at for s in seams if s.at > held]
+        return {
+            "restarts": [at - held for at in inside if at not in unknown],
+            "gaps": [at - held for at in inside if at in unknown],
+            "start_known": known,
+        }
 
     def read_episode(
         self, episode: int | EpisodeTable, *, leaves: Sequence[str] | None = None

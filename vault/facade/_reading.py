@@ -95,13 +95,18 @@ class ReadMethods:
             capacity: the state's time axis. The data fills its start and
                 ``current_index``/``is_full`` are set so that ``add`` continues after it;
                 when ``capacity`` is smaller than the data, the most recent ``capacity``
-                timesteps are kept, and ``write_counter`` is the count read rounded up to a
-                multiple of ``capacity`` (a ring at position 0 that dropped its oldest), so
-                the state can be added to and written to a vault as any buffer's.
+                timesteps are kept where a ring buffer that had every timestep read added
+                holds them (timestep ``t`` of the read at ``t % capacity``, the next add at
+                ``current_index``, the read's length modulo ``capacity``). In both cases
+                ``write_counter`` is the count read, so the state can be added to and
+                written to a vault as any buffer's.
 
         Returns:
             A ``buffers.TrajectoryBufferState`` with leaves ``[rows, time, ...]`` on the
-            default device (use it with any buffer of this package of the same shape).
+            default device: the trajectory, flat, item and n-step buffers of the same shape
+            take it, the episode buffer through its ``from_state`` (with
+            :meth:`episode_seams`); a prioritised buffer does not (it keeps priorities
+            this state has none of): add :meth:`read_numpy`'s arrays to its ``init`` state.
 
         Raises:
             VaultReadError: rows, a time range or leaves that the vault does not have, both

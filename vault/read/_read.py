@@ -500,22 +500,23 @@ def read_state(
 
     if not jax.config.read("jax_enable_x64"):
         check_narrowing(snap.where, wanted, fetched)
+    full = cap <= length
+    # A state that kept only the last ``cap`` timesteps is the ring of a buffer that had
+    # every timestep read added: timestep ``t`` of the read at slot ``t % cap``, the next add
+    # at ``length % cap`` (an episode cut at its oldest has no known start).
+    index = length % cap if full else length
+    if index and full:
+        fetched = [np.roll(arr, index, axis=1) for arr in fetched]
     out = [jax.device_put(arr) for arr in fetched]
     fetched.clear()
     if leaves is not None:
         experience: Any = dict(zip(wanted, out, strict=True))
     else:
         experience = _structure.build(snap.manifest.structure, out)
-    full = cap <= length
-    index = 0 if full else length
     # The write counter is given (numpy, no JAX computation): a state built outside jit
     # would otherwise derive it with several small XLA compilations in a fresh process. It
-    # counts every timestep read, so a state that kept only the last ``cap`` of them is one
-    # whose ring dropped its oldest (an episode cut there has no known start); rounded up to
-    # a multiple of ``cap`` there, so that it agrees with the position (0: the data fill the
-    # ring from its start), as the writers check.
-    added = -(-length // cap) * cap if full else length
-    counter = np.array([added >> 32, added & 0xFFFFFFFF], np.uint32)  # (high, low) words
+    # counts every timestep read, and agrees with the position, as the writers check.
+    counter = np.array([length >> 32, length & 0xFFFFFFFF], np.uint32)  # (high, low) words
     return TrajectoryBufferState(
         experience=experience,
         # device_put of numpy values: jnp.asarray with a dtype compiles a conversion (three

@@ -146,6 +146,13 @@ class BufferView:
                 f"write() needs the buffer's position (`current_index` or `write_index`); "
                 f"{type(state).__name__} has neither"
             )
+        jax = sys.modules.get("jax")  # a state from a JAX buffer: jax is loaded already
+        if jax is not None and isinstance(position, jax.core.Tracer):
+            raise VaultStructureError(
+                "write() got a state traced by a JAX transformation (inside jit, vmap, scan "
+                "or grad), whose values are not known yet: call it outside, on the state the "
+                "transformed function returns. Nothing was written."
+            )
         current = np.asarray(position)
         self.stack = current.ndim  # leading device/vmap axes folded into rows
         if self.stack and (np.any(current != current.flat[0])):
@@ -154,7 +161,7 @@ class BufferView:
                 f"current_index={current.tolist()}"
             )
         counter = timesteps_added(state)
-        counters = np.atleast_1d(np.asarray(counter, dtype=object))
+        counters = np.asarray(counter, dtype=object).reshape(-1)  # any stacking axes
         if any(c != counters[0] for c in counters):
             raise VaultStructureError(f"stacked state with different write counters {counter}")
         self.counter = int(counters[0])
