@@ -15,7 +15,8 @@ which TensorStore decodes.
 The imported vault has the same rows and nested-dict structure (named tuples come back as
 dicts of their fields, as Flashbax itself reads them without a structure), every leaf's first
 ``vault_index`` timesteps, and the Flashbax user metadata (NaN and infinities as strings);
-``imported_from`` records the source and its format version. Name the episode leaves
+``imported_from`` records the source and its format version (a user metadata key of that
+name, say from an earlier conversion, is kept inside it as ``earlier``). Name the episode leaves
 (``done``, ``truncated``, ``reward``, as vault leaf paths such as ``terminals/agent_0``) to get
 an episode index.
 """
@@ -227,10 +228,11 @@ def import_flashbax(
     length = store.length()
     example = _example(meta)
     metadata = plain_json(dict(meta.user))  # Flashbax writes NaN and infinities too
-    metadata.setdefault(
-        "imported_from",
-        {"format": "flashbax", "source": str(root), "version": meta.version, "vault_index": length},
-    )
+    origin = {"format": "flashbax", "source": str(root), "version": meta.version}
+    origin["vault_index"] = length
+    if "imported_from" in metadata:  # the user's record of an earlier conversion: kept in ours
+        origin["earlier"] = metadata["imported_from"]
+    metadata["imported_from"] = origin
     roles = {"done": done, "truncated": truncated, "reward": reward}
     step = sum(meta.rows * _item_bytes(leaf) for leaf in meta.leaves)
     with new_vault(
@@ -301,7 +303,13 @@ class _Store:
     def _spec(self, name: str) -> dict[str, Any]:
         return {
             "driver": "zarr",
-            "kvstore": {"driver": "ocdbt", "base": f"file://{self.root}", "path": name},
+            # a kvstore spec, not a file:// URL: a URL would read '#', '?' and '%XX' in the
+            # folder's name as URL syntax (a '%41' folder opened as 'A')
+            "kvstore": {
+                "driver": "ocdbt",
+                "base": {"driver": "file", "path": f"{self.root}/"},
+                "path": name,
+            },
             "recheck_cached_data": False,
         }
 

@@ -55,6 +55,7 @@ import dataclasses
 import io
 import logging
 import math
+import operator
 import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
@@ -114,6 +115,7 @@ class Plan:
     leaves: tuple[StepLeaf, ...]
     skipped: tuple[str, ...]
     episodes: dict[str, str | None]
+    empty: tuple[str, ...] = ()  # step features with an empty axis (left out of the parse)
 
     @property
     def step_bytes(self) -> int:
@@ -193,7 +195,7 @@ def import_rlds(
     sizes = _record_bytes(info.splits[split], len(paths))
     origin = {
         "format": "rlds",
-        "source": os.fspath(source),
+        "source": _source_name(source),
         "dataset": info.name,
         "version": str(info.version),
         "split": split,
@@ -205,6 +207,20 @@ def import_rlds(
     def one(chosen: list[int], where: Any, done: int, total: int) -> int:
         return _import_one(paths, chosen, where, plan, reader, decode, origin, codec,
                            block_bytes, total, progress, done)  # fmt: skip
+
+    def one_file(i: int, where: Any, done: int, total: int) -> int:
+        """One file of shards mode, whose bytes are an estimate (its share of the split's,
+        by episodes): the count stays within it, and ends the file at it."""
+        end = done + sizes[i]
+
+        def within(n: int, of: int) -> None:
+            if progress is not None:
+                progress(min(n, end), of)
+
+        _import_one(paths, [i], where, plan, reader, decode, origin, codec, block_bytes,
+                    total, within, done)  # fmt: skip
+        within(end, total)
+        return end
 
     if not shards:
         one(list(range(len(paths))), dest, 0, sum(sizes))
@@ -225,8 +241,15 @@ def import_rlds(
     ]
     total, done = sum(sizes[i] for i, _ in todo), 0
     for i, where in todo:
-        done = one([i], where, done, total)
+        done = one_file(i, where, done, total)
     return Dataset.open(dest)
+
+
+def _source_name(source: str | os.PathLike[str]) -> str:
+    """``source`` as recorded: a local path made absolute (so that a resumed import names
+    the same dataset however it is spelled), a URL as given."""
+    text = os.fspath(source)
+    return text if "://" in text else os.path.abspath(text)
 
 
 def _same_origin(dataset: Dataset, origin: dict[str, Any]) -> None:
@@ -307,6 +330,8 @@ def _blocks(
                 parts, size, read = [], 0, 0
     if parts:
         yield _joined(parts, plan), read
+    elif read:  # episodes without steps after the last block: their bytes were read too
+        yield None, read
 
 
 def _joined(parts: list[dict[str, np.ndarray]], plan: Plan) -> dict[str, Any]:
@@ -349,6 +374,7 @@ def plan_steps(features: Any, where: str) -> Plan:
         )
     leaves: list[StepLeaf] = []
     skipped: list[str] = []
+    empty: list[str] = []
 
     def walk(feature: Any, prefix: str) -> None:
         for key in sorted(feature.keys()):
@@ -360,8 +386,11 @@ def plan_steps(features: Any, where: str) -> Plan:
             dtype = np.dtype(getattr(sub, "np_dtype", object))
             fixed = isinstance(found, tuple) and all(isinstance(n, int) for n in found)
             shape: tuple[int, ...] = tuple(found) if fixed and found is not None else ()
-            if isinstance(sub, tfds.features.Image) and fixed and dtype == np.uint8:
+            if isinstance(sub, tfds.features.Image) and fixed and _image_dtype(dtype, shape):
                 leaves.append(StepLeaf(path, shape, dtype, sub, "image"))
+            elif fixed and 0 in shape:  # nothing to store: listed as skipped
+                skipped.append(f"steps/{path} (empty shape {list(shape)})")
+                empty.append(path)
             elif (
                 type(sub) in (tfds.features.Tensor, tfds.features.Scalar, tfds.features.ClassLabel)
                 and fixed
@@ -392,7 +421,7 @@ def plan_steps(features: Any, where: str) -> Plan:
         "truncated": "is_last" if has_terminal else None,
         "reward": "reward" if reward is not None and reward.shape == () else None,
     }
-    return Plan(tuple(leaves), tuple(skipped), episodes)
+    return Plan(tuple(leaves), tuple(skipped), episodes, tuple(empty))
 
 
 # ---------------------------------------------------------------------------- decoding
@@ -404,6 +433,7 @@ def episode_decoder(
     # the steps as parsed (each feature stacked over the steps), decoded here leaf by leaf:
     # a plain tensor is its parsed values, so only images and encoded tensors cost a step each
     decoders = {"steps": tfds.decode.SkipDecoding()}
+    features = _parsed_features(tfds, features, plan)
     done_flag, last_flag = plan.episodes["done"], "is_last"
 
     def decode(record: bytes, name: str, index: int) -> dict[str, np.ndarray] | None:
@@ -440,9 +470,38 @@ def episode_decoder(
     return decode
 
 
+def _parsed_features(tfds: Any, features: Any, plan: Plan) -> Any:
+    """The step features the import reads: without those of an empty axis, which TFDS's
+    numpy parser cannot parse (it fails on the whole record), and which hold nothing."""
+    empty = set(plan.empty)
+    if not empty:
+        return features
+
+    def pruned(node: Any, prefix: str) -> Any:
+        kept = {}
+        for key in sorted(node.keys()):
+            sub, path = node[key], f"{prefix}{key}"
+            if path in empty:
+                continue
+            is_dict = isinstance(sub, tfds.features.FeaturesDict)
+            kept[key] = pruned(sub, f"{path}/") if is_dict else sub
+        return tfds.features.FeaturesDict(kept)
+
+    steps = tfds.features.Dataset(pruned(features["steps"].feature, ""))
+    kept = {key: features[key] for key in sorted(features.keys()) if key != "steps"}
+    return tfds.features.FeaturesDict({**kept, "steps": steps})
+
+
+def _image_dtype(dtype: np.dtype, shape: tuple[int, ...]) -> bool:
+    """Images imported: ``uint8`` ones, and ``uint16`` ones of one channel (depth, as PNG)."""
+    return dtype == np.uint8 or (dtype == np.uint16 and shape[-1:] == (1,))
+
+
 def _image(data: Any, leaf: StepLeaf, jpeg: str, name: str, index: int) -> np.ndarray:
     raw = bytes(data)
-    if jpeg == "tensorflow" and raw[:3] == JPEG_MAGIC:
+    if leaf.dtype == np.uint16:  # TFDS's numpy decoders need OpenCV for these; Pillow reads them
+        image = _png16(raw, leaf, name, index)
+    elif jpeg == "tensorflow" and raw[:3] == JPEG_MAGIC:
         import simplejpeg
 
         channels = leaf.shape[-1]
@@ -464,6 +523,22 @@ def _image(data: Any, leaf: StepLeaf, jpeg: str, name: str, index: int) -> np.nd
             [f"steps/{leaf.path}: expected {list(leaf.shape)}, got {list(image.shape)}"],
         )
     return image
+
+
+def _png16(raw: bytes, leaf: StepLeaf, name: str, index: int) -> np.ndarray:
+    """A 16-bit single-channel PNG (a depth image) as ``uint16`` ``[H, W]``."""
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(io.BytesIO(raw)) as image:
+            if image.mode not in ("I;16", "I;16B", "I;16L"):
+                raise ValueError(f"mode {image.mode}, not a 16-bit gray image")
+            return np.asarray(image).astype(np.uint16)
+    except (UnidentifiedImageError, OSError, ValueError) as err:
+        raise VaultCorruptError(
+            f"{name}: record {index}: {leaf.path}: a 16-bit PNG image that cannot be decoded "
+            f"({err})"
+        ) from None
 
 
 def _check_flags(
@@ -574,13 +649,21 @@ def array_records(path: str, batch: int = 16) -> Iterator[bytes]:
 
 # ---------------------------------------------------------------------------- helpers
 def _file_indices(files: Sequence[int], count: int) -> list[int]:
-    bad = [f for f in files if isinstance(f, bool) or not isinstance(f, int) or not 0 <= f < count]
-    if bad or not files:
+    """The indices ``files`` (ints, numpy integers too: ``np.array_split`` of the files
+    among workers), checked and sorted."""
+    out = []
+    for f in files:
+        try:
+            i = -1 if isinstance(f, (bool, np.bool_)) else operator.index(f)
+        except TypeError:
+            i = -1
+        out.append(i)
+    if not out or not all(0 <= i < count for i in out):
         raise VaultArgumentError(
             f"files: expected indices of the split's {count} files (0 to {count - 1}), got "
             f"{list(files)!r}"
         )
-    return sorted(set(files))
+    return sorted(set(out))
 
 
 def _record_bytes(split: Any, files: int) -> list[int]:

@@ -128,7 +128,8 @@ def pump_stream(
     done: int = 0,
 ) -> int:
     """:func:`pump` for a source read as a stream whose block sizes are known only once read:
-    ``blocks`` yields (a tree of ``[rows, n, ...]`` arrays, its size in ``total``'s units);
+    ``blocks`` yields (a tree of ``[rows, n, ...]`` arrays, or None for nothing to append,
+    its size in ``total``'s units);
     the next one is read on a helper thread while this one is appended. ``done`` starts the
     count (several streams, one progress); returns the count at the end."""
     sentinel = object()
@@ -141,7 +142,8 @@ def pump_stream(
                     break
                 ahead = pool.submit(next, blocks, sentinel)
                 data, size = item
-                vault.append(data)
+                if data is not None:
+                    vault.append(data)
                 del data, item
                 done += size
                 if progress:
