@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import buffers as fbx
+import vault as vlt
 from vault import EpisodeTable, Vault, VaultReadError, VaultStructureError
 
 ROWS = 3
@@ -279,6 +280,9 @@ def test_episode_seams_split_restarts_from_gaps_with_and_without_an_index(tmp_pa
         with pytest.raises(VaultReadError, match="capacity must be >= 1"):
             v.episode_seams(capacity=0)
         v.close()
+    # a slice that begins mid-episode: its first episodes' starts are unknown at timestep 0
+    cut = vlt.derive_slice(str(tmp_path / "vTrue"), str(tmp_path / "cut"), start=5)
+    assert cut.episode_seams(stop=2)["start_known"] == [False, False]
 
 
 def test_table_sort_and_select():

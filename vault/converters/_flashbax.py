@@ -228,8 +228,12 @@ def import_flashbax(
     length = store.length()
     example = _example(meta)
     metadata = plain_json(dict(meta.user))  # Flashbax writes NaN and infinities too
-    origin = {"format": "flashbax", "source": str(root), "version": meta.version}
-    origin["vault_index"] = length
+    origin = {
+        "format": "flashbax",
+        "source": str(root),
+        "version": meta.version,
+        "vault_index": length,
+    }
     if "imported_from" in metadata:  # the user's record of an earlier conversion: kept in ours
         origin["earlier"] = metadata["imported_from"]
     metadata["imported_from"] = origin

@@ -128,9 +128,16 @@ class EpisodeMethods:
         if self.has_episodes:
             table = self.episodes(include_open=True)
             unknown |= {int(t) for t in table.start[~table.start_known]}
-            at_held = [s for s in seams if s.at == held]
-            if held == 0 or at_held:  # the vault's start, or a seam: the same for every row
-                known = [not (at_held and at_held[0].at in unknown)] * snap.rows
+            if any(s.at == held for s in seams):  # a seam: the same for every row
+                known = [held not in unknown] * snap.rows
+            elif held == 0:  # the vault's start: as its index has it (a derived slice's
+                # first episodes may have begun before it)
+                first = {
+                    int(r): bool(k)
+                    for r, t, k in zip(table.row, table.start, table.start_known, strict=True)
+                    if t == 0
+                }
+                known = [first.get(row, False) for row in range(snap.rows)]
             else:  # after an episode's end (a done or truncated flag), or mid-episode
                 flags = [p for k, p in self.episode_leaves.items() if p and k != "reward"]
                 ends = _read.read_numpy(snap, None, held - 1, held, flags)
