@@ -262,9 +262,10 @@ def test_the_documented_recipe_pads_no_episode_whose_start_the_index_calls_unkno
     """Train offline, "Episode-aware sampling": ``episode_seams`` gives ``restarts`` and
     ``gaps`` (where the index marks the next episode's start unknown), and "an episode whose
     start is not known is never sampled as a whole one". The vault's index says which
-    episodes have a known start (``start_known``): a new buffer written with ``new_buffer=True`` starts its rows' episodes
-    with an unknown start (format 4.4), an ``append(continues=False)`` with a known one. Every
-    episode the buffer pads whole must be one the index knows the start of."""
+    episodes have a known start (``start_known``): a new buffer written with
+    ``new_buffer=True`` starts its rows' episodes with an unknown start (format 4.4), an
+    ``append(continues=False)`` with a known one. Every episode the buffer pads whole must be
+    one the index knows the start of."""
     v = seam_vault
     table = v.episodes()
     index = {

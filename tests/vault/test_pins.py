@@ -136,6 +136,9 @@ def test_commit_numbers_ids_and_pins_that_cannot_be_served(tmp_path: Path) -> No
         assert Vault.open(where, at=seq).committed_length == 4 * seq
     assert len(set(ids)) == 4
     assert Vault.open(where, at=ids[2]).committed_length == 8
+    assert Vault.open(where, at=np.int64(2)).commit_id == ids[2]  # a number from numpy too
+    with pytest.raises(vault.VaultArgumentError, match="commit number"):
+        Vault.open(where, at=np.bool_(True))  # type: ignore[arg-type]
     with pytest.raises(VaultPinError, match="no commit 9: the latest commit is 3-"):
         Vault.open(where, at=9)
     with pytest.raises(VaultPinError, match=r"'2-0000aaaa' is not this vault's commit 2-"):

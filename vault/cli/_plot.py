@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -26,6 +27,20 @@ if TYPE_CHECKING:
 MAX_POINTS = 300
 HEAT_BINS = 120  # time bins of the many-rows panels: each bin averages enough steps to read
 BLOCK_BYTES = 64 << 20
+TITLE_CHARS = 120  # a line of the figure's title (12 pt on 12 inches)
+NAME_CHARS = 40  # a leaf's name in a panel's title
+LABEL_CHARS = 24  # a shard's name in a legend or on the heat map's axis
+LEGEND_LINES = 10  # more rows (or shards) than this: the mean alone has a legend entry
+NAMED_SHARDS = 16  # the heat map names its shards up to this many (12 px a name)
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters in its middle (``…``), so that both ends of a
+    path or a name stay readable."""
+    if len(text) <= limit:
+        return text
+    keep = limit - 1
+    return f"{text[: keep - keep // 2]}…{text[len(text) - keep // 2 :]}"
 
 
 def panel_kind(rows: int, max_rows: int) -> str:
@@ -152,10 +167,15 @@ def draw(
 ) -> tuple[int, int]:
     """Write the figure to ``out`` (PNG, atomically); return its size in pixels. The curve's
     rows are a vault's rows, or with ``labels`` (their names) a dataset's shards. Every text is
-    plain: a ``$`` in a path or a leaf's name is not mathtext."""
+    plain: a ``$`` in a path or a leaf's name is not mathtext; long ones are shortened in
+    their middle. NaN rewards (all of them, or a shard's past its end) draw no warning."""
     import matplotlib
 
-    with matplotlib.rc_context({"text.parse_math": False}):
+    with (
+        matplotlib.rc_context({"text.parse_math": False}),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore", RuntimeWarning)  # numpy's all-NaN slices: drawn blank
         return _draw(title, table, leaf, curve, out, max_rows=max_rows, labels=labels)
 
 
@@ -180,7 +200,7 @@ def _draw(
     complete = None
     if table is not None:
         complete = table[np.asarray(table.complete, bool)]
-    _returns(ax_ret, complete)
+    _returns(ax_ret, complete, leaf)
     _lengths(ax_len, complete)
     if heat and leaf is not None and curve is not None and curve["rows"].shape[1] > 0:
         ax_mean = fig.add_subplot(grid[1, :])
@@ -190,7 +210,8 @@ def _draw(
     else:
         _rewards(fig.add_subplot(grid[1, :]), leaf, curve, labels)
     episodes = "no episode index" if complete is None else f"{len(complete)} complete episodes"
-    fig.suptitle(f"{title}, {episodes}", fontsize=12)
+    lines = [shortened(line, TITLE_CHARS) for line in f"{title}, {episodes}".splitlines()]
+    fig.suptitle("\n".join(lines), fontsize=12)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.tmp")
     try:
@@ -209,22 +230,47 @@ def _empty(ax: Any, title: str, message: str) -> None:
     ax.set_yticks([])
 
 
-def _returns(ax: Any, complete: Any) -> None:
+def _whole_counts(ax: Any, x: bool = False) -> None:
+    """Ticks at whole numbers on the counts axis (and on the x axis with ``x``)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+    if x:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
+
+
+def _returns(ax: Any, complete: Any, leaf: str | None) -> None:
     title = "Episode return"
     if complete is None:
         _empty(ax, title, "no episode index in this vault")
         return
-    values = np.asarray(complete.returns, np.float64)
-    values = values[np.isfinite(values)]
+    every = np.asarray(complete.returns, np.float64)
+    values = every[np.isfinite(every)]
     if values.size == 0:
-        _empty(ax, title, "no complete episodes with a return\n(no reward leaf recorded)")
+        why = (
+            "no complete episodes"
+            if every.size == 0
+            else "no return recorded (no reward leaf)"
+            if leaf is None
+            else "every return is NaN or infinite"
+        )
+        _empty(ax, title, why)
         return
     ax.hist(values, bins=min(50, max(5, values.size // 4)), color="tab:blue", edgecolor="white")
-    ax.axvline(values.mean(), color="black", linestyle="--", label=f"mean {values.mean():.3g}")
-    ax.set_title(f"{title} ({values.size} complete episodes)")
+    ax.axvline(values.mean(), color="black", linestyle="--")
+    left_out = every.size - values.size
+    counted = (
+        f"{values.size} complete episodes"
+        if not left_out
+        else f"{values.size} of {every.size} complete episodes; {left_out} with a return "
+        "that is NaN or infinite"
+    )
+    # the mean in the title, not in a legend, which would cover the tallest bar of a solved
+    # task's returns (or of lengths all alike)
+    ax.set_title(f"{title} ({counted})\nmean {values.mean():.3g} (dashed)")
     ax.set_xlabel("return (sum of rewards)")
     ax.set_ylabel("episodes")
-    ax.legend(loc="upper right")
+    _whole_counts(ax)
 
 
 def _lengths(ax: Any, complete: Any) -> None:
@@ -243,11 +289,11 @@ def _lengths(ax: Any, complete: Any) -> None:
     else:
         bins = 50
     ax.hist(values, bins=bins, color="tab:orange", edgecolor="white")
-    ax.axvline(values.mean(), color="black", linestyle="--", label=f"mean {values.mean():.3g}")
-    ax.set_title(f"{title} ({len(values)} complete episodes)")
+    ax.axvline(values.mean(), color="black", linestyle="--")
+    ax.set_title(f"{title} ({len(values)} complete episodes)\nmean {values.mean():.3g} (dashed)")
     ax.set_xlabel("length (timesteps)")
     ax.set_ylabel("episodes")
-    ax.legend(loc="upper right")
+    _whole_counts(ax, x=True)
 
 
 def _per(curve: dict[str, Any]) -> str:
@@ -268,15 +314,20 @@ def _rewards(
     if rows.shape[1] == 0:
         _empty(ax, title, "no committed timesteps")
         return
+    if not np.isfinite(rows).any():
+        _empty(ax, f"{title}: leaf '{shortened(leaf, NAME_CHARS)}'", "every reward is NaN")
+        return
+    named = rows.shape[0] <= LEGEND_LINES  # more: only the mean is in the legend
     for r in range(rows.shape[0]):
-        name = f"row {r}" if labels is None else f"shard {labels[r]}"
-        ax.plot(curve["t"], rows[r], linewidth=0.9, alpha=0.75, label=name)
+        name = f"row {r}" if labels is None else f"shard {shortened(labels[r], LABEL_CHARS)}"
+        label = name if named else "_nolegend_"
+        ax.plot(curve["t"], rows[r], linewidth=0.9, alpha=0.75, label=label)
     if rows.shape[0] > 1:
         mean = np.nanmean(rows, axis=0)
         unit = "rows" if labels is None else "shards"
         ax.plot(curve["t"], mean, color="black", linewidth=2, label=f"mean of {unit}")
     each = "" if labels is None else ", each shard the mean of its rows"
-    ax.set_title(f"{title}: leaf '{leaf}', {_per(curve)}{each}")
+    ax.set_title(f"{title}: leaf '{shortened(leaf, NAME_CHARS)}', {_per(curve)}{each}")
     ax.set_xlabel("time (timestep)")
     ax.set_ylabel("reward")
     ax.grid(alpha=0.3)
@@ -287,15 +338,19 @@ def _reward_band(ax: Any, leaf: str, curve: dict[str, Any], labels: list[str] | 
     """The mean over rows, the middle half of the rows (25th to 75th percentile) and their
     full range, per bin of time (a dataset: over its shards, where they have data)."""
     rows, t = curve["rows"], curve["t"]
+    name = shortened(leaf, NAME_CHARS)
+    if not np.isfinite(rows).any():
+        _empty(ax, f"Reward over time: leaf '{name}'", "every reward is NaN")
+        return
     low, q1, q3, high = np.nanpercentile(rows, [0, 25, 75, 100], axis=0)
     ax.fill_between(t, low, high, color="tab:blue", alpha=0.12, linewidth=0, label="min-max")
     ax.fill_between(t, q1, q3, color="tab:blue", alpha=0.35, linewidth=0, label="middle half")
     ax.plot(t, np.nanmean(rows, axis=0), color="black", linewidth=1.5, label="mean")
     unit = "rows" if labels is None else "shards (each the mean of its rows)"
-    ax.set_title(f"Reward over time: leaf '{leaf}', {_per(curve)}, across {rows.shape[0]} {unit}")
+    ax.set_title(f"Reward over time: leaf '{name}', {_per(curve)}, across {rows.shape[0]} {unit}")
     ax.set_ylabel("reward")
     ax.grid(alpha=0.3)
-    ax.legend(loc="upper right", fontsize="small", ncols=3, framealpha=0.8)
+    ax.legend(loc="best", fontsize="small", ncols=3, framealpha=0.8)
     ax.tick_params(labelbottom=False)
     ax.margins(x=0)
 
@@ -314,6 +369,7 @@ def _reward_heat(fig: Any, ax: Any, curve: dict[str, Any], labels: list[str] | N
     )
     ax.set_xlabel("time (timestep)")
     ax.set_ylabel("row" if labels is None else "shard")
-    if labels is not None and len(labels) <= 24:  # few shards: each named
-        ax.set_yticks(range(len(labels)), labels, fontsize="small")
+    if labels is not None and len(labels) <= NAMED_SHARDS:  # few shards: each named
+        names = [shortened(label, LABEL_CHARS) for label in labels]
+        ax.set_yticks(range(len(labels)), names, fontsize="small")
     fig.colorbar(image, ax=ax, label="mean reward", pad=0.005, aspect=10)

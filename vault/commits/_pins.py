@@ -112,6 +112,8 @@ def at_pin(snap: Snapshot, pin: Pin) -> Snapshot:
 
 
 def _parse(snap: Snapshot, pin: Pin) -> tuple[int, str | None, str]:
+    if isinstance(pin, np.integer) and not isinstance(pin, np.bool_):
+        pin = int(pin)  # a commit number from numpy (a Grain record's, a table's)
     if isinstance(pin, bool) or not isinstance(pin, (int, str)):
         raise VaultArgumentError(
             f"at must be a commit number, a commit id or a tag name, got {type(pin).__name__}"
