@@ -386,8 +386,9 @@ def test_iter_windows_of_the_tag_shuffles_each_epoch_over_the_same_windows(
         assert got["rgb"].shape == (2, 6, 2, 2)
         for leaf, x in got.items():
             np.testing.assert_array_equal(x[:, : hi - lo], models[s][leaf][0:2, lo:hi], leaf)
-    with pytest.raises(VaultStructureError, match=re.escape("every source needs 3 rows")):
+    with pytest.raises(VaultStructureError, match=re.escape("every source needs 3 rows")) as err:
         pinned.iter_windows(5)
+    assert "shards/b): 2 rows" in str(err.value)  # the uneven shard is named
 
 
 # ------------------------------------------------------------------------------- errors

@@ -101,12 +101,14 @@ def iter_windows(
     picked = [selection(snap, rows, leaves) for snap in sources]  # fail now, not later
     row_ids, names = picked[0]
     uneven = [
-        f"source {i}: {ids.size}" for i, (ids, _) in enumerate(picked) if ids.size != row_ids.size
+        f"source {i} ({snap.where}): {ids.size} rows"
+        for i, ((ids, _), snap) in enumerate(zip(picked, sources, strict=True))
+        if ids.size != row_ids.size
     ]
     if uneven:
         raise VaultStructureError(
             f"windows of several sources are states of one shape: every source needs "
-            f"{row_ids.size} rows selected (as source 0)",
+            f"{row_ids.size} rows selected (as source 0, {sources[0].where})",
             uneven,
         )
     bounds = []
