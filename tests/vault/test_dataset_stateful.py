@@ -488,6 +488,11 @@ class DatasetMachine(RuleBasedStateMachine):
         )  # fmt: skip
         dest = str(Path(self.tmp) / f"derived-{self.derived}")
         self.derived += 1
+        if not chosen:  # nothing selected: refused, nothing written
+            with pytest.raises(vault.VaultArgumentError, match="no episode"):
+                vault.derive_episodes(ds, dest, table[keep])
+            assert not Path(dest).exists()
+            return
         out = vault.derive_episodes(ds, dest, table[keep])
         names = sorted(view)
         pieces = [
