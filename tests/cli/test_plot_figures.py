@@ -451,3 +451,15 @@ def test_the_return_title_counts_every_complete_episode(root: Path, plot: Any) -
     drawn = plot(make(root / "inf", reward, done)[0])
     assert "8 complete episodes" in drawn.fig.get_suptitle()
     assert 8 in title_numbers(drawn.axes[0].get_title())  # "6 of 8 ...", not "6 complete"
+
+
+def test_plot_at_an_older_commit_draws_that_commit(root: Path, plot: Any) -> None:
+    """``--at`` as the other commands take it: the figure of an older commit (its episodes
+    and rewards, not those appended since), and the title says which."""
+    path, _ = make(root / "pinned", np.ones((1, 20)), np.arange(20)[None] % 5 == 4)  # 4 eps
+    with Vault.open(str(path), mode="a") as vault:  # commit 2: 6 more episodes, rewards 3
+        vault.append({"reward": np.full((1, 30), 3, np.float32), "done": np.ones((1, 30), bool)})
+    now, then = plot(path), plot(path, "--at", "1")
+    assert "50 timesteps, 34 complete episodes" in now.fig.get_suptitle()
+    assert f"{path} at 1\n1 row x 20 timesteps, 4 complete episodes" == then.fig.get_suptitle()
+    assert title_mean(then.axes[0]) == "5"  # returns of 5 ones, none of the later 3s

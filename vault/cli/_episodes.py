@@ -83,7 +83,6 @@ def episodes(
     render_episode_table(path, records, total, counts)
 
 
-# Columns of the episode table; the last ones only where the terminal has room for them.
 def plot(
     path: PathArg,
     out_text: Annotated[
@@ -103,12 +102,14 @@ def plot(
         ),
     ] = 3,
     shard: ShardOpt = None,
+    at: AtOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --out if it exists.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """One figure: return histogram, episode-length histogram and reward over time. For a
     dataset's root: the episodes of every shard, and one reward line per shard (the mean of
-    its rows; more shards than --max-rows: a heat map of shards over time)."""
+    its rows; more shards than --max-rows: a heat map of shards over time). --at draws an
+    older commit (a dataset: a tag)."""
     try:
         import matplotlib  # noqa: F401
     except ImportError:
@@ -121,14 +122,15 @@ def plot(
         fail(f"--out must name a .png file, got {out}; e.g. --out {out.with_suffix('.png')}")
     if out.exists() and not force:
         fail(f"{out} already exists; pass --force to overwrite it, or choose another --out")
-    source = open_source(path, shard)
+    source = open_source(path, shard, at)
+    pinned = "" if at is None else f" at {at}"
     table = source.episodes() if source.has_episodes else None
     leaf = _plot.reward_leaf(source, reward)
     if isinstance(source, Dataset):
         with progress_bar("reading rewards") as progress:
             curve = _plot.shards_curve(source, leaf, progress=progress) if leaf else None
         title = (
-            f"{source.location}\ndataset of {shards_text(len(source.shards))}, "
+            f"{source.location}{pinned}\ndataset of {shards_text(len(source.shards))}, "
             f"{count(source.timesteps, 'timestep')}"
         )
         size = _plot.draw(title, table, leaf, curve, out, max_rows=max_rows, labels=source.shards)
@@ -139,7 +141,7 @@ def plot(
         with progress_bar("reading rewards", bytes_unit=True) as progress:
             curve = _plot.reward_curve(source, leaf, progress=progress) if leaf else None
         title = (
-            f"{source.location}\n{count(source.rows, 'row')} x "
+            f"{source.location}{pinned}\n{count(source.rows, 'row')} x "
             f"{count(source.committed_length, 'timestep')}"
         )
         size = _plot.draw(title, table, leaf, curve, out, max_rows=max_rows)
