@@ -55,7 +55,6 @@ import dataclasses
 import io
 import logging
 import math
-import operator
 import os
 import struct
 from collections.abc import Callable, Iterator, Sequence
@@ -63,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from vault._args import path_arg
+from vault._args import index_arg, path_arg
 from vault._errors import (
     VaultArgumentError,
     VaultCorruptError,
@@ -651,13 +650,10 @@ def array_records(path: str, batch: int = 16) -> Iterator[bytes]:
 def _file_indices(files: Sequence[int], count: int) -> list[int]:
     """The indices ``files`` (ints, numpy integers too: ``np.array_split`` of the files
     among workers), checked and sorted."""
-    out = []
-    for f in files:
-        try:
-            i = -1 if isinstance(f, (bool, np.bool_)) else operator.index(f)
-        except TypeError:
-            i = -1
-        out.append(i)
+    try:
+        out = [index_arg("files", f) for f in files]
+    except VaultArgumentError:
+        out = []  # refused below, with every index given
     if not out or not all(0 <= i < count for i in out):
         raise VaultArgumentError(
             f"files: expected indices of the split's {count} files (0 to {count - 1}), got "
