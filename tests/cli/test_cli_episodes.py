@@ -105,6 +105,7 @@ def test_plot_writes_a_clear_figure(cli: Cli, tmp_path: Path) -> None:
         "reward_leaf": "reward",
         "rows_drawn": 10,
         "reward_panel": "heat map",
+        "seams_marked": 0,
     }
     pixels = _pixels(out)
     assert pixels.shape == (800, 1200, 3)

@@ -463,3 +463,38 @@ def test_plot_at_an_older_commit_draws_that_commit(root: Path, plot: Any) -> Non
     assert "50 timesteps, 34 complete episodes" in now.fig.get_suptitle()
     assert f"{path} at 1\n1 row x 20 timesteps, 4 complete episodes" == then.fig.get_suptitle()
     assert title_mean(then.axes[0]) == "5"  # returns of 5 ones, none of the later 3s
+
+
+@pytest.mark.parametrize("rows", [2, 8], ids=["lines", "heat map"])
+def test_seams_are_marked_and_no_line_joins_their_two_sides(
+    root: Path, plot: Any, rows: int
+) -> None:
+    """A seam (here the rows restarted at 40 and at 70) is a dotted line across the reward
+    panels, named once in the legend; no reward line is drawn across it, so a jump there is
+    not read as the agent's; --json counts the seams."""
+    from matplotlib.collections import LineCollection
+
+    path = root / f"seams{rows}"
+    with Vault.create(str(path), ONE, rows=rows, done_leaf="done", reward_leaf="reward") as vault:
+        for k, (n, continues) in enumerate([(40, True), (30, False), (30, False)]):
+            reward = np.full((rows, n), k, np.float32)
+            vault.append({"reward": reward, "done": np.zeros((rows, n), bool)}, continues=continues)
+    assert [(s.at, s.lost) for s in Vault.open(str(path)).seams] == [(40, 0), (70, 0)]
+    drawn = plot(path)
+    assert drawn.doc["seams_marked"] == 2
+    panels = [ax for ax in drawn.axes if ax.get_ylabel() in ("reward", "row")]
+    assert len(panels) == (1 if rows == 2 else 2), [ax.get_ylabel() for ax in drawn.axes]
+    for ax in panels:
+        marks = [c for c in ax.collections if isinstance(c, LineCollection)]
+        xs = sorted(float(seg[0][0]) for c in marks for seg in c.get_segments())
+        assert xs == [39.5, 69.5], ax.get_ylabel()
+    legend = [t.get_text() for t in panels[0].get_legend().get_texts()]
+    assert [text for text in legend if "seam" in text] == ["2 seams (rows restarted)"]
+    for line in panels[0].get_lines():  # the rows' lines and their mean
+        x, y = np.asarray(line.get_xdata(), float), np.asarray(line.get_ydata(), float)
+        for cut, before, after in [(39.5, 0, 1), (69.5, 1, 2)]:
+            assert (x == cut).sum() == 1, (line, cut)
+            assert np.isnan(y[x == cut]).all(), (line, cut)
+            below, above = x < cut, x > cut  # each side keeps its own level up to the seam
+            assert y[below][-1] == before, (line, cut)
+            assert y[above][0] == after, (line, cut)

@@ -146,7 +146,9 @@ def plot(
         )
         size = _plot.draw(title, table, leaf, curve, out, max_rows=max_rows)
         rows = lines = source.rows
-        extra = {} if shard is None else {"shard": shard}
+        extra = {"seams_marked": len(curve["seams"]) if curve else 0}
+        if shard is not None:
+            extra["shard"] = shard
     doc = {
         "path": source.location,
         "out": str(out),

@@ -7,6 +7,8 @@ there are several); more rows would pile up into an unreadable tangle, so they a
 the mean over rows with a band (the middle half of the rows and their full range) above a heat
 map of every row over time. A dataset of shards is drawn alike, each shard standing for a row
 (the mean of its rows, on one time axis: a shorter shard's line ends where its data does).
+A vault's seams (timesteps lost, or its rows restarted) are dotted vertical lines across the
+reward panels, so that a jump there is not read as the agent's.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ NAME_CHARS = 40  # a leaf's name in a panel's title
 LABEL_CHARS = 24  # a shard's name in a legend or on the heat map's axis
 LEGEND_LINES = 10  # more rows (or shards) than this: the mean alone has a legend entry
 NAMED_SHARDS = 16  # the heat map names its shards up to this many (12 px a name)
+SEAM_COLOUR = "tab:red"
 
 
 def shortened(text: str, limit: int) -> str:
@@ -97,7 +100,8 @@ def reward_curve(
     unit_bytes: bool = True,
 ) -> dict[str, Any]:
     """Per-row mean reward over bins of ``width`` timesteps (default: at most
-    ``MAX_POINTS`` bins): ``{"t": bin centres, "rows": [rows, bins], "width": width}``.
+    ``MAX_POINTS`` bins): ``{"t": bin centres, "rows": [rows, bins], "width": width,
+    "counts": timesteps per bin, "seams": the vault's seams as (at, lost) pairs}``.
     Multi-dimensional reward leaves are summed per step. ``progress`` gets bytes read (or,
     without ``unit_bytes``, timesteps of all rows)."""
     from vault import time_blocks
@@ -126,6 +130,7 @@ def reward_curve(
         "rows": sums / counts,
         "width": width,
         "counts": counts,
+        "seams": [(seam.at, seam.lost) for seam in vault.seams if 0 < seam.at < length],
     }
 
 
@@ -152,6 +157,7 @@ def coarser(curve: dict[str, Any], bins: int) -> dict[str, Any]:
         "rows": np.stack(out, axis=0),
         "width": width,
         "counts": merged,
+        "seams": curve.get("seams", []),
     }
 
 
@@ -318,16 +324,18 @@ def _rewards(
         _empty(ax, f"{title}: leaf '{shortened(leaf, NAME_CHARS)}'", "every reward is NaN")
         return
     named = rows.shape[0] <= LEGEND_LINES  # more: only the mean is in the legend
+    t, broken = _broken(curve)
     for r in range(rows.shape[0]):
         name = f"row {r}" if labels is None else f"shard {shortened(labels[r], LABEL_CHARS)}"
         label = name if named else "_nolegend_"
-        ax.plot(curve["t"], rows[r], linewidth=0.9, alpha=0.75, label=label)
+        ax.plot(t, broken[r], linewidth=0.9, alpha=0.75, label=label)
     if rows.shape[0] > 1:
-        mean = np.nanmean(rows, axis=0)
+        mean = np.nanmean(broken, axis=0)
         unit = "rows" if labels is None else "shards"
-        ax.plot(curve["t"], mean, color="black", linewidth=2, label=f"mean of {unit}")
+        ax.plot(t, mean, color="black", linewidth=2, label=f"mean of {unit}")
     each = "" if labels is None else ", each shard the mean of its rows"
     ax.set_title(f"{title}: leaf '{shortened(leaf, NAME_CHARS)}', {_per(curve)}{each}")
+    _seams(ax, curve, label=True)
     ax.set_xlabel("time (timestep)")
     ax.set_ylabel("reward")
     ax.grid(alpha=0.3)
@@ -342,14 +350,16 @@ def _reward_band(ax: Any, leaf: str, curve: dict[str, Any], labels: list[str] | 
     if not np.isfinite(rows).any():
         _empty(ax, f"Reward over time: leaf '{name}'", "every reward is NaN")
         return
-    low, q1, q3, high = np.nanpercentile(rows, [0, 25, 75, 100], axis=0)
+    t, broken = _broken(curve)
+    low, q1, q3, high = np.nanpercentile(broken, [0, 25, 75, 100], axis=0)
     ax.fill_between(t, low, high, color="tab:blue", alpha=0.12, linewidth=0, label="min-max")
     ax.fill_between(t, q1, q3, color="tab:blue", alpha=0.35, linewidth=0, label="middle half")
-    ax.plot(t, np.nanmean(rows, axis=0), color="black", linewidth=1.5, label="mean")
+    ax.plot(t, np.nanmean(broken, axis=0), color="black", linewidth=1.5, label="mean")
     unit = "rows" if labels is None else "shards (each the mean of its rows)"
     ax.set_title(f"Reward over time: leaf '{name}', {_per(curve)}, across {rows.shape[0]} {unit}")
     ax.set_ylabel("reward")
     ax.grid(alpha=0.3)
+    _seams(ax, curve, label=True)
     ax.legend(loc="best", fontsize="small", ncols=3, framealpha=0.8)
     ax.tick_params(labelbottom=False)
     ax.margins(x=0)
@@ -367,9 +377,55 @@ def _reward_heat(fig: Any, ax: Any, curve: dict[str, Any], labels: list[str] | N
         cmap="viridis",
         extent=(left, right, rows.shape[0] - 0.5, -0.5),
     )
+    _seams(ax, curve, label=False)
     ax.set_xlabel("time (timestep)")
     ax.set_ylabel("row" if labels is None else "shard")
     if labels is not None and len(labels) <= NAMED_SHARDS:  # few shards: each named
         names = [shortened(label, LABEL_CHARS) for label in labels]
         ax.set_yticks(range(len(labels)), names, fontsize="small")
     fig.colorbar(image, ax=ax, label="mean reward", pad=0.005, aspect=10)
+
+
+def seam_label(seams: list[tuple[int, int]]) -> str:
+    """The legend's entry for a vault's seams: how many, and what they were."""
+    lost = sum(1 for _, n in seams if n > 0)
+    kinds = (
+        "timesteps lost"
+        if lost == len(seams)
+        else "rows restarted"
+        if not lost
+        else "timesteps lost or rows restarted"
+    )
+    return f"seam ({kinds})" if len(seams) == 1 else f"{len(seams)} seams ({kinds})"
+
+
+def _broken(curve: dict[str, Any]) -> tuple[Any, Any]:
+    """The curve's ``t`` and ``rows`` with a NaN point at each seam, so that no line joins
+    the timesteps on its two sides."""
+    t, rows = curve["t"], curve["rows"]
+    cuts: dict[int, float] = {}  # where in t -> the seam's x (one point between two bins)
+    for at, _ in curve.get("seams", []):
+        cuts.setdefault(int(np.searchsorted(t, at - 0.5)), at - 0.5)
+    if not cuts:
+        return t, rows
+    where = sorted(cuts)
+    x = [cuts[i] for i in where]
+    return np.insert(t, where, x), np.insert(rows, where, np.nan, axis=1)
+
+
+def _seams(ax: Any, curve: dict[str, Any], *, label: bool) -> None:
+    """A dotted vertical line where each seam is (between timesteps ``at - 1`` and ``at``);
+    one legend entry for them all."""
+    seams = curve.get("seams", [])
+    if not seams:
+        return
+    ax.vlines(
+        [at - 0.5 for at, _ in seams],
+        0,
+        1,
+        transform=ax.get_xaxis_transform(),  # x in timesteps, y across the whole panel
+        colors=SEAM_COLOUR,
+        linestyles=":",
+        linewidth=1.2,
+        label=seam_label(seams) if label else "_nolegend_",
+    )
