@@ -56,6 +56,16 @@ DATASET_FORMAT = 1
 TAG_CHUNK = 1024  # tags per chunk of a tag array (§4.5)
 _COMMIT_ID = re.compile(r"(\d+)(?:-([0-9a-f]{4,64}))?")  # (fullmatch: "$" allows "\n")
 _TAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9._-]{0,99}")
+
+
+def is_tag_name(name: str) -> bool:
+    """§4.7: the name pattern; in any letter case, not zarr.json, not ending in .__lock."""
+    folded = name.lower()
+    return (
+        bool(_TAG_NAME.fullmatch(name)) and folded != "zarr.json" and not folded.endswith(".__lock")
+    )
+
+
 _SHARD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
@@ -256,7 +266,7 @@ class SpecVault:
         out = {}
         for key in self.store.listing("refs/"):
             name = key[len("refs/") :]
-            if _TAG_NAME.fullmatch(name) and name != "zarr.json":
+            if is_tag_name(name):
                 out[name] = self._tag(name)
         return out
 
@@ -266,7 +276,7 @@ class SpecVault:
 
     def has_tag(self, name: str) -> bool:
         """Whether ``refs/<name>`` is there."""
-        return bool(_TAG_NAME.fullmatch(name)) and self.store.get(f"refs/{name}") is not None
+        return is_tag_name(name) and self.store.get(f"refs/{name}") is not None
 
     def at(self, pin: int | str) -> SpecVault:
         """This vault at the commit ``pin`` names: its number, its id, or a tag."""
@@ -275,7 +285,7 @@ class SpecVault:
         else:
             found = _COMMIT_ID.fullmatch(pin)
             if found is None:
-                if not _TAG_NAME.fullmatch(pin) or pin == "zarr.json":
+                if not is_tag_name(pin):
                     raise PinError(
                         f"{self.store.url}: {pin!r} is not a commit number, id or tag name"
                     )
@@ -547,7 +557,7 @@ class SpecDataset:
         self.store = store
         root = parse_object(store.get("zarr.json"), f"{store.url}/zarr.json")
         doc = attributes(root, "rlvault_dataset", store.url)
-        if doc.get("format") != DATASET_FORMAT:
+        if type(doc.get("format")) is not int or doc.get("format") != DATASET_FORMAT:
             raise VersionError(f"{store.url}: dataset format {doc.get('format')!r}")
         self.template = check_manifest(doc["template"], f"{store.url} (template)")
 
@@ -596,7 +606,7 @@ def dataset_summary(
     ``at`` (only the shards that have it, each at its tagged commit; §4.7)."""
     shards = {name: dataset.shard(name) for name in dataset.shards}
     if at is not None:
-        if _COMMIT_ID.fullmatch(at) or not _TAG_NAME.fullmatch(at) or at == "zarr.json":
+        if _COMMIT_ID.fullmatch(at) or not is_tag_name(at):
             raise PinError(
                 f"{dataset.store.url}: a dataset is pinned by a tag name (commit numbers and "
                 f"ids are each shard's own), got {at!r}"

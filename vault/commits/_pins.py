@@ -140,11 +140,20 @@ def _parse(snap: Snapshot, pin: Pin) -> tuple[int, str | None, str]:
 
 
 # ----------------------------------------------------------------------------------- tags
-_TAG_RULE = "1-100 letters, digits, '.', '_' or '-', starting with a letter or '_'"
+_TAG_RULE = (
+    "1-100 letters, digits, '.', '_' or '-', starting with a letter or '_', and, in any "
+    "letter case, neither 'zarr.json' nor ending in '.__lock'"
+)
 
 
 def _is_tag_name(name: Any) -> bool:
-    return isinstance(name, str) and bool(_TAG.fullmatch(name)) and name != ZARR_JSON
+    """Whether ``name`` is a tag's name (format section 4.7): ``zarr.json`` is the ``refs/``
+    group's record and a key ending in ``.__lock`` is TensorStore's lock file of a key, in any
+    letter case, since a case-insensitive file system takes ``ZARR.JSON`` for ``zarr.json``."""
+    if not isinstance(name, str) or not _TAG.fullmatch(name):
+        return False
+    folded = name.lower()
+    return folded != ZARR_JSON and not folded.endswith(".__lock")
 
 
 def check_tag_name(name: Any) -> str:
@@ -186,7 +195,7 @@ def list_tags(snap: Snapshot) -> dict[str, str]:
     out = {}
     for key in sorted(bytes(k).decode() for k in keys):
         name = key[len(REFS) + 1 :]
-        if _TAG.fullmatch(name) and name != ZARR_JSON:  # refs/zarr.json: the folder's group
+        if _is_tag_name(name):  # not refs/zarr.json, the folder's group
             out[name] = read_tag(snap, name)
     return out
 

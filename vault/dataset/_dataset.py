@@ -42,6 +42,7 @@ from vault._errors import (
     VaultPinError,
     VaultReadError,
     VaultStructureError,
+    VaultVersionError,
 )
 from vault.commits._pins import check_tag_name, create_tag, tag_commit
 from vault.dataset import _catalog as catalog_io
@@ -114,9 +115,15 @@ def root_json(template: Manifest) -> bytes:
 
 def _template_of(doc: dict[str, Any], where: Location) -> Manifest:
     version = doc.get("format")
-    if version != DATASET_FORMAT:
+    if type(version) is int and version > DATASET_FORMAT:
+        raise VaultVersionError(
+            f"{where}: the dataset is in format {version}; this rlvault reads dataset format "
+            f"{DATASET_FORMAT}. Upgrade rlvault (pip install -U rlvault)."
+        )
+    if type(version) is not int or version != DATASET_FORMAT:  # JSON true or 1.0 are not 1
         raise VaultStructureError(
-            f"{where}: dataset format {version!r}; this rlvault reads format {DATASET_FORMAT}"
+            f"{where}: dataset format {json.dumps(version)} is not a format version; this "
+            f"rlvault reads format {DATASET_FORMAT}"
         )
     return Manifest.from_json(doc.get("template"), f"{where} (dataset template)")
 

@@ -46,7 +46,8 @@ class CommitMethods:
 
         Args:
             name: 1-100 letters, digits, ``.``, ``_`` or ``-``, starting with a letter or
-                ``_`` (so that it never looks like a commit id).
+                ``_`` (so that it never looks like a commit id); in any letter case, not
+                ``zarr.json`` and not ending in ``.__lock`` (names the store keeps for itself).
 
         Returns:
             The tagged commit's id.

@@ -20,7 +20,7 @@ import numpy as np
 
 from vault._args import bool_arg, finite_arg, int_arg
 from vault._errors import VaultArgumentError
-from vault.format._records import INDEX_CHUNK, OpenEpisodes
+from vault.format._records import CHUNK_KEYS, INDEX_CHUNK, OpenEpisodes
 
 BOUNDS_FIELDS = ["row", "start", "length", "flags"]
 FLAG_TRUNCATED = 1  # the episode ended by truncation (time limit), not termination
@@ -388,4 +388,4 @@ def index_expect(kind: str, named: bool) -> dict[str, Any]:
     ``named``, its dimension names."""
     meta = index_metadata(kind)
     keys = ["data_type", "chunk_grid", "codecs", "fill_value"] + ["dimension_names"] * named
-    return {k: meta[k] for k in keys}
+    return {"chunk_key_encoding": CHUNK_KEYS, **{k: meta[k] for k in keys}}

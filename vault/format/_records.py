@@ -65,6 +65,7 @@ PENDING_TAGS = "tags"  # commit record: per array, the place tags not yet in its
 
 # ------------------------------------------------------------------------------- key names
 ZARR_JSON = "zarr.json"
+CHUNK_KEYS = {"name": "default", "configuration": {"separator": "/"}}  # every array's (section 4.2)
 MANIFEST_KEY = ZARR_JSON  # the root group's metadata; the manifest lives in its attributes
 COMMIT_KEY = "commit/zarr.json"  # an empty Zarr group whose attributes hold the record
 EXPERIENCE = "experience"
@@ -197,7 +198,7 @@ class Manifest:
         rows: rows of every leaf.
         structure: the pytree's containers (dict keys, named fields, tuple and list
             indices), to rebuild the state a read returns.
-        leaves: every leaf, sorted by path.
+        leaves: every leaf, in the structure's leaf order (the order of ``leaf_names``).
         created: when the vault was created (ISO 8601, UTC).
         rlvault_version: the rlvault that created it.
         user_metadata: the metadata given at creation.

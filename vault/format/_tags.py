@@ -49,6 +49,7 @@ from vault._errors import VaultCorruptError
 from vault.format._limits import MAX_RECORD_BYTES
 from vault.format._records import (
     BOUNDS,
+    CHUNK_KEYS,
     PENDING_TAGS,
     PENDING_TAGS_SINCE,
     RETURNS,
@@ -168,11 +169,16 @@ def tag_metadata(grid: Grid) -> dict[str, Any]:
 
 
 def _tag_spec(location: Any, grid: Grid) -> dict[str, Any]:
+    """How a tag array is opened: its metadata must say what :func:`tag_metadata` does (a
+    tag array that departs is refused, as a leaf's array is), its shape aside."""
+    meta = tag_metadata(grid)
+    expect = {k: meta[k] for k in ("data_type", "chunk_grid", "codecs", "fill_value")}
     return {
         "driver": "zarr3",
         "kvstore": location.child_spec(f"{TAGS}/{grid.key}"),
         "fill_missing_data_reads": False,
         "store_data_equal_to_fill_value": True,
+        "metadata": {**expect, "chunk_key_encoding": CHUNK_KEYS},
     }
 
 

@@ -229,15 +229,21 @@ class _Checker:
         codecs = [c.get("name") for c in meta.get("codecs", []) if isinstance(c, dict)]
         if not codecs or codecs[-1] != "crc32c":
             found.append(f"codecs {codecs} do not end with a crc32c checksum")
+        encoding = meta.get("chunk_key_encoding", {"name": "default"})
+        encoding = encoding if isinstance(encoding, dict) else {}
+        name = encoding.get("name", "default")
+        sep = (encoding.get("configuration") or {}).get("separator")
+        arr.encoding = (name, sep or ("/" if name == "default" else "."))
+        if arr.encoding != ("default", "/"):  # format section 4.2: every array's
+            found.append(
+                f"chunk key encoding {name!r} with separator {arr.encoding[1]!r}, expected "
+                "'default' with '/' (its chunks would be read from keys that hold none)"
+            )
         for message in found:
             self.problem(key, message)
         if found or not is_int_list(chunk, 1):
             return False
         arr.chunk = list(chunk)
-        encoding = meta.get("chunk_key_encoding", {"name": "default"})
-        name = encoding.get("name", "default")
-        sep = encoding.get("configuration", {}).get("separator")
-        arr.encoding = (name, sep or ("/" if name == "default" else "."))
         try:  # what TensorStore reads to open it: a regular file inside the vault
             self.location.check_files([key], MAX_RECORD_BYTES)
         except VaultCorruptError as err:
@@ -415,7 +421,8 @@ def _span(arr: _Array, index: tuple[int, ...]) -> str:
 
 
 def _one_line(err: BaseException | str) -> str:
-    return " ".join(str(err).split())
+    """``err`` on one line, without the spec TensorStore appends to its errors."""
+    return " ".join(str(err).split(" [tensorstore_spec=")[0].split())
 
 
 def _chunk_index(name: str, encoding: tuple[str, str], counts: list[int]) -> tuple[int, ...] | None:

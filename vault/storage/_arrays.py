@@ -10,7 +10,7 @@ import numpy as np
 import tensorstore as ts
 
 from vault._errors import VaultArgumentError
-from vault.format._records import LeafSpec
+from vault.format._records import CHUNK_KEYS, LeafSpec
 from vault.storage._location import Location
 
 TARGET_CHUNK_BYTES = 2 << 20  # large items (frames): one row x whole frames x N timesteps
@@ -143,10 +143,18 @@ def expected_metadata(leaf: LeafSpec, named: bool = False) -> dict[str, Any]:
     ``Manifest.dimension_names``), the dimension names. The shape is checked by the caller
     (its time axis grows)."""
     dtype = np.dtype(leaf.dtype)
+    codecs = [dict(c) for c in leaf.codecs]
+    for i, codec in enumerate(codecs):  # as TensorStore states it (format section 4.1.3)
+        if codec.get("name") == "blosc":
+            codecs[i] = {
+                **codec,
+                "configuration": {**codec["configuration"], "typesize": dtype.itemsize},
+            }
     expect: dict[str, Any] = {
         "data_type": dtype.name,
         "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": list(leaf.chunk)}},
-        "codecs": [dict(c) for c in leaf.codecs],
+        "chunk_key_encoding": CHUNK_KEYS,
+        "codecs": codecs,
         "fill_value": False if dtype == np.bool_ else 0,
     }
     if named:
