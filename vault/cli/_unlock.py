@@ -46,7 +46,9 @@ def unlock(
             f"{path}` lists the shards)"
         )
     holder = vault.lock_holder(path)
-    if not vault.parse_location(path).capabilities.lease:
+    location = vault.parse_location(path)
+    path = str(location)  # as every other command names it: s3://b/p, not S3://b/p/
+    if not location.capabilities.lease:
         fail(
             f"{path}: its writer lock is released when the writer's process ends, so there is "
             "no lock to break; "

@@ -14,7 +14,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from vault._errors import VaultCorruptError, VaultError, VaultReadError
+from vault._errors import VaultCorruptError, VaultError, VaultNotFoundError, VaultReadError
 from vault.commits._gate import gate_arrays
 from vault.format._records import (
     BOUNDS,
@@ -200,7 +200,27 @@ def _reaches(array: Any, length: int) -> bool:
 
 
 def load_manifest(location: Location) -> Manifest:
-    return read_manifest_bytes(location.read(MANIFEST_KEY), str(location))
+    raw = location.read(MANIFEST_KEY)
+    if raw is None:
+        raise no_vault(location)
+    return read_manifest_bytes(raw, str(location))
+
+
+def no_vault(location: Location, more: str = "") -> VaultNotFoundError:
+    """The error for a location with no vault's ``zarr.json`` (``more``: what else is absent).
+
+    On an object store a missing key does not tell a missing bucket from an empty prefix, so
+    one listing of that key is made first: a missing bucket is then named as such (a
+    ``VaultNotFoundError`` that says to create it). A prefix may hold vaults under it: the
+    message says how to list them."""
+    if location.remote:
+        import tensorstore as ts
+
+        with location.failures("read the vault"):
+            here = ts.KvStore.KeyRange(MANIFEST_KEY, f"{MANIFEST_KEY}\0")
+            location.kvstore().list(here).result()
+        more += f"; `vault ls {location}` lists the vaults under it, if any"
+    return VaultNotFoundError(f"no vault at {location} (no {MANIFEST_KEY}){more}")
 
 
 def load_commit(location: Location, manifest: Manifest) -> CommitRecord:

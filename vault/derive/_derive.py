@@ -23,9 +23,11 @@ import numpy as np
 
 from vault._args import callable_arg
 from vault._errors import (
+    VaultAccessError,
     VaultArgumentError,
     VaultError,
     VaultLocationError,
+    VaultNotFoundError,
     VaultReadError,
     VaultStructureError,
 )
@@ -539,6 +541,10 @@ def _write_failure(err: BaseException, target: Location, tmp: Location) -> Vault
     """``err`` as a typed error if a storage failure caused it (a write under ``tmp`` or
     ``target``: named as the destination's; a read elsewhere, of a source: named as such)."""
     cause = err.__cause__ if isinstance(err, VaultError) else err
+    if cause is not None and target.remote:  # an object store's refusal as it words it
+        typed = target.typed_failure(cause, "write the new vault")
+        if isinstance(typed, (VaultAccessError, VaultNotFoundError)):
+            return typed
     found = None if cause is None else failed_os_call(cause)
     if cause is None or found is None:
         return None

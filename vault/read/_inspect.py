@@ -12,6 +12,7 @@ from vault._errors import (
     VaultNotFoundError,
     VaultReadError,
 )
+from vault.commits._snapshot import no_vault
 from vault.format._records import MANIFEST_KEY, leaf_key, read_manifest_bytes
 from vault.storage._kinds import LocationLike, parse_location
 from vault.storage._location import LockHolder, vault_kind
@@ -127,5 +128,5 @@ def break_lock(location: LocationLike) -> bool:
         )
     had = where.break_lock()
     if not had and root is None:
-        raise VaultNotFoundError(f"no vault at {where} (no {MANIFEST_KEY}), and no lock")
+        raise no_vault(where, ", and no lock")
     return had

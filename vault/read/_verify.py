@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -26,7 +27,7 @@ from vault.commits._pins import (
     fingerprint_problem,
     snapshot_for_check,
 )
-from vault.commits._snapshot import storage_failure
+from vault.commits._snapshot import no_vault, storage_failure
 from vault.format import _tags
 from vault.format._episodes import index_expect
 from vault.format._limits import MAX_RECORD_BYTES, indices, max_encoded_bytes
@@ -126,7 +127,7 @@ class _Checker:
     def manifest(self) -> Manifest | None:
         state, doc = self.read_json(MANIFEST_KEY)
         if state == "missing":
-            raise VaultNotFoundError(f"no vault at {self.report.location} (no {MANIFEST_KEY})")
+            raise no_vault(self.location)
         if state == "invalid":
             self.problem(_MANIFEST, f"not valid JSON: {doc}")
             return None
@@ -404,7 +405,7 @@ class _Checker:
                 typed = storage_failure(self.location, err)
                 if typed is not None:  # not the data: the storage would not give it
                     raise typed from err
-                self.problem(place, f"{span}corrupt: {_one_line(err)}")
+                self.problem(place, f"{span}corrupt: its stored bytes do not decode ({_why(err)})")
         self.report.chunks_checked += len(batch)
         self.tick(len(batch))
         batch.clear()
@@ -423,6 +424,13 @@ def _span(arr: _Array, index: tuple[int, ...]) -> str:
 def _one_line(err: BaseException | str) -> str:
     """``err`` on one line, without the spec TensorStore appends to its errors."""
     return " ".join(str(err).split(" [tensorstore_spec=")[0].split())
+
+
+def _why(err: BaseException) -> str:
+    """What TensorStore found wrong with a chunk's bytes, without its status code and the key
+    it read (which on an object store lacks the bucket): the same words on every store."""
+    text = re.sub(r"^[A-Z_]+: ", "", _one_line(err))
+    return re.sub(r'Error reading (local file )?"[^"]*":\s*', "", text) or text
 
 
 def _chunk_index(name: str, encoding: tuple[str, str], counts: list[int]) -> tuple[int, ...] | None:
