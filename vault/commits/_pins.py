@@ -140,10 +140,8 @@ def _parse(snap: Snapshot, pin: Pin) -> tuple[int, str | None, str]:
 
 
 # ----------------------------------------------------------------------------------- tags
-_TAG_RULE = (
-    "1-100 letters, digits, '.', '_' or '-', starting with a letter or '_', and, in any "
-    "letter case, neither 'zarr.json' nor ending in '.__lock'"
-)
+_TAG_RULE = "1-100 letters, digits, '.', '_' or '-', starting with a letter or '_'"
+_TAG_KEPT = "in any letter case, neither 'zarr.json' nor ending in '.__lock' (the store's own)"
 
 
 def _is_tag_name(name: Any) -> bool:
@@ -159,7 +157,8 @@ def _is_tag_name(name: Any) -> bool:
 def check_tag_name(name: Any) -> str:
     if not _is_tag_name(name):
         raise VaultArgumentError(
-            f"a tag name is {_TAG_RULE} (so that it never looks like a commit id), got {name!r}"
+            f"a tag name is {_TAG_RULE} (so that it never looks like a commit id), and "
+            f"{_TAG_KEPT}; got {name!r}"
         )
     return name
 

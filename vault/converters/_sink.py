@@ -2,7 +2,7 @@
 
 The destination is made through the public :class:`~vault.Vault` API at the location's staging
 (``Location.staging``, the mechanism of the derive functions,
-:func:`vault.derive._derive.building`): on a local file system it is built under a hidden temporary
+:func:`vault.derive._checks.building`): on a local file system it is built under a hidden temporary
 name and renamed into place at the end, so an import that fails or is interrupted (Ctrl-C) leaves
 nothing at the destination.
 
@@ -25,7 +25,7 @@ import numpy as np
 
 from vault._args import callable_arg, int_arg
 from vault._errors import VaultArgumentError, VaultDependencyError
-from vault.derive._derive import building
+from vault.derive._checks import building
 from vault.facade._vault import Vault, vault_of_writer
 from vault.storage._kinds import LocationLike, parse_location
 from vault.write._create import create_vault, plan_manifest, publish_manifest

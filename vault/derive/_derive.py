@@ -14,6 +14,7 @@ writing (a full disk, a read-only file system) is a typed error naming the desti
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -23,16 +24,20 @@ import numpy as np
 
 from vault._args import callable_arg
 from vault._errors import (
-    VaultAccessError,
     VaultArgumentError,
-    VaultError,
-    VaultLocationError,
-    VaultNotFoundError,
     VaultReadError,
     VaultStructureError,
 )
 from vault.commits._snapshot import Snapshot
-from vault.dataset._dataset import SHARDS, Dataset, root_json
+from vault.dataset._dataset import SHARDS, Dataset, root_json, shard_manifest
+from vault.derive._checks import (
+    building,
+    destination,
+    in_order,
+    of_this_vault,
+    outside_dataset,
+    span_of,
+)
 from vault.facade._vault import Vault
 from vault.format import _structure
 from vault.format._episodes import EpisodeTable
@@ -41,11 +46,6 @@ from vault.read import _read
 from vault.storage._kinds import LocationLike, parse_location
 from vault.storage._location import (
     Location,
-    failed_os_call,
-    os_failure,
-    reason_of,
-    remedy_of,
-    storage_error,
 )
 from vault.write._create import create_vault, plan_manifest, publish_manifest
 from vault.write._writer import Writer
@@ -113,16 +113,21 @@ def derive_slice(
         stop: timestep after the last (default: the committed length).
         spans: for a dataset, ``{shard: (start, stop)}`` instead of ``start``/``stop``: only
             the named shards, each with its own time range.
-        codec: the new vault's codec, as in :meth:`Vault.create`.
+        codec: the new vault's codec, as in :meth:`Vault.create` (a dataset's shards keep its
+            template's chunks and codecs with ``"auto"``).
         progress: called as ``progress(timesteps copied, total)``.
 
     Returns:
         The new vault, open read-only (a :class:`~vault.Dataset` for a dataset source).
 
     Raises:
-        VaultReadError: rows or a time range that select nothing or lie outside the data.
+        VaultArgumentError: ``spans`` that is not a mapping of shard names to
+            ``(start, stop)`` pairs, or given with ``start``/``stop``.
+        VaultReadError: rows or a time range (a span too) that select nothing or lie outside
+            the data.
         VaultExistsError: something is at ``dest`` already.
-        VaultLocationError: ``dest`` lies inside the source.
+        VaultLocationError: ``dest`` lies inside a source or holds one, or is a shard's place
+            in a dataset (``ROOT/shards/NAME``).
 
     Examples:
         >>> import numpy as np
@@ -145,7 +150,7 @@ def derive_slice(
         if not picked:
             raise VaultReadError("rows selects no row")
         lo, hi = _read.time_range(src, start, stop)
-        target = _destination(dest, [src])
+        target = destination(dest, [src])
         if hi <= lo:
             raise VaultReadError(
                 f"{src.where}: the time range [{lo}, {hi}) selects no timestep (the vault has "
@@ -200,7 +205,7 @@ def _dataset_slice(
             raise VaultArgumentError(
                 f"{dataset.location}: no shards {unknown}; the dataset has {dataset.shards}"
             )
-        ranges = {name: _read.time_range(snaps[name], *spans[name]) for name in spans}
+        ranges = {name: span_of(dataset, snaps[name], name, spans[name]) for name in spans}
     if not ranges:
         raise VaultReadError(f"{dataset.location}: no shard to slice")
     picked = {}
@@ -209,13 +214,7 @@ def _dataset_slice(
         picked[name] = np.arange(src.rows)[_read.row_selection(src, rows)].reshape(-1).tolist()
         if not picked[name]:
             raise VaultReadError(f"rows selects no row of shard {name!r}")
-    target = _destination(dest, list(snaps.values()))
-    root = parse_location(dataset.location)
-    if root.contains(target):
-        raise VaultLocationError(
-            f"{target}: the destination is inside the source dataset {root}; choose a "
-            "destination outside it (nothing was written)"
-        )
+    target = outside_dataset(dataset, destination(dest, list(snaps.values())))
     total, copied = sum(hi - lo for lo, hi in ranges.values()), 0
     with building(target) as tmp:
         held: list[tuple[Location, Manifest]] = []
@@ -223,7 +222,8 @@ def _dataset_slice(
             src, (lo, hi), chosen = snaps[name], ranges[name], picked[name]
             op = {**_slice_op(lo, hi, chosen), "shard": name}
             where = tmp.child(f"{SHARDS}/{name}")
-            with _new_vault(src, where, len(chosen), codec, op, held) as out:
+            like = dataset.template if codec == "auto" else None  # a shard's leaves
+            with _new_vault(src, where, len(chosen), codec, op, held, like) as out:
                 known = _starts_known(src, chosen, lo)
                 copied = _copy(src, out, chosen, lo, hi, known, progress, copied, total)
         for where, manifest in held:
@@ -263,9 +263,11 @@ def derive_episodes(
     Raises:
         VaultArgumentError: ``episodes`` is not an :class:`~vault.EpisodeTable`, or it is
             empty (a selection that no episode passed: nothing is written).
-        VaultReadError: an open episode, one outside the data, or a source without an
-            episode index.
+        VaultReadError: an open episode, one outside the data or not in the source's episode
+            index (a table of another vault or shard), or a source without an episode index.
         VaultExistsError: something is at ``dest`` already.
+        VaultLocationError: ``dest`` lies inside a source or holds one, or is a shard's place
+            in a dataset.
     """
     callable_arg("progress", progress)
     if not isinstance(episodes, EpisodeTable):
@@ -282,38 +284,12 @@ def derive_episodes(
     with _opened(source) as src:
         if src.manifest.episodes is None:
             raise VaultReadError(f"{src.where} has no episode index")
-        table = _ordered(src, episodes)
-        target = _destination(dest, [src])
+        table = of_this_vault(src, in_order(src, episodes))
+        target = destination(dest, [src])
         op = {"op": "episodes", "count": len(table)}
         with building(target) as tmp, _new_vault(src, tmp, 1, codec, op) as out:
             _copy_episodes(src, table, out, True, (0, table.transitions), progress)
     return Vault.open(target)
-
-
-def _ordered(src: Snapshot, episodes: EpisodeTable) -> EpisodeTable:
-    """``episodes`` by start time, then row (``np.lexsort`` sorts by its last key first),
-    checked to lie inside ``src``'s committed data."""
-    table = episodes[np.lexsort((episodes.row, episodes.start))]
-    outside = (
-        (table.row < 0)
-        | (table.row >= src.rows)
-        | (table.start < 0)
-        | (table.length < 1)
-        | (table.start + table.length > src.length)
-    )
-    if outside.any():
-        bad = table[np.flatnonzero(outside)[:3]]
-        shown = ", ".join(
-            f"row {r} [{t}, {t + n})"
-            for r, t, n in zip(
-                bad.row.tolist(), bad.start.tolist(), bad.length.tolist(), strict=True
-            )
-        )
-        raise VaultReadError(
-            f"{int(outside.sum())} episode(s) lie outside the committed data of {src.where} "
-            f"({src.rows} rows x {src.length} timesteps): {shown}"
-        )
-    return table
 
 
 def _dataset_episodes(
@@ -337,11 +313,14 @@ def _dataset_episodes(
             f"{dataset.shards}"
         )
     parts = [
-        (snaps[name], _ordered(snaps[name], episodes[episodes.shard == name]))
+        (
+            snaps[name],
+            of_this_vault(snaps[name], in_order(snaps[name], episodes[episodes.shard == name])),
+        )
         for name in dataset.shards
         if (episodes.shard == name).any()
     ]
-    target = _destination(dest, list(snaps.values()))
+    target = outside_dataset(dataset, destination(dest, list(snaps.values())))
     op = {"op": "episodes", "count": len(episodes), "shards": len(parts)}
     first = next(iter(snaps.values()))
     done = (0, episodes.transitions)
@@ -445,7 +424,7 @@ def combine(
         if problems:
             raise VaultStructureError("the vaults to combine differ", problems)
         total = sum(s.length for s in srcs)
-        target = _destination(dest, srcs)
+        target = destination(dest, srcs)
         # every source in order, each with its own chain (the first's is nested as usual)
         chains = [(s.where, s.manifest.user_metadata.get("derived_from")) for s in srcs]
         op = {
@@ -508,60 +487,6 @@ def _opened(source: Source) -> Iterator[Snapshot]:
         src.close()
 
 
-def _destination(dest: LocationLike, sources: Sequence[Snapshot]) -> Location:
-    """The destination's location, refused (before anything is written) where it lies inside
-    a source: the copy would be written into what it copies."""
-    target = parse_location(dest, argument="dest")
-    for src in sources:
-        if src.location.contains(target):
-            raise VaultLocationError(
-                f"{target}: the destination is inside the source vault {src.where}; choose a "
-                "destination outside every source (nothing was written)"
-            )
-    return target
-
-
-@contextlib.contextmanager
-def building(target: Location) -> Iterator[Location]:
-    """``target.staging()``, where a storage failure while the new vault is built is an error
-    naming ``target`` (the staged copy is removed: nothing is left there)."""
-    staged: list[Location] = []
-    try:
-        with target.staging() as tmp:
-            staged.append(tmp)
-            yield tmp
-    except (OSError, ValueError, VaultError) as err:
-        typed = _write_failure(err, target, staged[0] if staged else target)
-        if typed is None:
-            raise
-        raise typed from err
-
-
-def _write_failure(err: BaseException, target: Location, tmp: Location) -> VaultError | None:
-    """``err`` as a typed error if a storage failure caused it (a write under ``tmp`` or
-    ``target``: named as the destination's; a read elsewhere, of a source: named as such)."""
-    cause = err.__cause__ if isinstance(err, VaultError) else err
-    if cause is not None and target.remote:  # an object store's refusal as it words it
-        typed = target.typed_failure(cause, "write the new vault")
-        if isinstance(typed, (VaultAccessError, VaultNotFoundError)):
-            return typed
-    found = None if cause is None else failed_os_call(cause)
-    if cause is None or found is None:
-        return None
-    code, path = found
-    staged, final = str(tmp).rstrip("/"), str(target).rstrip("/")
-    if path is not None and (path == staged or path.startswith(f"{staged}/")):
-        path = final + path[len(staged) :]
-    elif path is not None and not (path == final or path.startswith(f"{final}/")):
-        return storage_error(cause, None, None)  # not the destination's (a source's read)
-    place = f" at {path}" if path and path != final else ""
-    return os_failure(
-        code,
-        f"{final}: cannot write the new vault: {reason_of(code)}{place}; nothing was left at "
-        f"{final}; {remedy_of(code)}",
-    )
-
-
 @contextlib.contextmanager
 def _new_vault(
     src: Snapshot,
@@ -570,13 +495,14 @@ def _new_vault(
     codec: str | None,
     op: dict[str, Any],
     held: list[tuple[Location, Manifest]] | None = None,
+    like: Manifest | None = None,
 ) -> Iterator[Writer]:
     """The writer of a new vault at ``location`` shaped like ``src``; closed (its lock
     released) when the block ends, however it ends, and then published: its manifest
     written, or, given ``held``, added there for the caller to publish later (the shards of
     a dataset, each published only once all are copied: where a build cannot be staged and
     renamed, a killed build must leave no shard that reads as a vault)."""
-    out = _create_like(src, location, rows, codec, op)
+    out = _create_like(src, location, rows, codec, op, like)
     try:
         yield out
     except BaseException:
@@ -591,12 +517,18 @@ def _new_vault(
 
 
 def _create_like(
-    src: Snapshot, location: Location, rows: int, codec: str | None, op: dict[str, Any]
+    src: Snapshot,
+    location: Location,
+    rows: int,
+    codec: str | None,
+    op: dict[str, Any],
+    like: Manifest | None = None,
 ) -> Writer:
+    """A new vault shaped like ``src`` with ``rows`` rows, its metadata's ``derived_from``
+    saying ``op``; given ``like`` (a dataset's template), its leaves' chunks and codecs are
+    the template's, as a shard's of that dataset are (format section 5.2)."""
     manifest = src.manifest
-    example = _structure.build(
-        manifest.structure, [np.zeros(leaf.shape, np.dtype(leaf.dtype)) for leaf in manifest.leaves]
-    )
+    example = _tree(src, [np.zeros(leaf.shape, np.dtype(leaf.dtype)) for leaf in manifest.leaves])
     leaves = manifest.episodes
     metadata = dict(manifest.user_metadata)
     # where this vault comes from; a source derived itself keeps its own record inside
@@ -615,6 +547,8 @@ def _create_like(
         metadata=metadata,
         episodes=leaves.as_dict() if leaves is not None else {},
     )
+    if like is not None:
+        planned = dataclasses.replace(planned, leaves=shard_manifest(like, rows).leaves)
     return create_vault(location, planned, publish=False)
 
 
@@ -660,7 +594,9 @@ def _leaves(src: Snapshot, rows: list[int] | None, start: int, stop: int) -> lis
 
 
 def _tree(src: Snapshot, arrays: list[np.ndarray]) -> Any:
-    return _structure.build(src.manifest.structure, arrays)
+    """``arrays`` (in ``src``'s leaf order) as a tree of ``src``'s containers, whether or not
+    this process has imported their classes."""
+    return _structure.Stored(src.manifest.structure, arrays)
 
 
 def _incompatible(a: Snapshot, b: Snapshot) -> list[str]:

@@ -80,8 +80,23 @@ def _is_namedtuple(obj: Any) -> bool:
     return isinstance(obj, tuple) and hasattr(type(obj), "_fields")
 
 
+class Stored:
+    """A tree known by its stored description alone: ``node`` (a manifest's ``structure``) and
+    its leaves in that order. :func:`describe` gives ``node`` back and :func:`leaves` the
+    values, so a vault's data is copied into another vault with the source's containers even
+    where this process has not imported their classes (rebuilt, they would be dicts, whose
+    leaves are in another order)."""
+
+    __slots__ = ("node", "values")
+
+    def __init__(self, node: dict[str, Any], values: list[Any]) -> None:
+        self.node, self.values = node, values
+
+
 def describe(tree: Any, path: str = "", depth: int = 0) -> dict[str, Any]:
     """The JSON description of ``tree``'s containers (leaves are anything array-like)."""
+    if isinstance(tree, Stored):
+        return tree.node
     where = path or "<root>"
     if depth > MAX_STRUCTURE_DEPTH:
         raise VaultStructureError(
@@ -161,6 +176,8 @@ def leaf_names(node: dict[str, Any], prefix: str = "") -> list[str]:
 
 def leaves(tree: Any, node: dict[str, Any]) -> list[Any]:
     """The leaves of ``tree`` in ``node``'s order (``tree`` must have that structure)."""
+    if isinstance(tree, Stored):
+        return list(tree.values)
     kind = node["kind"]
     if kind == "leaf":
         return [tree]

@@ -123,11 +123,8 @@ class WriterLock(Protocol):
     fences: bool
 
     def release(self) -> None: ...
-
     def check(self) -> None: ...
-
     def replace(self, key: str, value: bytes) -> None: ...
-
     def fence(self, key: str, rewrite: Callable[[bytes | None], bytes]) -> bytes | None: ...
 
 
@@ -446,14 +443,17 @@ class Location(abc.ABC):
 
         A vault's: a commit record without a manifest, and no writer at work. A dataset's:
         shards without the dataset's root ``zarr.json`` (which a dataset's creator writes
-        first, and a derive last), none with a writer at work.
+        first, and a derive last), none with a writer at work and none a whole vault (a derive
+        publishes its shards' manifests only once every shard is copied).
         """
         if self.read(MANIFEST_KEY) is not None:
             return False
         if self.read(COMMIT_KEY) is not None:
             return self.lock_holder() is None
-        names = _shard_build(self)
-        return bool(names) and all(self.child(f"{SHARDS}/{n}").lock_holder() is None for n in names)
+        shards = [self.child(f"{SHARDS}/{n}") for n in _shard_build(self)]
+        return bool(shards) and all(
+            s.lock_holder() is None and s.read(MANIFEST_KEY) is None for s in shards
+        )
 
     def clear(self) -> None:
         """Remove everything stored under the root: what a create that failed half-way left.
