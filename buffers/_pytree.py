@@ -31,6 +31,59 @@ class Replaceable:
         """
         return dataclasses.replace(self, **changes)
 
+    # Read as a mapping of its fields, as the reference's ``chex.dataclass`` containers are
+    # (``state["current_index"]``, ``state.keys()``, ``dict(**state)``, ``"is_full" in
+    # state``). Not a ``collections.abc.Mapping``: its equality and hash stay the dataclass's,
+    # and JAX flattens it by its pytree registration, never as a mapping.
+    def keys(self) -> list[str]:
+        """Returns the field names, in order."""
+        return [f.name for f in dataclasses.fields(self)]
+
+    def values(self) -> list[Any]:
+        """Returns the field values, in field order."""
+        return [getattr(self, name) for name in self.keys()]
+
+    def items(self) -> list[tuple[str, Any]]:
+        """Returns ``(name, value)`` for every field, in order."""
+        return [(name, getattr(self, name)) for name in self.keys()]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """Returns field ``name``'s value, or ``default`` when there is no such field.
+
+        Args:
+            name: a field name.
+            default: what to return for a name that is not a field.
+        """
+        return getattr(self, name) if name in self.keys() else default
+
+    def __getitem__(self, name: str) -> Any:
+        if not isinstance(name, str) or name not in self.keys():
+            raise KeyError(name)
+        return getattr(self, name)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in self.keys()
+
+    def __iter__(self) -> Any:
+        return iter(self.keys())
+
+    def __len__(self) -> int:
+        return len(dataclasses.fields(self))
+
+    def to_tuple(self) -> tuple[Any, ...]:
+        """Returns the field values as a tuple, in field order (as the reference's)."""
+        return tuple(self.values())
+
+    @classmethod
+    def from_tuple(cls, values: tuple[Any, ...]) -> Self:
+        """Returns the container of ``values``, given in field order (see :meth:`to_tuple`).
+
+        Args:
+            values: one value per field.
+        """
+        names = [f.name for f in dataclasses.fields(cls)]
+        return cls(**dict(zip(names, values, strict=True)))
+
 
 R = TypeVar("R", bound=Replaceable)
 

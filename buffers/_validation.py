@@ -36,6 +36,7 @@ from buffers._errors import (
     LeafMismatch,
     PriorityError,
 )
+from buffers._pytree import Replaceable
 
 MAX_TIME_AXIS = 1 << 30
 MAX_ITEMS = 1 << 30
@@ -489,6 +490,12 @@ def check_sample_nbytes(experience: Any, items: int, length: int, what: str, siz
 def check_state(state: Any, fields: Sequence[str], kind: str, what: str) -> None:
     """``state`` must have ``fields`` (duck-typed, so hand-built states work)."""
     missing = [f for f in fields if not hasattr(state, f)]
+    if missing and isinstance(state, dict) and all(f in state for f in fields):
+        raise ArgumentTypeError(
+            f"{what}: `state` must be a {kind} (from this buffer's `init`), got a dict with "
+            "its fields (what orbax restores without a target): restore it with the "
+            "target `buffer.init(example)`, as docs/guides/flashbax-checkpoints.md shows"
+        )
     if missing:
         raise ArgumentTypeError(
             f"{what}: `state` must be a {kind} (from this buffer's `init`), got "
@@ -584,7 +591,8 @@ def check_priorities(indices: Any, priorities: Any, n_items: int) -> tuple[Any, 
 
 
 def as_list(name: str, value: Any) -> list[Any]:
-    """A sequence argument as a list (a mapping, a string or a single object is refused)."""
-    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+    """A sequence argument as a list (a mapping, a string or a single object, a buffer or a
+    state among them, is refused)."""
+    if isinstance(value, (str, bytes, Mapping, Replaceable)) or not isinstance(value, Iterable):
         raise ArgumentTypeError(f"`{name}` must be a list or tuple, got {describe(value)}")
     return list(value)

@@ -507,6 +507,13 @@ CATALOGUE = [
         "no experience",
     ),
     Bad(
+        "sample-a-state-restored-as-a-dict",  # orbax's restore without a target
+        lambda: traj().sample(dict(traj_state().items()), KEY),
+        ArgumentTypeError,
+        "got a dict with its fields (what orbax restores without a target): restore it with "
+        "the target `buffer.init(example)`",
+    ),
+    Bad(
         "sample-trajectory-state-from-prioritised",
         lambda: prio().sample(traj_state(), KEY),
         ArgumentTypeError,
