@@ -29,6 +29,10 @@ def kind(value: Any) -> str:
     return f"{value!r} ({article} {name})"
 
 
+INT64_MAX = (1 << 63) - 1
+NAME_MAX, PATH_MAX = 255, 4095  # bytes of a file's name, and of a path (Linux)
+
+
 def index_arg(name: str, value: Any) -> int:
     """``value`` as a Python int: ints, numpy integers and 0-d integer arrays; never a bool, a
     float (``2.0`` included) or a string."""
@@ -52,6 +56,8 @@ def int_arg(
         raise VaultArgumentError(f"{name} must be an int >= {minimum}, got {kind(value)}") from None
     if number < minimum:
         raise error(f"{name} must be an int >= {minimum}, got {value!r}")
+    if number > INT64_MAX:  # past any count or place numpy (and a vault) can hold
+        raise error(f"{name} must be at most {INT64_MAX} (2**63 - 1), got {value!r}")
     return number
 
 
@@ -82,7 +88,25 @@ def path_arg(name: str, value: Any, what: str = "a path") -> str:
     text = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
     if not isinstance(text, str):
         raise VaultArgumentError(f"{name}: expected {what} (a str or path), got {kind(value)}")
+    if "\0" in text:
+        raise VaultArgumentError(f"{name}: expected {what}, got {text!r}, which holds a NUL")
+    longest = max((len(os.fsencode(part)) for part in text.split("/")), default=0)
+    if "://" not in text and (longest > NAME_MAX or len(os.fsencode(text)) > PATH_MAX):
+        raise VaultArgumentError(
+            f"{name}: expected {what}, got a path of {len(text)} characters that no file "
+            f"system holds (a name is at most {NAME_MAX} bytes, a path {PATH_MAX})"
+        )
     return text
+
+
+def str_arg(name: str, value: Any, optional: bool = False) -> Any:
+    """``value`` as a str (None too, with ``optional``): a name, a mode or a leaf path. A
+    wrong type is :class:`VaultArgumentError` naming the argument (an array would otherwise
+    meet ``in`` and ``==`` tests with numpy's semantics)."""
+    if isinstance(value, str) or (optional and value is None):
+        return value
+    expected = "a str or None" if optional else "a str"
+    raise VaultArgumentError(f"{name} must be {expected}, got {kind(value)}")
 
 
 def callable_arg(name: str, value: Any) -> Any:

@@ -326,7 +326,7 @@ CASES = [
          "percentiles must be a pair (a, b), got 'ab'"),
     # ---------------------------------------------------------------- reads: capacity, leaves
     Case("read-capacity-zero", lambda c: c.r.read(capacity=0), VaultReadError,
-         "capacity must be >= 1 (and the read non-empty), got 0"),
+         "capacity must be >= 1, got 0"),
     Case("read-capacity-float", lambda c: c.r.read(capacity=2.5), VaultArgumentError,
          "capacity must be an int, got 2.5 (a float)"),
     Case("read-capacity-petabytes", lambda c: c.r.read(capacity=PB), VaultReadError,

@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from vault._args import path_arg
+from vault._args import kind, path_arg, str_arg
 from vault._errors import (
     VaultArgumentError,
     VaultCorruptError,
@@ -353,8 +353,22 @@ def export_minari(
         VaultDependencyError: minari is missing (``pip install "rlvault[minari]"``).
     """
     block_bytes = check_common(block_bytes, progress)
-    if data_format not in FORMATS:
+    if not isinstance(data_format, str) or data_format not in FORMATS:
         raise VaultArgumentError(f"data_format must be one of {list(FORMATS)}, got {data_format!r}")
+    for arg, leaf, optional in (
+        ("observations", observations, False),
+        ("next_observations", next_observations, False),
+        ("actions", actions, False),
+        ("rewards", rewards, True),
+        ("terminations", terminations, True),
+        ("truncations", truncations, True),
+    ):
+        str_arg(arg, leaf, optional)
+    if root is not None:
+        root = path_arg("root", root, "a folder")
+    for arg, given in (("observation_space", observation_space), ("action_space", action_space)):
+        if given is not None and not hasattr(given, "contains"):  # not a Gymnasium space
+            raise VaultArgumentError(f"{arg} must be a Gymnasium space or None, got {kind(given)}")
     minari = require("minari", "minari", "minari")
     from minari.data_collector.episode_buffer import EpisodeBuffer
     from minari.dataset.minari_dataset import parse_dataset_id

@@ -173,7 +173,7 @@ def import_rlds(
     fails or is interrupted.
     """
     block_bytes = check_common(block_bytes, progress)
-    if jpeg not in JPEG_MODES:
+    if not isinstance(jpeg, str) or jpeg not in JPEG_MODES:
         raise VaultArgumentError(f"jpeg must be one of {list(JPEG_MODES)}, got {jpeg!r}")
     if files is not None and not shards:
         raise VaultArgumentError("files= selects the files of a split for shards=True")

@@ -47,7 +47,7 @@ from vault.storage._kinds import LocationLike, parse_location
 from vault.storage._location import (
     Location,
 )
-from vault.write._create import create_vault, plan_manifest, publish_manifest
+from vault.write._create import check_codec, create_vault, plan_manifest, publish_manifest
 from vault.write._writer import Writer
 
 BLOCK_BYTES = 64 << 20
@@ -140,6 +140,7 @@ def derive_slice(
         (2, 4)
     """
     callable_arg("progress", progress)
+    check_codec(codec, None)  # before anything is made, its folder included
     if isinstance(source, Dataset):
         return _dataset_slice(source, dest, rows, start, stop, spans, codec, progress)
     if spans is not None:
@@ -270,6 +271,7 @@ def derive_episodes(
             in a dataset.
     """
     callable_arg("progress", progress)
+    check_codec(codec, None)  # before anything is made, its folder included
     if not isinstance(episodes, EpisodeTable):
         raise VaultArgumentError(f"episodes must be an EpisodeTable, got {type(episodes).__name__}")
     if len(episodes) == 0:
@@ -415,6 +417,7 @@ def combine(
             "(wrap a single source in a list: combine([a, b], dest))"
         )
     callable_arg("progress", progress)
+    check_codec(codec, None)  # before anything is made, its folder included
     if not sources:
         raise VaultReadError("combine needs at least one source")
     with contextlib.ExitStack() as stack:

@@ -116,9 +116,14 @@ class EpisodeMethods:
         snap = self.snapshot
         lo, hi = _read.time_range(snap, start, stop)
         length = hi - lo
+        if length < 1:
+            raise VaultReadError(
+                f"the time range selects no timestep ([{lo}, {hi}) of {snap.length}): give start, "
+                "stop or last that select at least one"
+            )
         cap = length if capacity is None else index_arg("capacity", capacity)
         if cap < 1:
-            raise VaultReadError(f"capacity must be >= 1 (and the read non-empty), got {cap}")
+            raise VaultReadError(f"capacity must be >= 1, got {cap}")
         held = hi - min(cap, length)  # the first timestep the state holds
         seams = [s for s in snap.commit.seams if held <= s.at < hi]
         # where the episode going on has no known start: after lost timesteps, or where the

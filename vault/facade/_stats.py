@@ -135,6 +135,9 @@ class _Accumulator:
         )
 
 
+MAX_BLOCKS = 1 << 24  # the block edges time_blocks lists (128 MiB of Python ints)
+
+
 def time_blocks(length: int, chunk_time: int, step_bytes: int, block_bytes: int) -> list[int]:
     """Block edges along time for reading a leaf in bounded memory.
 
@@ -161,6 +164,11 @@ def time_blocks(length: int, chunk_time: int, step_bytes: int, block_bytes: int)
     step_bytes = int_arg("step_bytes", step_bytes, 0)
     block_bytes = int_arg("block_bytes", block_bytes, 1)
     per_block = _per_block(chunk_time, step_bytes, block_bytes)
+    if length // per_block > MAX_BLOCKS:
+        raise VaultArgumentError(
+            f"length={length} makes {length // per_block} blocks of {per_block} timesteps, "
+            f"more than {MAX_BLOCKS}: give a larger block_bytes (or a smaller length)"
+        )
     edges = [*range(0, length, per_block), length]
     return edges if length else [0]
 

@@ -214,7 +214,7 @@ class Vault(EpisodeMethods, ReadMethods, WriteMethods, CommitMethods):
 
     @classmethod
     def _open(cls, location: LocationLike, mode: str, lazy_lock: bool) -> Vault:
-        if mode not in ("r", "a"):
+        if not isinstance(mode, str) or mode not in ("r", "a"):
             raise VaultArgumentError(f"mode must be 'r' or 'a', got {mode!r}")
         where = parse_location(location)
         snap = load_snapshot(where, writable=mode == "a")

@@ -130,7 +130,7 @@ class EpisodeTable:
         descending = bool_arg("descending", descending)
         columns = {"return": self.returns, "length": self.length, "row": self.row}
         columns["start"] = self.start
-        if by not in columns:
+        if not isinstance(by, str) or by not in columns:
             raise VaultArgumentError(f"sort by one of {sorted(columns)}, got {by!r}")
         key = columns[by].astype(np.float64)
         key = np.where(np.isnan(key), -np.inf if descending else np.inf, key)
@@ -268,6 +268,11 @@ class EpisodeTable:
         Args:
             tables: the tables (a shard column only when every one has it).
         """
+        if isinstance(tables, EpisodeTable) or not isinstance(tables, (list, tuple)):
+            raise VaultArgumentError(
+                "concat: tables must be a list or tuple of EpisodeTable, got "
+                f"{type(tables).__name__}"
+            )
         tables = list(tables)
         for t in tables:
             if not isinstance(t, EpisodeTable):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from vault._args import bool_arg
+from vault._args import bool_arg, str_arg
 from vault._errors import (
     VaultLocationError,
     VaultNotFoundError,
@@ -93,7 +93,7 @@ def disk_usage(location: LocationLike | Any, leaf: str | None = None) -> int | N
         raw = where.read(MANIFEST_KEY)
         if raw is None:
             raise VaultNotFoundError(f"no vault or dataset at {where} (no {MANIFEST_KEY})")
-    if leaf is not None:
+    if str_arg("leaf", leaf, optional=True) is not None:
         names = (manifest or read_manifest_bytes(raw, str(where))).leaf_names
         if leaf not in names:
             raise VaultReadError(f"{where}: no leaf {leaf!r}; the leaves are {names}")

@@ -187,9 +187,11 @@ def leaves_of(names: list[str], where: str, leaves: Sequence[str] | None) -> lis
     if leaves is None:
         return names
     if isinstance(leaves, (str, bytes)):
+        text = leaves.decode(errors="replace") if isinstance(leaves, bytes) else leaves
+        what = "bytes" if isinstance(leaves, bytes) else "string"
         raise VaultArgumentError(
-            f"leaves must be a list of leaf paths, got the string {leaves!r}; write "
-            f"leaves=[{leaves!r}]"
+            f"leaves must be a list of leaf paths, got the {what} {leaves!r}; write "
+            f"leaves=[{text!r}]"
         )
     try:
         wanted = list(leaves)
@@ -481,9 +483,14 @@ def read_state(
     rows, leaves = once(rows), once(leaves)
     wanted, selected = views(snap, rows, lo, hi, leaves, edge_later=True)
     length = hi - lo
+    if length < 1:
+        raise VaultReadError(
+            f"the time range selects no timestep ([{lo}, {hi}) of {snap.length}): give start, "
+            "stop or last that select at least one"
+        )
     cap = length if capacity is None else index_arg("capacity", capacity)
     if cap < 1:
-        raise VaultReadError(f"capacity must be >= 1 (and the read non-empty), got {cap}")
+        raise VaultReadError(f"capacity must be >= 1, got {cap}")
     check_read_size(selected, cap, f"a state of capacity {cap}", "give a smaller capacity")
     keep = min(cap, length)
     items = [

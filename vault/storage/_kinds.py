@@ -117,7 +117,8 @@ def parse_location(
         text = os.fspath(location)
     except TypeError:
         raise VaultLocationError(
-            f"a vault location is a path, a URL or a kvstore spec, got {type(location).__name__}"
+            f"{argument}: a vault location is a path, a URL or a kvstore spec, got "
+            f"{type(location).__name__}"
         ) from None
     if not isinstance(text, str):
         raise VaultLocationError(

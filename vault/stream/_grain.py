@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import collections
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -256,9 +256,23 @@ def grain_source(
         listed = list(vaults) if isinstance(vaults, (list, tuple)) else [vaults]
     # a Vault gives the snapshot it reads now; anything else is checked by sources_arg
     snaps = [v if isinstance(v, Snapshot) else getattr(v, "snapshot", v) for v in listed]
+    try:
+        checked = sources_arg(snaps)
+    except VaultArgumentError as err:
+        raise VaultArgumentError(
+            f"vaults must be a Vault, a Snapshot, a sequence of them (of one structure) or a "
+            f"Dataset; open a location first (Vault.open(path)): {err}"
+        ) from None
+    if leaves is not None:
+        _read.leaves_of(checked[0].names, checked[0].where, leaves)
+    if storage is not None and not isinstance(storage, Mapping):
+        raise VaultArgumentError(
+            f"storage must be a mapping of settings (as Vault.open takes) or None, got "
+            f"{kind(storage)}"
+        )
     seq = int_arg("sequence_length", sequence_length, 1, VaultReadError)
     source = VaultWindows(
-        sources_arg(snaps),
+        checked,
         seq,
         stride=int_arg("stride", stride, 1, VaultReadError),
         rows=rows,

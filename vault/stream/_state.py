@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from vault._args import int_arg
 from vault._errors import VaultArgumentError
 from vault.commits._pins import at_pin, commit_id
 from vault.commits._snapshot import Snapshot, load_snapshot
@@ -78,7 +79,11 @@ class SavedStream(NamedTuple):
 
 def read_state(state: Any) -> SavedStream:
     """``state`` checked and read (either format); VaultArgumentError names what is wrong."""
-    if not isinstance(state, dict) or state.get("format") not in _FORMATS:
+    if (
+        not isinstance(state, dict)
+        or not isinstance(state.get("format"), str)
+        or (state["format"] not in _FORMATS)
+    ):
         raise VaultArgumentError(
             f"not a stream state (expected a dict with format {STATE_FORMAT!r}, as "
             "DatasetStream.state() returns), got "
@@ -88,22 +93,31 @@ def read_state(state: Any) -> SavedStream:
                 else type(state).__name__
             )
         )
-    try:
+    key = "format"
+    try:  # each field read in turn, so that an error names the one that is bad
         if state["format"] == _FORMATS[0]:
+            key = "location"
             sources = [{"location": state["location"], "commit": state["commit"]}]
         else:
+            key = "sources"
             sources = [dict(s) for s in state["sources"]]
         pins = [(str(s["location"]), str(s["commit"])) for s in sources]
+        key = "args"
         args = dict(state["args"])
-        epoch, batch = int(state["epoch"]), int(state["batch"])
-        if epoch < 0 or batch < 0:
-            raise ValueError(f"position: epoch {epoch}, batch {batch} (each must be >= 0)")
-        count = int(args.pop("process_count", 1))
+        key = "epoch"
+        epoch = int_arg("epoch", state["epoch"], 0)
+        key = "batch"
+        batch = int_arg("batch", state["batch"], 0)
+        key = "args"
+        count = int_arg("process_count", args.pop("process_count", 1), 1)
         missing = [n for n in ("sample_batch_size", "sequence_length") if n not in args]
         if missing:
-            raise KeyError(f"args {missing[0]!r}")
+            raise KeyError(missing[0])
+    except VaultArgumentError as err:
+        raise VaultArgumentError(f"a stream state's {key!r} is bad: {err}") from None
     except (KeyError, TypeError, ValueError) as err:
-        raise VaultArgumentError(f"a stream state is missing or has a bad {err}") from None
+        what = f"has no {err}" if isinstance(err, KeyError) else f"is bad ({err})"
+        raise VaultArgumentError(f"a stream state's {key!r} {what}") from None
     rows = args.get("rows")
     if isinstance(rows, dict) and "slice" in rows:
         args["rows"] = slice(*rows["slice"])

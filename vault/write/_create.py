@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from vault._args import human_bytes, index_arg, int_arg, kind
+from vault._args import human_bytes, index_arg, int_arg, kind, str_arg
 from vault._errors import (
     VaultArgumentError,
     VaultExistsError,
@@ -504,6 +504,8 @@ def _episode_leaves(
     episodes: dict[str, str | None], names: list[str], values: list[Any], skip: int
 ) -> EpisodeLeaves | None:
     """The episode leaves, or None; every named leaf must be a scalar leaf."""
+    for role, name in episodes.items():
+        str_arg(f"{role}_leaf", name, optional=True)
     done = episodes.get("done")
     if done is None:
         extra = [k for k, v in episodes.items() if v is not None]

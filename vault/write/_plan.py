@@ -10,6 +10,7 @@ every bad leaf.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import dataclasses
@@ -278,12 +279,15 @@ def first_leaf(tree: Any) -> Any:
     typed error) is walked by jax, which is loaded already wherever such a class exists."""
     try:
         leaves = _structure.leaves(tree, _structure.describe(tree))
-    except VaultStructureError:
+    except VaultStructureError as err:
         if "jax" not in sys.modules:
             raise
         import jax
 
-        leaves = jax.tree_util.tree_leaves(tree)
+        try:
+            leaves = jax.tree_util.tree_leaves(tree)
+        except Exception:  # jax cannot walk it either (int and str dict keys): ours says why
+            raise err from None
     if not leaves:
         raise VaultStructureError("the experience has no array leaves")
     return leaves[0]
@@ -295,45 +299,85 @@ def check_leaves(manifest: Manifest, view: BufferView | ArraysView, where: str) 
         node = _structure.describe(view.experience)
     except VaultStructureError as err:
         raise VaultStructureError(f"{where}: {err}") from None
+    given = dict(
+        zip(_structure.leaf_names(node), _structure.leaves(view.experience, node), strict=True)
+    )
+    differ = []
     if node != manifest.structure:
         stored = set(manifest.leaf_names)
-        given = set(_structure.leaf_names(node))
-        differ = [f"experience/{n}: missing from the state" for n in sorted(stored - given)]
-        differ += [f"experience/{n}: not in the vault" for n in sorted(given - stored)]
+        differ += [f"experience/{n}: missing from the state" for n in sorted(stored - set(given))]
+        differ += [f"experience/{n}: not in the vault" for n in sorted(set(given) - stored)]
         if not differ:
             differ = ["container types differ from the vault's structure"]
+    problems = _leaf_problems(manifest, view, given)
+    if differ:  # every bad leaf at once: the structure's and the leaves' that are there
         raise VaultStructureError(
-            f"{where}: the state's structure differs from the vault's; nothing written", differ
+            f"{where}: the state's structure differs from the vault's; nothing written",
+            differ + problems,
         )
-    values = _structure.leaves(view.experience, node)
-    problems = []
-    rows = manifest.rows
-    if view.rows != rows:
-        problems.append(f"rows: expected {rows}, got {view.rows}")
-    for leaf, value in zip(manifest.leaves, values, strict=True):
-        shape = tuple(int(d) for d in value.shape[view.stack + 2 :])
-        dtype = np.dtype(value.dtype).name
-        lead = tuple(int(d) for d in value.shape[: view.stack + 2])
-        if (
-            len(lead) < view.stack + 2
-            or lead[-1] != view.time_len
-            or math.prod(lead[:-1]) != (view.rows)
-        ):
-            problems.append(
-                f"experience/{leaf.name}: leading axes {list(lead)} disagree with the first "
-                f"leaf's [rows={view.rows}, time={view.time_len}]"
-            )
-        elif shape != leaf.shape or dtype != leaf.dtype:
-            expected = ", ".join(map(str, (rows, "T", *leaf.shape)))
-            got = ", ".join(map(str, (view.rows, "T", *shape)))
-            problems.append(
-                f"experience/{leaf.name}: expected [{expected}] {leaf.dtype}, got [{got}] {dtype}"
-            )
     if problems:
         raise VaultStructureError(
             f"{where}: the state does not match the vault; nothing written", problems
         )
-    return values
+    return [given[name] for name in manifest.leaf_names]
+
+
+def _leaf_problems(
+    manifest: Manifest, view: BufferView | ArraysView, given: dict[str, Any]
+) -> list[str]:
+    """What is wrong with each leaf of ``given`` (by path) that the vault has: not an array,
+    leading axes other than the vault's rows and the time length most leaves agree on, or
+    another per-timestep shape or dtype."""
+    rows, stack = manifest.rows, view.stack
+    leads = {
+        name: tuple(int(d) for d in value.shape[: stack + 2])
+        for name, value in given.items()
+        if _is_array(value) and len(value.shape) >= stack + 2
+    }
+    times = collections.Counter(lead[-1] for lead in leads.values())
+    time = (
+        view.time_len
+        if times[view.time_len] == max(times.values(), default=0)
+        else times.most_common(1)[0][0]
+    )
+    counts = {math.prod(lead[:-1]) for lead in leads.values()}
+    problems = []
+    if len(counts) == 1 and rows not in counts:  # every leaf alike: one problem, the rows
+        rows = counts.pop()
+        problems.append(f"rows: expected {manifest.rows}, got {rows}")
+    for leaf in manifest.leaves:
+        if leaf.name not in given:
+            continue
+        value = given[leaf.name]
+        expected = ", ".join(map(str, (manifest.rows, "T", *leaf.shape)))
+        if not _is_array(value):
+            problems.append(
+                f"experience/{leaf.name}: expected an array [{expected}] {leaf.dtype}, got "
+                f"{type(value).__name__}"
+            )
+            continue
+        lead = leads.get(leaf.name)
+        if lead is None or lead[-1] != time or math.prod(lead[:-1]) != rows:
+            problems.append(
+                f"experience/{leaf.name}: leading axes {list(value.shape[: stack + 2])}, "
+                f"expected [rows={rows}, time={time}] (the vault's rows; the time most leaves "
+                "have)"
+            )
+            continue
+        shape = tuple(int(d) for d in value.shape[stack + 2 :])
+        dtype = np.dtype(value.dtype).name
+        if shape != leaf.shape or dtype != leaf.dtype:
+            got = ", ".join(map(str, (rows, "T", *shape)))
+            problems.append(
+                f"experience/{leaf.name}: expected [{expected}] {leaf.dtype}, got [{got}] {dtype}"
+            )
+    return problems
+
+
+def _is_array(value: Any) -> bool:
+    """A leaf with data: a numpy or JAX array (not a Python number, nor a shape-only
+    ``jax.ShapeDtypeStruct``)."""
+    return hasattr(value, "shape") and hasattr(value, "dtype") and hasattr(value, "__array__")
 
 
 def same_buffer(
