@@ -86,8 +86,10 @@ def make_prioritised_flat_buffer(
         add_sequences: ``add`` takes a time axis rather than one timestep.
         add_batch_size: rows added per ``add`` call (``None``: one timestep, no batch axis).
         priority_exponent: alpha of the PER paper, in [0, 1].
-        device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
-            level.
+        device: ``"cpu"`` updates the sum tree leaf by leaf where JAX's backend is the CPU;
+            ``"gpu"``/``"tpu"``, or any ``device`` traced for an accelerator backend, level by
+            level (the same tree). Another name warns and means ``"cpu"``, as the reference's
+            does.
         reference_exact: reproduce Flashbax 0.1.3's prioritised draws bit for bit (opt-in).
 
     Returns:

@@ -45,8 +45,10 @@ def make_prioritised_item_buffer(
         add_batches: ``add`` takes a leading axis of items (with ``add_sequences`` too: two
             axes, folded into one).
         priority_exponent: alpha of the PER paper, in [0, 1].
-        device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
-            level.
+        device: ``"cpu"`` updates the sum tree leaf by leaf where JAX's backend is the CPU;
+            ``"gpu"``/``"tpu"``, or any ``device`` traced for an accelerator backend, level by
+            level (the same tree). Another name warns and means ``"cpu"``, as the reference's
+            does.
         reference_exact: reproduce Flashbax 0.1.3's prioritised draws bit for bit (opt-in).
 
     Returns:

@@ -352,8 +352,10 @@ def set_priorities(
         indices: item indices from a sample's ``indices``.
         priorities: new priorities, shaped like ``indices`` (or one number for all of them).
         priority_exponent: alpha of the PER paper, in [0, 1].
-        device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
-            level.
+        device: ``"cpu"`` updates the sum tree leaf by leaf where JAX's backend is the CPU;
+            ``"gpu"``/``"tpu"``, or any ``device`` traced for an accelerator backend, level by
+            level (the same tree). Another name warns and means ``"cpu"``, as the reference's
+            does.
         sample_sequence_length: the buffer's sequence length (which windows are valid).
             Called as the reference's module function (without it), windows of 1 are
             assumed: give the buffer's, or use its bound ``set_priorities``, so that no
@@ -616,8 +618,10 @@ def make_prioritised_trajectory_buffer(
         max_size: total timesteps (give this or ``max_length_time_axis``).
         max_length_time_axis: time-axis length ``T``.
         priority_exponent: alpha of the PER paper, in [0, 1].
-        device: ``"cpu"`` updates the sum tree leaf by leaf; ``"gpu"``/``"tpu"`` level by
-            level for the whole batch.
+        device: ``"cpu"`` updates the sum tree leaf by leaf where JAX's backend is the CPU;
+            ``"gpu"``/``"tpu"``, or any ``device`` traced for an accelerator backend, level by
+            level for the whole batch (the same tree). Another name warns and means ``"cpu"``,
+            as the reference's does.
         reference_exact: reproduce Flashbax 0.1.3's prioritised draws bit for bit (opt-in).
 
     Returns:

@@ -59,7 +59,8 @@ class VaultReadError(VaultError, ValueError):
 
 
 class VaultMetadataError(VaultError, ValueError):
-    """User metadata that is not JSON or that would overwrite a reserved key."""
+    """User metadata that is not JSON (or would not come back as given), is nested more than
+    64 levels deep or takes more than 8 MiB of JSON, or would overwrite a reserved key."""
 
 
 class VaultVersionError(VaultError, ValueError):

@@ -459,9 +459,9 @@ def check_metadata(metadata: dict[str, Any] | None) -> dict[str, Any]:
             )
     if problems:
         raise VaultMetadataError(
-            "metadata must be JSON-serialisable and come back as given (dicts with string "
-            "keys, lists, strings, finite numbers, booleans, None)"
-            + "".join(f"\n  - {p}" for p in problems[:20])
+            "metadata must be JSON that comes back as given (dicts with string keys, lists, "
+            f"strings, finite numbers, booleans, None), at most {MAX_METADATA_DEPTH} levels "
+            f"deep and {MAX_METADATA_BYTES} bytes" + "".join(f"\n  - {p}" for p in problems[:20])
         )
     return json.loads(json.dumps(metadata, allow_nan=False))
 
