@@ -352,10 +352,7 @@ def set_priorities(
         indices: item indices from a sample's ``indices``.
         priorities: new priorities, shaped like ``indices`` (or one number for all of them).
         priority_exponent: alpha of the PER paper, in [0, 1].
-        device: ``"cpu"`` updates the sum tree leaf by leaf where JAX's backend is the CPU;
-            ``"gpu"``/``"tpu"``, or any ``device`` traced for an accelerator backend, level by
-            level (the same tree). Another name warns and means ``"cpu"``, as the reference's
-            does.
+        device: as in :func:`make_prioritised_trajectory_buffer`.
         sample_sequence_length: the buffer's sequence length (which windows are valid).
             Called as the reference's module function (without it), windows of 1 are
             assumed: give the buffer's, or use its bound ``set_priorities``, so that no

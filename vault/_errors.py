@@ -59,8 +59,11 @@ class VaultReadError(VaultError, ValueError):
 
 
 class VaultMetadataError(VaultError, ValueError):
-    """User metadata that is not JSON (or would not come back as given), is nested more than
-    64 levels deep or takes more than 8 MiB of JSON, or would overwrite a reserved key."""
+    """User metadata that cannot be stored as given, or that would overwrite a reserved key.
+
+    Metadata that is not JSON (or would come back changed), is nested more than 64 levels
+    deep, or takes more than 8 MiB of JSON.
+    """
 
 
 class VaultVersionError(VaultError, ValueError):

@@ -488,11 +488,6 @@ def test_a_missing_commit_record_on_the_server_is_corrupt_exit_3(
 
 
 # ------------------------------------------------------------ a destination in a dataset
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: `vault slice V --out DATASET/shards/NEW` writes a vault into a dataset's "
-    "shards; the dataset then fails every command ('shard NEW does not match the dataset')",
-)
 def test_a_derived_vault_is_not_written_into_a_datasets_shards(
     cli: Cli, world: World, s3_env: Any
 ) -> None:

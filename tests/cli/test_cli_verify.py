@@ -44,7 +44,7 @@ def _ahead(path: Path) -> None:
 
 
 DAMAGE: dict[str, tuple[Any, str, str]] = {
-    "flipped byte": (_flip, "experience/obs chunk 0.1.0", "corrupt: its stored"),
+    "flipped byte": (_flip, "experience/obs chunk 0.1.0", "is corrupt: its bytes do not decode"),
     "truncated chunk": (_truncate, "experience/reward chunk 0.2", "corrupt"),
     "deleted chunk": (_delete, "experience/obs chunk 1.3.0", "is missing"),
     "corrupt manifest": (_manifest, "zarr.json (manifest)", "not valid JSON"),

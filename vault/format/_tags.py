@@ -391,12 +391,18 @@ def _span(grid: Grid, k: int) -> str:
 
 def place_error(snap: Any, key: str, wrong: Sequence[str]) -> VaultCorruptError:
     """The error for the problems ``wrong`` (:func:`place_problem`) of array ``key``."""
+    gone = all(w.endswith(" is missing") for w in wrong)
+    why = (
+        "the commit record says it holds committed data (deleted or lost)"
+        if gone
+        else "its checksum differs from the one recorded for that place (moved, overwritten "
+        "or lost)"
+    )
     return VaultCorruptError(
         f"{snap.where}: array {key}: "
         + "; ".join(wrong[:4])
         + (f" (and {len(wrong) - 4} more)" if len(wrong) > 4 else "")
-        + ": its checksum differs from the one recorded for that place (moved, "
-        "overwritten or lost). Its data cannot be trusted; restore the vault from a copy."
+        + f": {why}. Its data cannot be trusted; restore the vault from a copy."
     )
 
 

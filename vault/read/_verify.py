@@ -309,7 +309,8 @@ class _Checker:
                     slice(i * c, min((i + 1) * c, e))
                     for i, c, e in zip(index, arr.chunk or [], arr.extent, strict=True)
                 )
-                batch.append((place, _span(arr, index), arr.handle[region].read()))
+                span = f"{_span(arr, index)}{arr.key}/{key} "  # the same on every store
+                batch.append((place, span, arr.handle[region].read()))
                 if len(batch) >= READ_BATCH_CHUNKS or len(batch) * decoded >= READ_BATCH_BYTES:
                     self.settle(batch)
             self.settle(batch)
@@ -405,7 +406,7 @@ class _Checker:
                 typed = storage_failure(self.location, err)
                 if typed is not None:  # not the data: the storage would not give it
                     raise typed from err
-                self.problem(place, f"{span}corrupt: its stored bytes do not decode ({_why(err)})")
+                self.problem(place, f"{span}is corrupt: its bytes do not decode ({_why(err)})")
         self.report.chunks_checked += len(batch)
         self.tick(len(batch))
         batch.clear()

@@ -263,6 +263,7 @@ def grain_source(
             f"vaults must be a Vault, a Snapshot, a sequence of them (of one structure) or a "
             f"Dataset; open a location first (Vault.open(path)): {err}"
         ) from None
+    leaves = once(leaves)  # an iterator is read once, here: checked, then handed on
     if leaves is not None:
         _read.leaves_of(checked[0].names, checked[0].where, leaves)
     if storage is not None and not isinstance(storage, Mapping):
