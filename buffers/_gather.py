@@ -41,7 +41,7 @@ def gather_all(state: Any) -> Any:
         state: a buffer state of any kind in this package.
 
     Returns:
-        The valid items: a pytree shaped like one timestep, leaves ``[batch, time, ...]``.
+        The valid items, a pytree shaped like one timestep, leaves ``[batch, time, ...]``.
 
     Raises:
         ArgumentTypeError: ``state`` is not a buffer state, or is traced (inside ``jit``).

@@ -175,7 +175,7 @@ class ReplayBuffer(Replaceable):
             key: a JAX PRNG key.
 
         Returns:
-            ``(state, batch, valid)``: the state unchanged, the transitions (leaves
+            ``(state, batch, valid)``, the state unchanged, the transitions (leaves
             ``[batch_size, ...]``) and ``valid`` (``bool[batch_size]``, false for every
             item of an empty buffer).
 

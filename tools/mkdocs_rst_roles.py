@@ -32,12 +32,14 @@ ROLE = re.compile(r":(?:py:)?(?:class|func|meth|attr|mod|data|exc|obj):`(~?)([^`
 def target(obj: griffe.Object, name: str) -> str | None:
     """The full path ``name`` names in the scope of ``obj``, or None when it names nothing."""
     head, _, rest = name.partition(".")
+    if head in ("vault", "buffers"):  # a public path, as the API pages render it (resolved in
+        return name  # the package, ``vault`` would be the module vault/vault.py or a member)
     try:
         path = obj.resolve(head)
     except (griffe.NameResolutionError, AttributeError, KeyError):
         path = None
     if path is None:
-        return name if head in ("vault", "buffers") else None
+        return None
     return f"{path}.{rest}" if rest else path
 
 

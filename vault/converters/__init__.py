@@ -71,7 +71,7 @@ def converter(fmt: str, direction: str = "import") -> Any:
         direction: ``"import"`` (default) or ``"export"``.
 
     Returns:
-        The converter: ``import_<fmt>`` or ``export_<fmt>`` (its module is loaded here).
+        The converter, ``import_<fmt>`` or ``export_<fmt>`` (its module is loaded here).
 
     Raises:
         VaultArgumentError: ``direction`` is not ``"import"`` or ``"export"``, ``fmt`` is not

@@ -120,7 +120,8 @@ def import_ogbench(
             validation file counts after the training file.
 
     Returns:
-        The training vault, opened read-only (the validation vault: ``Vault.open(val_dest)``).
+        The training vault, opened read-only (the validation vault is
+        ``Vault.open(val_dest)``).
 
     Raises:
         VaultArgumentError: ``source`` or ``dataset_dir`` not a str or path, ``val_dest``

@@ -35,7 +35,7 @@ class CommitMethods:
         changed value another (``vault verify --fingerprint`` checks it).
 
         Returns:
-            ``"sha256:<hex>"``.
+            Text made of ``sha256``, a colon and the digest in hex.
         """
         return fingerprint(self.snapshot)
 

@@ -88,13 +88,14 @@ class EpisodeMethods:
         ``buffer.from_state(v.read(**where), **v.episode_seams(**where))``.
 
         Args:
-            start: first timestep, as in :meth:`read` (default 0).
+            start: first timestep, as in :meth:`~vault.Vault.read` (default 0).
             stop: timestep after the last (default: the committed length).
-            capacity: the state's time axis, as in :meth:`read` (default: the range's
-                length): a smaller one holds the last ``capacity`` timesteps.
+            capacity: the state's time axis, as in :meth:`~vault.Vault.read` (default: the
+                range's length): a smaller one holds the last ``capacity`` timesteps.
 
         Returns:
-            ``{"restarts": [int], "gaps": [int], "start_known": [bool] per row or None}``.
+            A dict of ``restarts`` (a list of int), ``gaps`` (a list of int) and
+            ``start_known`` (a bool per row, or None).
 
         Raises:
             VaultReadError: a time range the vault does not have, or a ``capacity`` below 1.

@@ -148,8 +148,8 @@ def time_blocks(length: int, chunk_time: int, step_bytes: int, block_bytes: int)
         block_bytes: the memory one block may take.
 
     Returns:
-        ``[0, b, 2b, ..., length]``: ``b`` is a whole number of time chunks (at least one)
-        whose data fits in ``block_bytes``.
+        The edges ``[0, b, 2b, ..., length]``, where ``b`` is a whole number of time chunks
+        (at least one) whose data fits in ``block_bytes``.
 
     Raises:
         VaultArgumentError: an argument that is not an integer, or out of range.

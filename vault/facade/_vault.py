@@ -349,8 +349,8 @@ class Vault(EpisodeMethods, ReadMethods, WriteMethods, CommitMethods):
         """Who holds this vault's writer lock now.
 
         Returns:
-            The holder (process, host, since when), or ``None``: nobody, or the location
-            cannot tell.
+            The holder (process, host, since when), or ``None`` when nobody holds it or
+            the location cannot tell.
         """
         return self._snap.location.lock_holder()
 

@@ -66,8 +66,8 @@ def lock_holder(location: LocationLike) -> LockHolder | None:
         location: the vault's path or URL.
 
     Returns:
-        The holder (process, host, since when), or None: nobody (or no vault there), or the
-        location cannot tell.
+        The holder (process, host, since when), or None when nobody holds it (or no vault
+        is there) or the location cannot tell.
     """
     return parse_location(location).lock_holder()
 

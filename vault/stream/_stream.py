@@ -507,8 +507,8 @@ class DatasetStream(Stream[StreamBatch]):
         number of batches, so one state (any process's) resumes them all.
 
         Returns:
-            A small JSON-serialisable dict: every source's location and pinned commit, the
-            arguments, the epoch and batch.
+            A small JSON-serialisable dict of every source's location and pinned commit,
+            the arguments, the epoch and batch.
         """
         return state_of(self._pins, self._args, self._position)
 
