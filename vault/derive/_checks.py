@@ -67,15 +67,7 @@ def of_this_vault(src: Snapshot, episodes: EpisodeTable) -> EpisodeTable:
     """``episodes``, each checked to be a complete episode of ``src``'s index (the same row,
     start and length): a table of another vault, or of another shard of a dataset, would copy
     other timesteps than it names."""
-    if episodes.shard is not None:  # a dataset's table: only this shard's episodes
-        mine = str(src.location).rstrip("/").rpartition("/")
-        others = sorted(set(episodes.shard.tolist()) - {mine[2]})
-        if others or not mine[0].endswith(f"/{SHARDS}"):
-            raise VaultReadError(
-                f"the episodes given name shards {sorted(set(episodes.shard.tolist()))} of a "
-                f"dataset, and {src.where} is not the shard they name; give the dataset as "
-                "the source, or this shard's own episodes"
-            )
+    _read.of_this_shard(src, episodes)  # a dataset's table: only this shard's episodes
     index = _read.episode_table(src, False)
     known = set(zip(index.row.tolist(), index.start.tolist(), index.length.tolist(), strict=True))
     asked = zip(

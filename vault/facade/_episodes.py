@@ -75,10 +75,11 @@ class EpisodeMethods:
         start: int | None = None,
         stop: int | None = None,
         capacity: int | None = None,
+        rows: Any = None,
     ) -> dict[str, Any]:
         """The seams of a read as the episode buffer's ``from_state`` takes them.
 
-        For ``read(start=start, stop=stop, capacity=capacity)``: the seams inside the
+        For ``read(start=start, stop=stop, capacity=capacity, rows=rows)``: the seams inside the
         timesteps that state holds, counted from the first one it holds, as ``restarts``
         (rows begin new episodes there, whose starts are known) and ``gaps`` (where the
         episode that goes on has no known start: a seam that lost timesteps, or one the
@@ -92,6 +93,8 @@ class EpisodeMethods:
             stop: timestep after the last (default: the committed length).
             capacity: the state's time axis, as in :meth:`~vault.Vault.read` (default: the
                 range's length): a smaller one holds the last ``capacity`` timesteps.
+            rows: the rows read, as in :meth:`~vault.Vault.read` (default: every row):
+                ``start_known`` has one flag per row read, in the read's order.
 
         Returns:
             A dict of ``restarts`` (a list of int), ``gaps`` (a list of int) and
@@ -125,6 +128,8 @@ class EpisodeMethods:
         cap = length if capacity is None else index_arg("capacity", capacity)
         if cap < 1:
             raise VaultReadError(f"capacity must be >= 1, got {cap}")
+        rows = once(rows)
+        chosen = None if rows is None else np.arange(snap.rows)[_read.row_selection(snap, rows)]
         held = hi - min(cap, length)  # the first timestep the state holds
         seams = [s for s in snap.commit.seams if held <= s.at < hi]
         # where the episode going on has no known start: after lost timesteps, or where the
@@ -148,6 +153,8 @@ class EpisodeMethods:
                 flags = [p for k, p in self.episode_leaves.items() if p and k != "reward"]
                 ends = _read.read_numpy(snap, None, held - 1, held, flags)
                 known = np.logical_or.reduce([ends[p][:, 0] for p in flags]).tolist()
+        if known is not None and chosen is not None:
+            known = [known[int(r)] for r in chosen.reshape(-1)]
         inside = [s.at for s in seams if s.at > held]
         return {
             "restarts": [at - held for at in inside if at not in unknown],
@@ -199,7 +206,7 @@ class EpisodeMethods:
             )
         chosen = _read.episode_table(snap) if table is None else table
         if table is not None:
-            _within(snap, table)
+            _within(snap, _read.of_this_shard(snap, table))
         leaves = once(leaves)  # read for every episode: an iterator only once
         if leaves is not None:
             _read.leaf_selection(snap, leaves)

@@ -24,7 +24,7 @@ from vault.commits._gate import gate
 from vault.commits._snapshot import Snapshot, result
 from vault.format import _structure, _tags
 from vault.format._episodes import EpisodeTable, open_table
-from vault.format._records import BOUNDS, EXPERIENCE, RETURNS, leaf_key
+from vault.format._records import BOUNDS, EXPERIENCE, RETURNS, SHARDS, leaf_key
 
 READ_BLOCK_BYTES = 4 << 20  # raw bytes of one read of one leaf
 READ_INFLIGHT_MIN = 8 << 20  # raw bytes of the reads in flight at once: an eighth of the
@@ -540,7 +540,7 @@ def one_episode(snap: Snapshot, episode: Any) -> EpisodeTable:
     if isinstance(episode, EpisodeTable):
         if len(episode) != 1:
             raise VaultReadError(f"read_episode takes one episode, got {len(episode)}")
-        return episode
+        return of_this_shard(snap, episode)
     position = index_arg("episode", episode)
     table = episode_table(snap)
     if not -len(table) <= position < len(table):
@@ -549,6 +549,22 @@ def one_episode(snap: Snapshot, episode: Any) -> EpisodeTable:
             "are committed"
         )
     return table[position]
+
+
+def of_this_shard(snap: Snapshot, table: EpisodeTable) -> EpisodeTable:
+    """``table``, refused when its ``shard`` column (a dataset's table) names a shard that
+    ``snap`` is not: its rows and times would read another shard's timesteps."""
+    if table.shard is None:
+        return table
+    parent, _, name = str(snap.location).rstrip("/").rpartition("/")
+    named = sorted(set(table.shard.tolist()))
+    if named and (named != [name] or not parent.endswith(f"/{SHARDS}")):
+        raise VaultReadError(
+            f"the episodes given name shards {named} of a dataset, and {snap.where} is not "
+            "the shard they name; read them from that shard (dataset.vault(name)), or take "
+            "this shard's own episodes"
+        )
+    return table
 
 
 def _check_bounds(snap: Snapshot, bounds: np.ndarray) -> None:
