@@ -44,8 +44,9 @@ if TYPE_CHECKING:
     from vault.read._inspect import FoundVault, break_lock, disk_usage, find_vaults, lock_holder
     from vault.read._verify import Problem, VerifyReport, verify
     from vault.read._xarray import to_xarray
+    from vault.storage._failures import storage_error
     from vault.storage._kinds import parse_location
-    from vault.storage._location import Capabilities, Location, LockHolder, storage_error
+    from vault.storage._location import Capabilities, Location, LockHolder
     from vault.stream._grain import VaultWindows, grain_source
     from vault.stream._resume import resume_stream
     from vault.stream._stream import DatasetStream, StreamBatch
@@ -77,7 +78,7 @@ _LAZY = {
     "Location": "vault.storage._location",
     "Capabilities": "vault.storage._location",
     "LockHolder": "vault.storage._location",
-    "storage_error": "vault.storage._location",
+    "storage_error": "vault.storage._failures",
     "parse_location": "vault.storage._kinds",
     "FoundVault": "vault.read._inspect",
     "find_vaults": "vault.read._inspect",

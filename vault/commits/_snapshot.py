@@ -31,7 +31,12 @@ from vault.format._records import (
 )
 from vault.format._tags import Grid, grids
 from vault.storage._arrays import expected_metadata, open_array
-from vault.storage._location import Location
+from vault.storage._location import (
+    INTERRUPTED_DERIVE,
+    Location,
+    dataset_above,
+    derived_shard,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,7 +208,12 @@ def load_manifest(location: Location) -> Manifest:
     raw = location.read(MANIFEST_KEY)
     if raw is None:
         raise no_vault(location)
-    return read_manifest_bytes(raw, str(location))
+    manifest = read_manifest_bytes(raw, str(location))
+    if derived_shard(raw, False) and dataset_above(location) is None:
+        # on an object store a dataset derive publishes its shards, then the root: killed
+        # between them, a shard is whole but its dataset is not (the next derive removes it)
+        raise VaultNotFoundError(f"{location}: {INTERRUPTED_DERIVE}")
+    return manifest
 
 
 def no_vault(location: Location, more: str = "") -> VaultNotFoundError:

@@ -81,6 +81,7 @@ from vault.converters._sink import (
     require,
 )
 from vault.facade._vault import Vault
+from vault.storage._file import held_folder, sweep_partials
 from vault.storage._kinds import LocationLike
 
 _log = logging.getLogger(__name__)
@@ -500,11 +501,15 @@ def _episode_buffer(cls: Any, episode: Any, fields: dict[str, str | None]) -> An
 
 @contextlib.contextmanager
 def _staged(target: Path) -> Iterator[Path]:
-    """A hidden sibling of ``target`` renamed into place at the end, removed on any failure."""
+    """A hidden sibling of ``target`` renamed into place at the end, removed on any failure;
+    those of exports killed before (no process holds them) are removed first."""
     made = [p for p in reversed(target.parents) if not p.exists()]  # outermost first
     target.parent.mkdir(parents=True, exist_ok=True)
+    sweep_partials(target)  # what exports killed here before left
     tmp = target.parent / f".{target.name}.partial-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
+    held = held_folder(tmp)  # held while it is built: another export's sweep leaves it
+    if held is None:
+        tmp.mkdir()  # cannot be made: this says why
     done = False
     try:
         yield tmp
@@ -512,6 +517,8 @@ def _staged(target: Path) -> Iterator[Path]:
         done = True
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if held is not None:
+            os.close(held)
         for folder in () if done else reversed(made):  # the namespace folders it made
             with contextlib.suppress(OSError):
                 folder.rmdir()

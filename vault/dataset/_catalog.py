@@ -262,6 +262,8 @@ def write(root: Location, entries: Sequence[Entry], root_key: str) -> bool:
     data = encode(entries, root_key)
     try:
         with root.failures("write the dataset's catalog"):
+            # a killed writer's temporary file would be reused with its longer old tail
+            root.drop_stale_temp(CATALOG_KEY)
             root.kvstore().write(CATALOG_KEY, data).result()
     except Exception as err:  # best-effort: a cache that cannot be written is no error
         _log.info("%s: catalog not written (%s)", root, err)
@@ -288,6 +290,7 @@ def merge(root: Location, shard: Shard, root_key: str) -> bool:
     for attempt in range(MERGE_TRIES):
         try:
             with root.failures("update the dataset's catalog"):
+                root.drop_stale_temp(CATALOG_KEY)  # as in :func:`write`
                 got = kv.read(CATALOG_KEY).result()
                 raw = bytes(got.value) if got.state == "value" else None
                 old = parse(raw, root, root_key)

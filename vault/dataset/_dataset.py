@@ -170,29 +170,35 @@ def _tag_shards(where: Location, name: str, vaults: dict[str, Vault]) -> dict[st
     """:meth:`Dataset.tag` of the shards ``vaults``: every one checked first, then tagged."""
     check_tag_name(name)
     refs = where.read_many([f"{SHARDS}/{s}/{REFS}/{name}" for s in vaults])
-    taken = []
-    for (shard, vault), ref in zip(vaults.items(), refs, strict=True):
-        existing = None if ref is None else tag_commit(ref, vault.location, name)
-        if existing is not None and existing != vault.commit_id:
-            taken.append(f"{shard} ({existing})")
+    existing = {
+        shard: tag_commit(ref, vault.location, name)
+        for (shard, vault), ref in zip(vaults.items(), refs, strict=True)
+        if ref is not None
+    }
+    held = [ref for ref in refs if ref is not None]
+    try:
+        _check_whole(where, name, held)
+        interrupted = False
+    except VaultPinError:
+        interrupted = True  # tagging again completes it
+    count = len(vaults)  # in every shard's tag: an interrupted tag is then told apart
+    if interrupted:  # the shards tagged already keep their commits (they may have gone on)
+        return {
+            shard: existing[shard] if shard in existing else create_tag(v.snapshot, name, count)
+            for shard, v in vaults.items()
+        }
+    taken = [f"{s} ({c})" for s, c in existing.items() if c != vaults[s].commit_id]
     if taken:
         raise VaultExistsError(
             f"{where}: tag {name!r} already names other commits of shards "
             f"{', '.join(taken)}; tags never move (choose another name)"
         )
-    held = [ref for ref in refs if ref is not None]
-    try:
-        _check_whole(where, name, held)
-    except VaultPinError:
-        pass  # interrupted: tagging again completes it
-    else:
-        added = [s for s, ref in zip(vaults, refs, strict=True) if ref is None]
-        if held and added:  # a whole tag never takes in shards added since
-            raise VaultExistsError(
-                f"{where}: tag {name!r} names {len(held)} shards already, and "
-                f"{', '.join(added)} joined since; tags never move (choose another name)"
-            )
-    count = len(vaults)  # in every shard's tag: an interrupted tag is then told apart
+    added = [s for s in vaults if s not in existing]
+    if held and added:  # a whole tag never takes in shards added since
+        raise VaultExistsError(
+            f"{where}: tag {name!r} names {len(held)} shards already, and "
+            f"{', '.join(added)} joined since; tags never move (choose another name)"
+        )
     return {shard: create_tag(v.snapshot, name, count) for shard, v in vaults.items()}
 
 

@@ -10,7 +10,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
-import tensorstore as ts
 
 from vault._errors import (
     VaultAccessError,
@@ -21,20 +20,12 @@ from vault._errors import (
     VaultReadError,
 )
 from vault.commits._snapshot import Snapshot
-from vault.dataset._dataset import SHARDS, Dataset
+from vault.dataset._dataset import Dataset
 from vault.format._episodes import EpisodeTable
-from vault.format._records import MANIFEST_KEY
 from vault.read import _read
+from vault.storage._failures import failed_os_call, os_failure, reason_of, remedy_of, storage_error
 from vault.storage._kinds import LocationLike, parse_location
-from vault.storage._location import (
-    Location,
-    failed_os_call,
-    os_failure,
-    reason_of,
-    remedy_of,
-    storage_error,
-    vault_kind,
-)
+from vault.storage._location import Location, dataset_above
 
 
 def outside_dataset(dataset: Dataset, target: Location) -> Location:
@@ -137,22 +128,6 @@ def destination(dest: LocationLike, sources: Sequence[Snapshot]) -> Location:
             "choose another destination (nothing was written)"
         )
     return target
-
-
-def dataset_above(target: Location) -> str | None:
-    """The dataset root whose shard ``target`` would be (``ROOT/shards/NAME``), or None."""
-    spec = dict(target.spec)
-    head, _, _name = str(spec.get("path", "")).rstrip("/").rpartition("/")
-    root, _, folder = head.rpartition("/")
-    if folder != SHARDS:
-        return None
-    spec["path"] = f"{root}/" if root else ""
-    with target.failures("read the destination's folder"):
-        kv = ts.KvStore.open(spec, context=target.context()).result()
-        raw = kv.read(MANIFEST_KEY).result()
-    if raw.state != "value" or vault_kind(lambda _key: bytes(raw.value), False) != "dataset":
-        return None
-    return str(target).rstrip("/").rpartition("/")[0].rpartition("/")[0]
 
 
 @contextlib.contextmanager

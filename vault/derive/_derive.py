@@ -8,7 +8,7 @@ whole timesteps (about ``BLOCK_BYTES`` at a time), so memory stays bounded whate
 
 A destination inside a source is refused before anything is written. A storage failure while
 writing (a full disk, a read-only file system) is a typed error naming the destination (see
-``vault.storage._location.os_failure``); nothing is left there.
+``vault.storage._failures.os_failure``); nothing is left there.
 """
 
 from __future__ import annotations

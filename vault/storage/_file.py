@@ -403,9 +403,9 @@ class FileLocation(Location):
                 final.parent.mkdir(parents=True, exist_ok=True)
             except (FileExistsError, NotADirectoryError):
                 raise self._in_the_way() from None
-        _sweep_partials(final)  # what builds killed here before left
+        sweep_partials(final)  # what builds killed here before left
         tmp = final.parent / f".{final.name}.partial-{uuid.uuid4().hex[:8]}"
-        done, held = False, _held_folder(tmp)  # held while it is built: not swept
+        done, held = False, held_folder(tmp)  # held while it is built: not swept
         try:
             yield FileLocation(tmp)
             if not self.is_empty():
@@ -533,9 +533,9 @@ def _disk_usage(root: Path) -> int:
     return total
 
 
-def _held_folder(folder: Path) -> int | None:
+def held_folder(folder: Path) -> int | None:
     """Make ``folder`` and hold an exclusive ``flock`` on it (the descriptor returned: close
-    it to let go), so that :func:`_sweep_partials` leaves it to its builder. None where it
+    it to let go), so that :func:`sweep_partials` leaves it to its builder. None where it
     cannot be made (a read-only file system): the build then fails as it writes, naming why."""
     try:
         folder.mkdir()
@@ -546,7 +546,7 @@ def _held_folder(folder: Path) -> int | None:
     return fd
 
 
-def _sweep_partials(final: Path) -> None:
+def sweep_partials(final: Path) -> None:
     """Remove the staged folders (``.NAME.partial-*``) of builds of ``final`` whose builder
     is gone (a killed derive or import): no process holds their ``flock``."""
     for stale in final.parent.glob(f".{glob_escape(final.name)}.partial-*"):

@@ -19,21 +19,15 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
-import errno
 import json
-import os
-import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from vault._errors import (
-    VaultAccessError,
     VaultError,
     VaultExistsError,
     VaultLocationError,
     VaultLockedError,
-    VaultNotFoundError,
-    VaultStorageError,
 )
 from vault.format._records import (
     COMMIT_KEY,
@@ -43,6 +37,7 @@ from vault.format._records import (
     SHARDS,
     ZARR_JSON,
 )
+from vault.storage._failures import storage_error
 
 ABSENT = b"\x02"  # TensorStore's generation of a key that has no value: create if absent
 
@@ -444,7 +439,8 @@ class Location(abc.ABC):
         A vault's: a commit record without a manifest, and no writer at work. A dataset's:
         shards without the dataset's root ``zarr.json`` (which a dataset's creator writes
         first, and a derive last), none with a writer at work and none a whole vault (a derive
-        publishes its shards' manifests only once every shard is copied).
+        publishes its shards' manifests only once every shard is copied, then the root: a
+        shard whose manifest says a derive made it is part of the build).
         """
         if self.read(MANIFEST_KEY) is not None:
             return False
@@ -452,7 +448,7 @@ class Location(abc.ABC):
             return self.lock_holder() is None
         shards = [self.child(f"{SHARDS}/{n}") for n in _shard_build(self)]
         return bool(shards) and all(
-            s.lock_holder() is None and s.read(MANIFEST_KEY) is None for s in shards
+            s.lock_holder() is None and derived_shard(s.read(MANIFEST_KEY), True) for s in shards
         )
 
     def clear(self) -> None:
@@ -584,6 +580,14 @@ def note_root(
         return True
     if kind == NO_MANIFEST and shard_of(path, datasets):
         return False  # a shard being created (or whose create was killed)
+    if (
+        kind == "ok"
+        and not shard_of(path, datasets)  # no dataset root above it
+        and at_shard_place(path)
+        and derived_shard(here.read(MANIFEST_KEY), False)
+    ):
+        found.append((here, "vault", INTERRUPTED_DERIVE))
+        return False
     if kind is not None:
         found.append((here, "vault", None if kind == "ok" else kind))
         return False
@@ -600,101 +604,42 @@ def shard_of(path: str, datasets: Sequence[str]) -> bool:
     )
 
 
-# ------------------------------------------------------------------------- storage failures
-_TS_OS_CODE = re.compile(r"\[os_error_code='(\d+)'\]")
-_TS_STATUS = re.compile(r"([A-Z_]+): ")
-_TS_PATH = re.compile(r'"(/[^"]+)"')
-_STATUS_ERRNO = {"PERMISSION_DENIED": errno.EACCES, "RESOURCE_EXHAUSTED": errno.ENOSPC}
-_ACCESS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
-_NOWHERE = frozenset({errno.ENOENT, errno.ELOOP, errno.ENAMETOOLONG})
-_REMEDY = {
-    errno.ENOSPC: "free space there and try again",
-    errno.EDQUOT: "free space (or raise the quota) there and try again",
-    errno.EROFS: "the file system is mounted read-only: write somewhere writable (a vault on "
-    "it can still be opened with mode='r')",
-    errno.EACCES: "give this user permission there, or use another place",
-    errno.EPERM: "give this user permission there, or use another place",
-    errno.ELOOP: "fix or remove the symbolic link",
-    errno.ENOTDIR: "a file is in the way where a directory must be: choose another path",
-}
+INTERRUPTED_DERIVE = (
+    "a shard of a dataset derive that was interrupted (no dataset root above it): not a "
+    "vault; the next derive there removes it"
+)
 
 
-def failed_os_call(err: BaseException) -> tuple[int, str | None] | None:
-    """``(errno, path)`` of a storage failure: an ``OSError`` with an errno, or a TensorStore
-    error carrying an OS error code (or a ``PERMISSION_DENIED`` / ``RESOURCE_EXHAUSTED``
-    status); None for anything else, a :class:`VaultError` among them (already typed)."""
-    if isinstance(err, VaultError):
+def at_shard_place(path: str) -> bool:
+    """Whether ``path`` (a path or key prefix) is laid out as a shard's: ``.../shards/NAME``."""
+    return path.rstrip("/").rpartition("/")[0].rpartition("/")[2] == SHARDS
+
+
+def derived_shard(raw: bytes | None, absent: bool) -> bool:
+    """Whether the manifest ``raw`` is that of a shard a dataset derive made (its
+    ``derived_from`` names a shard); ``absent`` when there is none (a shard being copied)."""
+    if raw is None:
+        return absent
+    try:
+        doc = json.loads(raw)["attributes"][MANIFEST_ATTR]["user_metadata"]["derived_from"]
+    except (ValueError, KeyError, TypeError):
+        return False
+    return isinstance(doc, dict) and "shard" in doc
+
+
+def dataset_above(target: Location) -> str | None:
+    """The dataset root whose shard ``target`` would be (``ROOT/shards/NAME``), or None."""
+    import tensorstore as ts
+
+    spec = dict(target.spec)
+    head = str(spec.get("path", "")).rstrip("/").rpartition("/")[0]
+    root, _, folder = head.rpartition("/")
+    if folder != SHARDS:
         return None
-    if isinstance(err, OSError):
-        if err.errno is None:
-            return None
-        return err.errno, None if err.filename is None else os.fsdecode(err.filename)
-    if not isinstance(err, ValueError):
+    spec["path"] = f"{root}/" if root else ""
+    with target.failures("read the folder above"):
+        kv = ts.KvStore.open(spec, context=target.context()).result()
+        raw = kv.read(MANIFEST_KEY).result()
+    if raw.state != "value" or vault_kind(lambda _key: bytes(raw.value), False) != "dataset":
         return None
-    text = str(err)
-    found = _TS_OS_CODE.search(text)
-    status = _TS_STATUS.match(text)
-    code = int(found.group(1)) if found else None
-    if code is None and status is not None:
-        code = _STATUS_ERRNO.get(status.group(1))
-    if code is None:
-        return None
-    paths = _TS_PATH.findall(text.split(" [", 1)[0])  # before the "[tensorstore_spec=...]"
-    path = paths[-1].removesuffix(".__lock") if paths else None
-    return code, path
-
-
-def storage_error(
-    err: BaseException, where: str | None, doing: str | None, remedy: str | None = None
-) -> VaultError | None:
-    """A storage failure (an OS error, or TensorStore's report of one) as a typed error.
-
-    The message names the location, what it was doing, the cause, the path that failed and
-    the remedy.
-
-    Args:
-        err: the exception caught.
-        where: the location, to name first.
-        doing: what was being done (``"write the tag"``).
-        remedy: what to do (default: the remedy of the cause, e.g. free space for ENOSPC).
-
-    Returns:
-        :class:`VaultAccessError` (no permission, a read-only file system),
-        :class:`VaultNotFoundError` (a path that leads nowhere) or
-        :class:`VaultStorageError` (a full disk, an I/O error), with ``errno`` set; None
-        when ``err`` is not a storage failure.
-    """
-    found = failed_os_call(err)
-    if found is None:
-        return None
-    code, path = found
-    lead = f"{where}: " if where else ""
-    lead += f"cannot {doing}: " if doing else ""
-    place = f" at {path}" if path and path.rstrip("/") != (where or "").rstrip("/") else ""
-    return os_failure(code, f"{lead}{reason_of(code)}{place}; {remedy or remedy_of(code)}")
-
-
-def os_failure(code: int, message: str) -> VaultError:
-    """The typed error of OS error ``code``, keeping it as ``errno``: no permission or a
-    read-only file system is :class:`VaultAccessError`; a path that leads nowhere (missing, a
-    symbolic-link loop) :class:`VaultNotFoundError`; anything else (a full disk, a file where a
-    directory must be, an I/O error) :class:`VaultStorageError`."""
-    if code in _ACCESS:
-        return VaultAccessError(message, code)
-    if code in _NOWHERE:
-        nowhere = VaultNotFoundError(message)
-        nowhere.errno = code
-        return nowhere
-    return VaultStorageError(message, code)
-
-
-def reason_of(code: int) -> str:
-    """What OS error ``code`` means, in words (``"no space left on device"``)."""
-    text = os.strerror(code)
-    text = text[:1].lower() + text[1:]
-    return f"{text} (a symbolic link loop)" if code == errno.ELOOP else text
-
-
-def remedy_of(code: int) -> str:
-    """What to do about OS error ``code``."""
-    return _REMEDY.get(code, "check the storage")
+    return str(target).rstrip("/").rpartition("/")[0].rpartition("/")[0]

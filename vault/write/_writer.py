@@ -19,13 +19,8 @@ import numpy as np
 
 from vault._errors import VaultError, VaultModeError, VaultStructureError
 from vault.commits._snapshot import Snapshot, reopen
-from vault.storage._location import (
-    WriterLock,
-    failed_os_call,
-    os_failure,
-    reason_of,
-    remedy_of,
-)
+from vault.storage._failures import failed_os_call, os_failure, reason_of, remedy_of
+from vault.storage._location import WriterLock
 from vault.storage._reclaim import Reclaimer
 from vault.storage._relay_write import WriteRelay
 from vault.write import _commit, _device
@@ -317,7 +312,7 @@ class Writer:
 
     def _failure(self, what: str, err: BaseException) -> VaultError:
         """The error of a failed append (``what`` says which): one the storage caused (a full
-        disk, no permission) is typed by its cause (:func:`~vault.storage._location.os_failure`)
+        disk, no permission) is typed by its cause (:func:`~vault.storage._failures.os_failure`)
         and names the file and the fix; any other is a :class:`VaultError` quoting it."""
         tail = (
             f"the vault is at its last commit ({self.snapshot.length} timesteps). Writing the "
