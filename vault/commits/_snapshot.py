@@ -35,7 +35,6 @@ from vault.storage._location import (
     INTERRUPTED_DERIVE,
     Location,
     dataset_above,
-    derived_shard,
 )
 
 
@@ -209,7 +208,8 @@ def load_manifest(location: Location) -> Manifest:
     if raw is None:
         raise no_vault(location)
     manifest = read_manifest_bytes(raw, str(location))
-    if derived_shard(raw, False) and dataset_above(location) is None:
+    made_by = manifest.user_metadata.get("derived_from")
+    if isinstance(made_by, dict) and "shard" in made_by and dataset_above(location) is None:
         # on an object store a dataset derive publishes its shards, then the root: killed
         # between them, a shard is whole but its dataset is not (the next derive removes it)
         raise VaultNotFoundError(f"{location}: {INTERRUPTED_DERIVE}")

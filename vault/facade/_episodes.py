@@ -75,7 +75,7 @@ class EpisodeMethods:
         start: int | None = None,
         stop: int | None = None,
         capacity: int | None = None,
-        rows: Any = None,
+        rows: Sequence[int] | slice | None = None,
     ) -> dict[str, Any]:
         """The seams of a read as the episode buffer's ``from_state`` takes them.
 
