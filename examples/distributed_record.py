@@ -43,7 +43,7 @@ from record_and_train import (
     vault_command,
 )
 
-from vault import Dataset, is_dataset
+from vault import Dataset, is_dataset, lock_holder
 
 DEFAULT_OUT = "runs/gridworld-actors"
 
@@ -93,10 +93,14 @@ def act(root: str, index: int, actors: int, cfg: Settings) -> None:
         return states, jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1), steps)
 
     with dataset.shard(f"actor-{index}") as shard:
+        # run again after a crash, the shard goes on: the environments start afresh, so the
+        # first append does not continue the episodes the killed run left open
+        continues = shard.committed_length == 0
         for _ in range(cfg.steps // k):
             key, k_chunk = jax.random.split(key)
             states, steps = collect(states, k_chunk)
-            shard.append(steps)  # [envs, k] timesteps; committed when this returns
+            shard.append(steps, continues=continues)  # [envs, k]; committed when it returns
+            continues = True
     print(f"actor {index}: {cfg.steps // k * k} steps x {n} environments", flush=True)
 
 
@@ -139,6 +143,8 @@ def learn(root: str, actors: list[subprocess.Popen[bytes]], cfg: Settings) -> di
             f"{dataset.timesteps} timesteps, loss {float(loss):.3f}, return {score:+.3f}",
             flush=True,
         )
+    if not rounds:
+        raise SystemExit("the actors stopped before recording a batch: see their output above")
     table = dataset.episodes()
     per_shard = {name: int((table.shard == name).sum()) for name in dataset.shards}
     return {
@@ -178,6 +184,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             parser.error(f"{args.out} exists: pass --overwrite to replace it, or --out elsewhere")
         if not is_dataset(args.out):
             parser.error(f"{args.out} is not a dataset; not removing it")
+        for name in Dataset.open(args.out).shards:  # an actor of a run still going
+            holder = lock_holder(f"{args.out}/shards/{name}")
+            if holder is not None:
+                parser.error(f"{args.out}: shard {name} is being recorded by {holder}")
         shutil.rmtree(args.out)
     command = [sys.executable, os.path.abspath(__file__), "--role", "actor", "--out", args.out]
     command += ["--actors", str(args.actors)] + (["--quick"] if args.quick else [])

@@ -44,7 +44,7 @@ import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 import buffers as fbx
-from vault import Vault, disk_usage
+from vault import Vault, disk_usage, parse_location
 
 SIZE = 10  # the grid is SIZE x SIZE
 TIME_LIMIT = 40  # steps before truncation
@@ -442,8 +442,11 @@ DEFAULT_OUT = "runs/gridworld"
 
 def _make_room(parser: argparse.ArgumentParser, path: str, overwrite: bool) -> None:
     """Refuse an existing ``path`` (saying what to do), or with ``overwrite`` remove the vault
-    there; anything at ``path`` that is not a vault is never removed."""
-    if not os.path.lexists(path):
+    there; anything at ``path`` that is not a vault is never removed, nor a vault that a
+    running process is recording. What a killed run left while creating its vault needs no
+    ``--overwrite``: ``Vault.create`` takes it over. Local paths and URLs alike."""
+    where = parse_location(path)
+    if where.is_empty() or where.abandoned_build():
         return
     if not overwrite:
         parser.error(
@@ -451,10 +454,16 @@ def _make_room(parser: argparse.ArgumentParser, path: str, overwrite: bool) -> N
             f"or --out to write another vault"
         )
     try:
-        Vault.open(path).close()
+        with Vault.open(path) as old:
+            holder = old.lock_holder()
     except Exception as err:  # not a vault: leave it alone
         parser.error(f"{path} exists and is not a vault ({err}); move it away or pass --out")
-    shutil.rmtree(path)
+    if holder is not None:
+        parser.error(f"{path} is being recorded by {holder}; stop that run first, or pass --out")
+    if where.remote:
+        where.clear()
+    else:
+        shutil.rmtree(path)
 
 
 def vault_command() -> str:
@@ -478,7 +487,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--overwrite", action="store_true", help="replace the vault at --out if there is one"
     )
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the recording and training (default: 0)"
+    )
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else DEFAULT
     path = args.out
@@ -498,9 +509,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"({int(table.truncated.sum())} truncated at {TIME_LIMIT} steps), "
         f"mean length {table.length.mean():.1f}"
     )
-    size = disk_usage(path) or 0
+    size = disk_usage(path)  # None on an object store, whose listing carries no sizes
     raw = vault.committed_length * vault.rows * vault.manifest.step_bytes
-    print(f"dataset size on disk: {size / 2**20:.2f} MiB ({raw / max(size, 1):.1f}x compression)")
+    if size is not None:
+        ratio = raw / max(size, 1)
+        print(f"dataset size on disk: {size / 2**20:.2f} MiB ({ratio:.1f}x compression)")
+    else:
+        print(f"dataset size: {raw / 2**20:.2f} MiB raw (the store tells no stored size)")
 
     # what the run trained on, named exactly: Vault.open(path, at=commit) reads it back in
     # any process, and `vault verify PATH --at COMMIT --fingerprint F` checks it is unchanged

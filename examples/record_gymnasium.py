@@ -15,7 +15,6 @@ with a finished episode is already the next episode's first, so every recorded s
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import tempfile
 from typing import Any
@@ -23,7 +22,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from vault import Vault
+from vault import Vault, parse_location
 
 ENVS, CHUNK = 4, 50
 
@@ -45,7 +44,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     chunks = 6
     path = args.out or tempfile.mkdtemp(prefix="rlvault-gym-") + "/vault"
-    if os.path.lexists(path):
+    if not parse_location(path).is_empty():  # a local path or a URL
         parser.error(
             f"{path} already exists; pass another --out, or delete it first "
             f"(rm -r {shlex.quote(path)})"
