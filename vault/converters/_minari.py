@@ -41,6 +41,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import uuid
 import warnings
@@ -381,10 +382,13 @@ def export_minari(
             "(the one after the last step), which only a next-observations leaf gives; got "
             f"{next_observations!r}"
         )
+    shape = "(namespace/)name-vN, e.g. 'cartpole/expert-v0'"
+    if not isinstance(dataset_id, str) or not re.search(r"-v\d+$", dataset_id):
+        raise VaultArgumentError(f"dataset_id {dataset_id!r}: expected {shape}")
     try:
         namespace = parse_dataset_id(dataset_id)[0]
     except (ValueError, TypeError) as err:
-        raise VaultArgumentError(f"dataset_id: {err}") from None
+        raise VaultArgumentError(f"dataset_id {dataset_id!r}: expected {shape} ({err})") from None
     with opened(source) as vault:
         if not vault.has_episodes:
             raise VaultReadError(

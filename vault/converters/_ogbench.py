@@ -265,7 +265,8 @@ def _val_target(
                 f"val_dest: {val.name} is beside {path.name}; name its vault's location "
                 "(val_dest=...) or skip it (val_dest=False): dest is not a path or URL"
             )
-        return val, f"{os.fspath(dest).rstrip('/')}{VAL_SUFFIX}"
+        # beside the training vault as parsed: absolute, and "o/." names "o", not inside it
+        return val, f"{str(parse_location(dest, argument='dest')).rstrip('/')}{VAL_SUFFIX}"
     if not val.is_file():
         raise VaultNotFoundError(
             f"{val}: expected the validation file beside {path.name} (val_dest was given), "
@@ -275,7 +276,10 @@ def _val_target(
 
 
 def _text(location: LocationLike) -> Any:
-    return os.fspath(location) if isinstance(location, (str, os.PathLike)) else str(location)
+    """A location as recorded: a path or URL as parsed (absolute, found from anywhere)."""
+    if isinstance(location, (str, os.PathLike)):
+        return str(parse_location(location, argument="val_dest"))
+    return str(location)
 
 
 class NpzReader:

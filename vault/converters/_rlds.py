@@ -74,6 +74,7 @@ from vault.converters._sink import BLOCK_BYTES, Progress, check_common, new_vaul
 from vault.converters._sink import require as require_module
 from vault.dataset._dataset import Dataset
 from vault.dataset._shards import SHARDS
+from vault.derive._checks import refuse_shard_place
 from vault.facade._vault import Vault
 from vault.format._records import MANIFEST_KEY
 from vault.storage._kinds import LocationLike, parse_location
@@ -217,7 +218,7 @@ def import_rlds(
                 progress(min(n, end), of)
 
         _import_one(paths, [i], where, plan, reader, decode, origin, codec, block_bytes,
-                    total, within, done)  # fmt: skip
+                    total, within, done, shard=True)  # fmt: skip
         within(end, total)
         return end
 
@@ -225,6 +226,7 @@ def import_rlds(
         one(list(range(len(paths))), dest, 0, sum(sizes))
         return Vault.open(dest)
     chosen = list(range(len(paths))) if files is None else _file_indices(files, len(paths))
+    refuse_shard_place(parse_location(dest, argument="dest"))  # no dataset inside a dataset
     dataset = Dataset.create(
         dest, plan.example(), rows=1, codec=codec, metadata={"imported_from": origin},
         done_leaf=plan.episodes["done"], truncated_leaf=plan.episodes["truncated"],
@@ -248,7 +250,7 @@ def _source_name(source: str | os.PathLike[str]) -> str:
     """``source`` as recorded: a local path made absolute (so that a resumed import names
     the same dataset however it is spelled), a URL as given."""
     text = os.fspath(source)
-    return text if "://" in text else os.path.abspath(text)
+    return text if "://" in text else os.path.abspath(os.path.expanduser(text))
 
 
 def _same_origin(dataset: Dataset, origin: dict[str, Any]) -> None:
@@ -281,16 +283,24 @@ def _import_one(
     total: int,
     progress: Progress | None,
     done: int,
+    shard: bool = False,
 ) -> int:
-    """Import the files ``chosen`` into a new vault at ``dest``; returns ``done`` plus the
-    record bytes read (the progress count)."""
+    """Import the files ``chosen`` into a new vault at ``dest`` (with ``shard``: a shard of
+    the dataset this import made); returns ``done`` plus the record bytes read (the progress
+    count)."""
     counts = {"episodes": 0, "empty": 0}
     names = [os.path.basename(paths[i]) for i in chosen]
     # what only the end of the import knows cannot go in the manifest (it is planned first):
     # the episodes are the vault's episode index, the empty ones are logged
     metadata = {"imported_from": {**origin, "files": names}}
     with new_vault(
-        dest, plan.example(), rows=1, codec=codec, metadata=metadata, episodes=plan.episodes
+        dest,
+        plan.example(),
+        rows=1,
+        codec=codec,
+        metadata=metadata,
+        episodes=plan.episodes,
+        shard=shard,
     ) as out:
         blocks = _blocks(paths, chosen, plan, reader, decode, block_bytes, counts)
         done = pump_stream(out, blocks, total, progress, done)
@@ -345,6 +355,8 @@ def _joined(parts: list[dict[str, np.ndarray]], plan: Plan) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ the plan
 def _builder(tfds: Any, source: str | os.PathLike[str]) -> Any:
     text = path_arg("source", source, "a TFDS dataset folder")
+    if "://" not in text:
+        text = os.path.expanduser(text)  # as every other importer's source
     from etils import epath
 
     if not (epath.Path(text) / "dataset_info.json").exists():

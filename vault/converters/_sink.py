@@ -25,7 +25,7 @@ import numpy as np
 
 from vault._args import callable_arg, int_arg
 from vault._errors import VaultArgumentError, VaultDependencyError
-from vault.derive._checks import building
+from vault.derive._checks import building, refuse_shard_place
 from vault.facade._vault import Vault, vault_of_writer
 from vault.storage._kinds import LocationLike, parse_location
 from vault.write._create import create_vault, plan_manifest, publish_manifest
@@ -65,10 +65,15 @@ def new_vault(
     codec: str | None,
     metadata: dict[str, Any],
     episodes: Episodes,
+    shard: bool = False,
 ) -> Iterator[Vault]:
     """A new vault shaped like ``example`` (one timestep) at the staging of ``dest``; it
-    appears at ``dest`` when the block ends without an error, else nothing is left there."""
+    appears at ``dest`` when the block ends without an error, else nothing is left there.
+    A shard's place in a dataset is refused, unless ``shard`` (the import made that dataset,
+    shaped like this vault)."""
     target = parse_location(dest, argument="dest")
+    if not shard:
+        refuse_shard_place(target)
     roles = {role: episodes.get(role) for role in ("done", "truncated", "reward")}
     manifest = plan_manifest(
         example, rows=rows, codec=codec, level=None, chunk=None, metadata=metadata, episodes=roles

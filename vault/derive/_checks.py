@@ -120,14 +120,21 @@ def destination(dest: LocationLike, sources: Sequence[Snapshot]) -> Location:
                 f"{target}: the destination holds the source vault {src.where}; choose a "
                 "destination outside every source (nothing was written)"
             )
+    refuse_shard_place(target)
+    return target
+
+
+def refuse_shard_place(target: Location) -> None:
+    """Refuse a new vault's ``target`` that is a shard's place in a dataset: a vault made there
+    (derived or imported) would be a shard no writer of the dataset made, and one of another
+    shape would keep the dataset from opening."""
     root = dataset_above(target)
     if root is not None:
         raise VaultLocationError(
             f"{target}: the destination is a shard's place in the dataset {root}; a derived "
-            "vault is written outside a dataset (its shards are made by Dataset.shard), so "
-            "choose another destination (nothing was written)"
+            "or imported vault is written outside a dataset (its shards are made by "
+            "Dataset.shard), so choose another destination (nothing was written)"
         )
-    return target
 
 
 @contextlib.contextmanager
