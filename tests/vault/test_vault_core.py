@@ -248,7 +248,7 @@ def test_user_metadata_cannot_overwrite_reserved_keys(tmp_path: Path, rec: Recor
     assert reopened.manifest.format_version == 5  # the user's key changed nothing
     assert reopened.rows == ROWS
     assert vault.manifest.rlvault_version
-    with pytest.raises(VaultMetadataError, match="JSON-serialisable"):
+    with pytest.raises(VaultMetadataError, match="must be JSON that comes back as given"):
         Vault.create(str(tmp_path / "w"), rec.state, metadata={"x": object()})
 
 
