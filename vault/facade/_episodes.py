@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from vault._args import bool_arg, index_arg, kind, once
+from vault._args import bool_arg, kind, once
 from vault._errors import VaultArgumentError, VaultReadError
 from vault.format import _structure
 from vault.format._episodes import EpisodeTable
@@ -119,15 +119,7 @@ class EpisodeMethods:
         """
         snap = self.snapshot
         lo, hi = _read.time_range(snap, start, stop)
-        length = hi - lo
-        if length < 1:
-            raise VaultReadError(
-                f"the time range selects no timestep ([{lo}, {hi}) of {snap.length}): give start, "
-                "stop or last that select at least one"
-            )
-        cap = length if capacity is None else index_arg("capacity", capacity)
-        if cap < 1:
-            raise VaultReadError(f"capacity must be >= 1, got {cap}")
+        length, cap = _read.state_length(snap, lo, hi, capacity)
         rows = once(rows)
         chosen = None if rows is None else np.arange(snap.rows)[_read.row_selection(snap, rows)]
         held = hi - min(cap, length)  # the first timestep the state holds

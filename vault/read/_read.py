@@ -482,15 +482,7 @@ def read_state(
     importing = _import_in_background("jax", "buffers")
     rows, leaves = once(rows), once(leaves)
     wanted, selected = views(snap, rows, lo, hi, leaves, edge_later=True)
-    length = hi - lo
-    if length < 1:
-        raise VaultReadError(
-            f"the time range selects no timestep ([{lo}, {hi}) of {snap.length}): give start, "
-            "stop or last that select at least one"
-        )
-    cap = length if capacity is None else index_arg("capacity", capacity)
-    if cap < 1:
-        raise VaultReadError(f"capacity must be >= 1, got {cap}")
+    length, cap = state_length(snap, lo, hi, capacity)
     check_read_size(selected, cap, f"a state of capacity {cap}", "give a smaller capacity")
     keep = min(cap, length)
     items = [
@@ -532,6 +524,21 @@ def read_state(
         is_full=jax.device_put(np.asarray(full)),
         write_counter=jax.device_put(counter),
     )
+
+
+def state_length(snap: Snapshot, lo: int, hi: int, capacity: Any) -> tuple[int, int]:
+    """The timesteps ``[lo, hi)`` select and the time axis of a state of them (``capacity``,
+    default: that many); a range of none, or a capacity below 1, is refused."""
+    length = hi - lo
+    if length < 1:
+        raise VaultReadError(
+            f"the time range selects no timestep ([{lo}, {hi}) of {snap.length}): give start, "
+            "stop or last that select at least one"
+        )
+    cap = length if capacity is None else index_arg("capacity", capacity)
+    if cap < 1:
+        raise VaultReadError(f"capacity must be >= 1, got {cap}")
+    return length, cap
 
 
 def one_episode(snap: Snapshot, episode: Any) -> EpisodeTable:
