@@ -446,7 +446,8 @@ def _make_room(parser: argparse.ArgumentParser, path: str, overwrite: bool) -> N
     running process is recording. What a killed run left while creating its vault needs no
     ``--overwrite``: ``Vault.create`` takes it over. Local paths and URLs alike."""
     where = parse_location(path)
-    if where.is_empty() or where.abandoned_build():
+    taken = os.path.lexists(path) if "://" not in path else not where.is_empty()
+    if not taken or where.abandoned_build():
         return
     if not overwrite:
         parser.error(

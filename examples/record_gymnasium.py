@@ -15,6 +15,7 @@ with a finished episode is already the next episode's first, so every recorded s
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import tempfile
 from typing import Any
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     chunks = 6
     path = args.out or tempfile.mkdtemp(prefix="rlvault-gym-") + "/vault"
-    if not parse_location(path).is_empty():  # a local path or a URL
+    if os.path.lexists(path) if "://" not in path else not parse_location(path).is_empty():
         parser.error(
             f"{path} already exists; pass another --out, or delete it first "
             f"(rm -r {shlex.quote(path)})"
