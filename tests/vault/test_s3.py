@@ -86,7 +86,16 @@ def test_configuration_follows_the_aws_environment_and_storage_overrides_it(
     spec = loc.spec
     assert spec["endpoint"] == "http://127.0.0.1:1234"
     assert spec["aws_region"] == "eu-west-3"
-    assert spec["aws_credentials"] == {"type": "environment"}
+    # the environment's keys in a private file named by them, as given keys are: a store
+    # opened after the keys change in the environment uses the new ones (TensorStore shares
+    # one resolved {"type": "environment"} among the open stores of a process)
+    assert spec["aws_credentials"]["type"] == "profile"
+    assert "env-secret-value" not in json.dumps(spec) + str(loc) + repr(loc)
+    assert "env-secret-value" in Path(spec["aws_credentials"]["credentials_file"]).read_text()
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "rotated-secret-value")
+    rotated = parse_location("s3://bucket/some/prefix").spec["aws_credentials"]
+    assert "rotated-secret-value" in Path(rotated["credentials_file"]).read_text()
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret-value")
     assert spec["use_conditional_write"] is True
     assert spec["path"] == "some/prefix/"
     monkeypatch.setenv("AWS_REGION", "us-west-2")  # AWS_REGION wins over AWS_DEFAULT_REGION
@@ -199,6 +208,22 @@ def test_an_https_endpoint_is_asked_in_tls_whether_it_answers(tmp_path: Path) ->
 
         assert "does not answer" in opened(silent)
         assert "does not answer" not in opened(tls)
+
+
+def test_keys_changed_in_the_environment_are_used_while_a_vault_stays_open(
+    s3_env: S3TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TensorStore shares one resolved ``{"type": "environment"}`` credential among the open
+    stores of a process: a wrong secret set in the environment while a vault was open was
+    never tried (the open one's keys were used). Each set of keys is its own credential."""
+    url = f"s3://{s3_env.bucket}/env-keys-{uuid.uuid4().hex[:8]}/v"
+    with Vault.create(url, {"x": np.zeros(2, np.float32)}, rows=1) as held:
+        held.append({"x": np.ones((1, 3, 2), np.float32)})
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "not-the-secret")
+        with pytest.raises(vault.VaultAccessError, match="credentials were refused"):
+            Vault.open(url)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_env.environment()["AWS_SECRET_ACCESS_KEY"])
+        assert Vault.open(url).committed_length == 3
 
 
 def test_failures_are_typed_fast_and_never_show_secrets(s3_env: S3TestServer) -> None:

@@ -152,14 +152,21 @@ def _credentials(given: dict[str, Any]) -> dict[str, str]:
         raise VaultLocationError(
             "storage needs both 'access_key_id' and 'secret_access_key' (or neither)"
         )
+    token = given.get("session_token")
+    if key is None and not given.get("profile"):
+        # the environment's keys, written as given ones are: TensorStore shares one resolved
+        # {"type": "environment"} among the stores of a process, so keys changed in the
+        # environment (a rotated session token, a corrected secret) went unseen while any
+        # vault stayed open; a file named by the keys is a new credential when they change
+        key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+        key, secret = (key, secret) if key and secret else (None, None)
+        token = os.environ.get("AWS_SESSION_TOKEN")
     if key is not None:
-        path = _credentials_file(str(key), str(secret), given.get("session_token"))
+        path = _credentials_file(str(key), str(secret), token)
         return {"type": "profile", "profile": "rlvault", "credentials_file": path,
                 "config_file": os.devnull}  # fmt: skip
     if given.get("profile"):
         return {"type": "profile", "profile": str(given["profile"])}
-    if os.environ.get("AWS_ACCESS_KEY_ID") and os.environ.get("AWS_SECRET_ACCESS_KEY"):
-        return {"type": "environment"}
     if os.environ.get("AWS_PROFILE"):
         return {"type": "profile", "profile": os.environ["AWS_PROFILE"]}
     return {"type": "default"}
